@@ -1,0 +1,118 @@
+// Package memory is an in-process ports.IdempotencyStore with the same claim
+// rules and TTL semantics as the Redis store. It serves the embedded run,
+// tests, and a single worker that can afford to forget on restart.
+package memory
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var _ ports.IdempotencyStore = (*Store)(nil)
+
+type entry struct {
+	owner    string // token of a pending claim; empty for a sent record
+	receipt  ports.Receipt
+	expireAt time.Time
+}
+
+// Store is safe for concurrent use. The zero value is not usable: call New.
+type Store struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]entry
+	writes  int // since the last sweep
+}
+
+// New returns an empty store. now is the clock (nil: time.Now).
+func New(now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{now: now, entries: make(map[string]entry)}
+}
+
+// Claim implements ports.IdempotencyStore.
+func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return ports.Claim{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if e, ok := s.live(key, now); ok {
+		if e.owner != "" {
+			return ports.Claim{State: ports.InFlight, Owner: e.owner}, nil
+		}
+		return ports.Claim{State: ports.AlreadySent, Receipt: e.receipt}, nil
+	}
+	s.put(key, entry{owner: token, expireAt: now.Add(ttl)}, now)
+	return ports.Claim{State: ports.Claimed}, nil
+}
+
+// Record implements ports.IdempotencyStore.
+func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.put(key, entry{receipt: r, expireAt: now.Add(ttl)}, now)
+	return nil
+}
+
+// Release implements ports.IdempotencyStore.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.live(key, s.now()); ok && e.owner == token {
+		delete(s.entries, key)
+	}
+	return nil
+}
+
+// Len returns the number of live keys.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(s.now())
+	return len(s.entries)
+}
+
+// live returns key's entry unless it has expired. Callers hold s.mu.
+func (s *Store) live(key string, now time.Time) (entry, bool) {
+	e, ok := s.entries[key]
+	if ok && !now.Before(e.expireAt) {
+		delete(s.entries, key)
+		return entry{}, false
+	}
+	return e, ok
+}
+
+// put stores e, sweeping expired keys once writes reach the map's size so a
+// long run does not keep every key it ever saw (amortised O(1) per write).
+// Callers hold s.mu.
+func (s *Store) put(key string, e entry, now time.Time) {
+	s.entries[key] = e
+	s.writes++
+	if s.writes >= len(s.entries) && s.writes >= 1024 {
+		s.sweep(now)
+	}
+}
+
+func (s *Store) sweep(now time.Time) {
+	for k, e := range s.entries {
+		if !now.Before(e.expireAt) {
+			delete(s.entries, k)
+		}
+	}
+	s.writes = 0
+}

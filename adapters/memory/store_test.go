@@ -1,0 +1,15 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
+)
+
+func TestStoreContract(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) ports.IdempotencyStore { return memory.New(nil) },
+	})
+}

@@ -1,0 +1,255 @@
+// Package storetest is the contract every ports.IdempotencyStore must pass.
+// One suite, run against every implementation: the memory store and the
+// Redis store answer the same questions the same way.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Harness builds the store under test.
+type Harness struct {
+	// New returns an empty store. Each call may share a backend with earlier
+	// ones; the suite uses a unique key per test.
+	New func(t *testing.T) ports.IdempotencyStore
+	// TTL, when set, reads a key's remaining lifetime from the backend (Redis
+	// PTTL), so the suite can check the TTL the store wrote.
+	TTL func(t *testing.T, key string) time.Duration
+}
+
+var seq atomic.Int64
+
+// key returns a key no other test in this process uses.
+func key(t *testing.T) string {
+	return fmt.Sprintf("storetest:%s:%d:%d", t.Name(), time.Now().UnixNano(), seq.Add(1))
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// MustClaim claims k and fails the test on error.
+func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token string, ttl time.Duration) ports.Claim {
+	tb.Helper()
+	got, err := s.Claim(c, k, token, ttl)
+	if err != nil {
+		tb.Fatalf("Claim(%q, %q): %v", k, token, err)
+	}
+	return got
+}
+
+// Run runs the contract suite.
+func Run(t *testing.T, h Harness) {
+	receipt := ports.Receipt{ProviderID: "SM0123456789abcdef", SentAt: time.UnixMilli(1775121240000).UTC()}
+
+	t.Run("ClaimAbsentKey", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		if got := MustClaim(t, s, c, k, "tok-a", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("first claim: state %v, want claimed", got.State)
+		}
+	})
+
+	t.Run("ClaimHeldKeyReportsOwner", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", time.Minute)
+		got := MustClaim(t, s, c, k, "tok-b", time.Minute)
+		if got.State != ports.InFlight || got.Owner != "tok-a" {
+			t.Fatalf("second claim: %+v, want in_flight owned by tok-a", got)
+		}
+		// The losing claim must not have replaced the owner.
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.Owner != "tok-a" {
+			t.Fatalf("third claim: owner %q, want tok-a", got.Owner)
+		}
+	})
+
+	t.Run("ClaimSentKeyReportsReceipt", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", time.Minute)
+		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		got := MustClaim(t, s, c, k, "tok-b", time.Minute)
+		if got.State != ports.AlreadySent {
+			t.Fatalf("claim after record: state %v, want already_sent", got.State)
+		}
+		if got.Receipt.ProviderID != receipt.ProviderID || !got.Receipt.SentAt.Equal(receipt.SentAt) {
+			t.Fatalf("receipt %+v, want %+v", got.Receipt, receipt)
+		}
+	})
+
+	t.Run("RecordWithoutClaim", func(t *testing.T) {
+		// Fail-open sends record without having claimed.
+		s, c, k := h.New(t), ctx(t), key(t)
+		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if got := MustClaim(t, s, c, k, "tok", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("state %v, want already_sent", got.State)
+		}
+	})
+
+	t.Run("ReleaseByOwner", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", time.Minute)
+		if err := s.Release(c, k, "tok-a"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("claim after release: state %v, want claimed", got.State)
+		}
+	})
+
+	t.Run("ReleaseByNonOwnerIsNoop", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", time.Minute)
+		if err := s.Release(c, k, "tok-b"); err != nil {
+			t.Fatalf("Release by non-owner: %v", err)
+		}
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Owner != "tok-a" {
+			t.Fatalf("after non-owner release: %+v, want in_flight owned by tok-a", got)
+		}
+	})
+
+	t.Run("ReleaseOfSentKeyIsNoop", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", time.Minute)
+		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if err := s.Release(c, k, "tok-a"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("after release of sent key: state %v, want already_sent", got.State)
+		}
+	})
+
+	t.Run("ReleaseOfAbsentKeyIsNoop", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		if err := s.Release(c, k, "tok-a"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+
+	t.Run("ClaimExpires", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		ttl := 200 * time.Millisecond
+		MustClaim(t, s, c, k, "tok-a", ttl)
+		if h.TTL != nil {
+			checkTTL(t, h.TTL(t, k), ttl)
+		}
+		waitClaimed(t, s, c, k, "tok-b", 5*time.Second)
+	})
+
+	t.Run("RecordExpires", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		ttl := 300 * time.Millisecond
+		if err := s.Record(c, k, receipt, ttl); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if h.TTL != nil {
+			checkTTL(t, h.TTL(t, k), ttl)
+		}
+		// Right after the write, the record is there...
+		if got := MustClaim(t, s, c, k, "tok-a", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("state %v, want already_sent", got.State)
+		}
+		// ...and once its TTL has passed, the key is free again.
+		waitClaimed(t, s, c, k, "tok-b", 5*time.Second)
+	})
+
+	t.Run("RecordReplacesClaimTTL", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", 200*time.Millisecond)
+		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if h.TTL != nil {
+			checkTTL(t, h.TTL(t, k), time.Hour)
+		}
+		// Past the claim's TTL, the record (with its own TTL) is still there.
+		deadline := time.Now().Add(400 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("state %v after claim TTL, want already_sent", got.State)
+		}
+	})
+
+	t.Run("ClaimRace", func(t *testing.T) {
+		s, c, k := h.New(t), ctx(t), key(t)
+		const n = 64
+		var won atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if got.State == ports.Claimed {
+					won.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("Claim: %v", err)
+		}
+		if won.Load() != 1 {
+			t.Fatalf("%d of %d concurrent claims won, want exactly 1", won.Load(), n)
+		}
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		s, k := h.New(t), key(t)
+		c, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := s.Claim(c, k, "tok", time.Minute); err == nil {
+			t.Fatalf("Claim with a cancelled context: no error")
+		}
+	})
+}
+
+// checkTTL accepts a remaining lifetime within the last 25% below want:
+// some of it has passed since the write.
+func checkTTL(t *testing.T, got, want time.Duration) {
+	t.Helper()
+	if got > want || got < want*3/4 {
+		t.Fatalf("TTL %v, want close below %v", got, want)
+	}
+}
+
+// waitClaimed claims k until it succeeds or within runs out.
+func waitClaimed(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := MustClaim(t, s, c, k, token, time.Minute)
+		if got.State == ports.Claimed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %q never expired within %v: last state %v", k, within, got.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
