@@ -1,0 +1,271 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Limits on the identifiers of an event. They keep an idempotency key well
+// inside Redis's and Kafka's limits, and make a 10 kB event_id a clear error
+// instead of a 10 kB key.
+const (
+	MaxIDBytes   = 128
+	MaxNameRunes = 100
+	MaxEmailLen  = 254 // RFC 5321 path limit
+)
+
+// Event is a shipment event, decoded and validated (DESIGN.md section 3).
+type Event struct {
+	EventID    string          `json:"event_id"`
+	Type       string          `json:"type"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	ShipmentID string          `json:"shipment_id"`
+	Recipient  Recipient       `json:"recipient"`
+	Channels   []ports.Channel `json:"channels"`
+	Data       Data            `json:"data"`
+}
+
+// Recipient is who the notification is for. Phone is E.164 after Decode,
+// Email a bare address.
+type Recipient struct {
+	Name  string `json:"name"`
+	Phone string `json:"phone"`
+	Email string `json:"email"`
+}
+
+// Address returns the recipient's address on ch, or "" when there is none.
+func (r Recipient) Address(ch ports.Channel) string {
+	switch ch {
+	case ports.ChannelSMS:
+		return r.Phone
+	case ports.ChannelEmail:
+		return r.Email
+	}
+	return ""
+}
+
+// Data holds the template values of an event. JSON strings, numbers and
+// booleans are accepted and kept as their text; nested objects and arrays are
+// not, because no template can print them sensibly.
+type Data map[string]string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Data) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*d = nil
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("data: want an object of scalars: %w", err)
+	}
+	out := make(Data, len(raw))
+	for k, v := range raw {
+		v = bytes.TrimSpace(v)
+		switch {
+		case len(v) == 0 || string(v) == "null":
+			continue
+		case v[0] == '"':
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return fmt.Errorf("data.%s: %w", k, err)
+			}
+			out[k] = s
+		case v[0] == '{' || v[0] == '[':
+			return fmt.Errorf("data.%s: want a string, number or boolean, got a nested value", k)
+		default: // number, true, false: already valid JSON text
+			out[k] = string(v)
+		}
+	}
+	*d = out
+	return nil
+}
+
+// InvalidEventError says why a record is not a valid event. It is permanent:
+// the same bytes fail the same way on every replay.
+type InvalidEventError struct {
+	Field  string // JSON path of the offending field; empty for the record as a whole
+	Value  string // the offending value, cut to a readable length; never a full address
+	Reason string
+}
+
+func (e *InvalidEventError) Error() string {
+	switch {
+	case e.Field == "":
+		return "invalid event: " + e.Reason
+	case e.Value == "":
+		return fmt.Sprintf("invalid event: %s: %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("invalid event: %s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+func invalid(field, value, reason string) error {
+	return &InvalidEventError{Field: field, Value: clip(value, 64), Reason: reason}
+}
+
+// Decode parses and validates a record value. The returned event is
+// normalised: phone in E.164, email a bare address, name on one line,
+// channels defaulted and de-duplicated. Any error is an *InvalidEventError.
+func Decode(value []byte) (Event, error) {
+	if !utf8.Valid(value) {
+		// encoding/json would silently replace bad bytes with U+FFFD, and a
+		// customer would get a message with garbage in it.
+		return Event{}, invalid("", "", "not valid UTF-8")
+	}
+	var ev Event
+	if err := json.Unmarshal(value, &ev); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return Event{}, invalid(te.Field, "", "want a JSON "+te.Type.String()+", got "+te.Value)
+		}
+		return Event{}, invalid("", "", "not a JSON event: "+err.Error())
+	}
+	return ev, ev.normalize()
+}
+
+func (ev *Event) normalize() error {
+	for _, f := range []struct{ name, value string }{
+		{"event_id", ev.EventID}, {"type", ev.Type}, {"shipment_id", ev.ShipmentID},
+	} {
+		if err := checkID(f.name, f.value); err != nil {
+			return err
+		}
+	}
+
+	ev.Recipient.Name = oneLine(ev.Recipient.Name)
+	if utf8.RuneCountInString(ev.Recipient.Name) > MaxNameRunes {
+		return invalid("recipient.name", ev.Recipient.Name, fmt.Sprintf("longer than %d characters", MaxNameRunes))
+	}
+	if ev.Recipient.Phone != "" {
+		p, err := NormalizePhone(ev.Recipient.Phone)
+		if err != nil {
+			return invalid("recipient.phone", ports.MaskPhone(ev.Recipient.Phone), err.Error())
+		}
+		ev.Recipient.Phone = p
+	}
+	if ev.Recipient.Email != "" {
+		e, err := normalizeEmail(ev.Recipient.Email)
+		if err != nil {
+			return invalid("recipient.email", ports.MaskEmail(ev.Recipient.Email), err.Error())
+		}
+		ev.Recipient.Email = e
+	}
+	if ev.Recipient.Phone == "" && ev.Recipient.Email == "" {
+		return invalid("recipient", "", "neither phone nor email: nothing can be sent")
+	}
+
+	if len(ev.Channels) == 0 {
+		for _, ch := range ports.Channels {
+			if ev.Recipient.Address(ch) != "" {
+				ev.Channels = append(ev.Channels, ch)
+			}
+		}
+		return nil
+	}
+	seen := make(map[ports.Channel]bool, len(ev.Channels))
+	chans := ev.Channels[:0]
+	for _, ch := range ev.Channels {
+		switch {
+		case !ch.Valid():
+			return invalid("channels", string(ch), "unknown channel")
+		case ev.Recipient.Address(ch) == "":
+			return invalid("channels", string(ch), "the recipient has no address for this channel")
+		case !seen[ch]:
+			seen[ch] = true
+			chans = append(chans, ch)
+		}
+	}
+	ev.Channels = chans
+	return nil
+}
+
+func checkID(field, v string) error {
+	switch {
+	case strings.TrimSpace(v) == "":
+		return invalid(field, "", "required")
+	case len(v) > MaxIDBytes:
+		return invalid(field, v, fmt.Sprintf("longer than %d bytes", MaxIDBytes))
+	}
+	for _, r := range v {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+			return invalid(field, v, "must not contain spaces or control characters")
+		}
+	}
+	return nil
+}
+
+// NormalizePhone returns p in E.164 ("+" and 8 to 15 digits, no leading
+// zero), after dropping the separators people write: spaces, dots, dashes and
+// parentheses. A leading "00" is not taken for "+": without a known dialing
+// country it is ambiguous, so it is an error.
+func NormalizePhone(p string) (string, error) {
+	var b strings.Builder
+	for i, r := range p {
+		switch {
+		case r == '+' && i == 0:
+			b.WriteByte('+')
+		case r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case r == ' ' || r == '.' || r == '-' || r == '(' || r == ')':
+		default:
+			return "", errors.New("not an E.164 phone number: unexpected character")
+		}
+	}
+	s := b.String()
+	switch {
+	case !strings.HasPrefix(s, "+"):
+		return "", errors.New("not an E.164 phone number: must start with +")
+	case len(s) < 9 || len(s) > 16:
+		return "", errors.New("not an E.164 phone number: want 8 to 15 digits")
+	case s[1] == '0':
+		return "", errors.New("not an E.164 phone number: country code cannot start with 0")
+	}
+	return s, nil
+}
+
+func normalizeEmail(e string) (string, error) {
+	if len(e) > MaxEmailLen {
+		return "", fmt.Errorf("longer than %d bytes", MaxEmailLen)
+	}
+	a, err := mail.ParseAddress(e)
+	if err != nil {
+		return "", errors.New("not an email address")
+	}
+	if a.Name != "" || a.Address != strings.TrimSpace(e) {
+		return "", errors.New("want a bare address, without a display name")
+	}
+	for _, r := range a.Address {
+		if r < 0x21 || r == 0x7f {
+			return "", errors.New("not an email address")
+		}
+	}
+	return a.Address, nil
+}
+
+// oneLine folds every run of white space and control characters into one
+// space, so a name can go into a header or an SMS without starting a new line.
+func oneLine(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}), " ")
+}
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,169 @@
+package domain_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+func TestDecode(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		ev, err := domain.Decode([]byte(`{"event_id":"7f1c9a52-3d4e-4b8a-9f0e-2c6d1e8b5a43","type":"shipment.out_for_delivery",
+			"occurred_at":"2026-04-02T09:14:00Z","shipment_id":"SHP-100234",
+			"recipient":{"name":"Ada\r\nBcc: x","phone":"+1 (555) 123-4567","email":"ada@example.com"},
+			"data":{"eta":"14:00-16:00","stops":3,"fragile":true}}`))
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		if ev.Recipient.Phone != "+15551234567" {
+			t.Errorf("phone %q, want E.164 +15551234567", ev.Recipient.Phone)
+		}
+		if ev.Recipient.Name != "Ada Bcc: x" {
+			t.Errorf("name %q, want one line", ev.Recipient.Name)
+		}
+		if got := ev.Channels; len(got) != 2 || got[0] != ports.ChannelSMS || got[1] != ports.ChannelEmail {
+			t.Errorf("channels %v, want default [sms email]", got)
+		}
+		if ev.Data["stops"] != "3" || ev.Data["fragile"] != "true" {
+			t.Errorf("data %v, want scalars as text", ev.Data)
+		}
+	})
+
+	for _, tc := range []struct {
+		name, value, field string
+	}{
+		{"NotJSON", `nope`, ""},
+		{"InvalidUTF8", "{\"event_id\":\"\xff\"}", ""},
+		{"MissingEventID", `{"type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
+		{"WhitespaceEventID", `{"event_id":"  ","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
+		{"LongEventID", `{"event_id":"` + strings.Repeat("x", 10000) + `","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
+		{"MissingType", `{"event_id":"e","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "type"},
+		{"MissingShipment", `{"event_id":"e","type":"t","recipient":{"phone":"+15551234567"}}`, "shipment_id"},
+		{"BadPhone", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"555-1234"}}`, "recipient.phone"},
+		{"BadEmail", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"email":"ada at example"}}`, "recipient.email"},
+		{"NoAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"name":"Ada"}}`, "recipient"},
+		{"UnknownChannel", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"channels":["fax"]}`, "channels"},
+		{"ChannelWithoutAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"channels":["email"]}`, "channels"},
+		{"NestedData", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"data":{"a":{"b":1}}}`, ""},
+		{"WrongType", `{"event_id":42,"type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := domain.Decode([]byte(tc.value))
+			var ie *domain.InvalidEventError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Decode: %v, want *InvalidEventError", err)
+			}
+			if ie.Field != tc.field {
+				t.Fatalf("field %q (%v), want %q", ie.Field, err, tc.field)
+			}
+			if strings.Contains(err.Error(), "5551234567") || strings.Contains(err.Error(), strings.Repeat("x", 100)) {
+				t.Fatalf("error %q repeats a phone or a huge value", err)
+			}
+		})
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	ev, err := domain.Decode([]byte(`{"event_id":"e1","type":"shipment.out_for_delivery","shipment_id":"SHP-1",
+		"recipient":{"name":"<script>alert(1)</script>","phone":"+15551234567","email":"ada@example.com"},
+		"data":{"eta":"14:00-16:00","tracking_url":"javascript:alert(1)"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := domain.LoadTemplates("")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("EveryTypeRendersEveryChannel", func(t *testing.T) {
+		for _, typ := range tpl.Types() {
+			ev := ev
+			ev.Type = typ
+			for _, ch := range ports.Channels {
+				m, err := tpl.Render(ev, ch)
+				if err != nil {
+					t.Fatalf("%s/%s: %v", typ, ch, err)
+				}
+				if !strings.Contains(m.Text, "SHP-1") {
+					t.Errorf("%s/%s text %q lacks the shipment id", typ, ch, m.Text)
+				}
+				if m.IdempotencyKey != string(ch)+":e1" {
+					t.Errorf("key %q", m.IdempotencyKey)
+				}
+			}
+		}
+	})
+
+	t.Run("HTMLEscaped", func(t *testing.T) {
+		m, err := tpl.Render(ev, ports.ChannelEmail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(m.HTML, "<script>") || strings.Contains(m.HTML, `href="javascript:`) {
+			t.Fatalf("HTML not escaped: %s", m.HTML)
+		}
+		if !strings.Contains(m.Subject, "SHP-1") || strings.ContainsAny(m.Subject, "\r\n") {
+			t.Fatalf("subject %q", m.Subject)
+		}
+	})
+
+	t.Run("LongSMSTruncated", func(t *testing.T) {
+		ev := ev
+		ev.Data = domain.Data{"tracking_url": strings.Repeat("x", 3000)}
+		m, err := tpl.Render(ev, ports.ChannelSMS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len([]rune(m.Text)); n != domain.MaxSMSRunes || !strings.HasSuffix(m.Text, "…") {
+			t.Fatalf("SMS of %d runes ending %q, want %d ending in an ellipsis", n, m.Text[len(m.Text)-5:], domain.MaxSMSRunes)
+		}
+	})
+
+	t.Run("UnknownType", func(t *testing.T) {
+		ev := ev
+		ev.Type = "shipment.teleported"
+		if _, err := tpl.Render(ev, ports.ChannelSMS); !errors.Is(err, domain.ErrUnknownEventType) {
+			t.Fatalf("Render: %v, want ErrUnknownEventType", err)
+		}
+	})
+
+	t.Run("DirectoryOverrides", func(t *testing.T) {
+		dir := t.TempDir()
+		write := func(name, body string) {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write("shipment.out_for_delivery.tmpl", `{{define "sms"}}custom {{.ShipmentID}}{{end}}{{define "subject"}}s{{end}}{{define "text"}}t{{end}}`)
+		write("shipment.returned.tmpl", `{{define "sms"}}returned{{end}}{{define "subject"}}s{{end}}{{define "text"}}t{{end}}`)
+		write("shipment.returned.html", `<p>returned</p>`)
+		tpl, err := domain.LoadTemplates(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := tpl.Render(ev, ports.ChannelSMS); m.Text != "custom SHP-1" {
+			t.Fatalf("overridden SMS %q", m.Text)
+		}
+		ev := ev
+		ev.Type = "shipment.returned"
+		if m, err := tpl.Render(ev, ports.ChannelSMS); err != nil || m.Text != "returned" {
+			t.Fatalf("added type: %q, %v", m.Text, err)
+		}
+	})
+
+	t.Run("IncompleteDirectoryFails", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "shipment.lost.tmpl"), []byte(`{{define "sms"}}x{{end}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := domain.LoadTemplates(dir)
+		if err == nil || !strings.Contains(err.Error(), `"subject"`) || !strings.Contains(err.Error(), "shipment.lost.html") {
+			t.Fatalf("LoadTemplates: %v, want the missing block and file named", err)
+		}
+	})
+}

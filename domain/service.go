@@ -1,0 +1,358 @@
+package domain
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// FailureMode says what to do when the idempotency store cannot answer.
+type FailureMode string
+
+const (
+	// FailOpen sends anyway and warns: a rare duplicate beats a lost
+	// notification (ADR-0006).
+	FailOpen FailureMode = "open"
+	// FailClosed sends nothing and reports the record Unavailable, so the
+	// consumer waits for the store to return.
+	FailClosed FailureMode = "closed"
+)
+
+// Config configures a Service. Zero durations take the defaults of
+// DESIGN.md section 6.
+type Config struct {
+	Store     ports.IdempotencyStore           // required
+	Notifiers map[ports.Channel]ports.Notifier // one per channel events may use
+	Templates *Templates                       // nil: the embedded templates
+
+	TTL          time.Duration // lifetime of a sent record (48h)
+	ClaimTTL     time.Duration // lifetime of a pending claim (60s)
+	StoreTimeout time.Duration // bound on each store call (200ms)
+	SendTimeout  time.Duration // bound on each provider call (10s)
+	FailureMode  FailureMode   // FailOpen unless set
+
+	// ClaimWaitMax caps one wait between looks at another worker's pending
+	// claim (1s).
+	ClaimWaitMax time.Duration
+	// LogEvery rate-limits the warnings that an outage would repeat for every
+	// record (idempotency_check_unavailable, idempotency_record_failed): at
+	// most one per LogEvery, carrying the count suppressed since (1s).
+	LogEvery time.Duration
+
+	Logger   *slog.Logger   // nil: slog.Default()
+	Observer ports.Observer // nil: none
+	Now      func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.TTL, 48*time.Hour)
+	def(&c.ClaimTTL, 60*time.Second)
+	def(&c.StoreTimeout, 200*time.Millisecond)
+	def(&c.SendTimeout, 10*time.Second)
+	def(&c.ClaimWaitMax, time.Second)
+	def(&c.LogEvery, time.Second)
+	if c.FailureMode == "" {
+		c.FailureMode = FailOpen
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = ports.ObserverFunc(func(ports.Channel, ports.Outcome) {})
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("no idempotency store"))
+	}
+	if len(c.Notifiers) == 0 {
+		errs = append(errs, errors.New("no notifier"))
+	}
+	for ch, n := range c.Notifiers {
+		if !ch.Valid() || n == nil {
+			errs = append(errs, fmt.Errorf("notifier for channel %q: unknown channel or nil", ch))
+		}
+	}
+	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
+		errs = append(errs, fmt.Errorf("failure mode %q: want %q or %q", c.FailureMode, FailOpen, FailClosed))
+	}
+	if c.ClaimTTL <= c.SendTimeout {
+		errs = append(errs, fmt.Errorf("claim TTL %v must exceed the send timeout %v, or a slow send loses its claim", c.ClaimTTL, c.SendTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("domain: %w", err)
+	}
+	return nil
+}
+
+// Service is "send unless already sent". It implements ports.Handler and is
+// safe for concurrent use.
+type Service struct {
+	cfg         Config
+	unavailable *rateLimited
+	recordFail  *rateLimited
+}
+
+var _ ports.Handler = (*Service)(nil)
+
+// NewService checks cfg and returns a Service.
+func NewService(cfg Config) (*Service, error) {
+	cfg.setDefaults()
+	if cfg.Templates == nil {
+		t, err := LoadTemplates("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Templates = t
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg:         cfg,
+		unavailable: &rateLimited{every: cfg.LogEvery, now: cfg.Now},
+		recordFail:  &rateLimited{every: cfg.LogEvery, now: cfg.Now},
+	}, nil
+}
+
+// Handle decodes rec and delivers each of its notifications. It returns nil
+// when every notification was sent or was a duplicate. Otherwise the error's
+// ports.Kind tells the consumer what to do: Permanent for a record that can
+// never succeed (it does not decode, its type is unknown, a provider refused
+// it for good), Unavailable when the store is down in the closed mode, and
+// Retryable for everything else. Retrying a record is safe: what was sent is
+// skipped as a duplicate.
+//
+// Cancelling ctx abandons waits and sends not yet started; a send that
+// succeeded is recorded even so.
+func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
+	log := s.cfg.Logger.With(
+		slog.String("topic", rec.Topic),
+		slog.Int("partition", int(rec.Partition)),
+		slog.Int64("offset", rec.Offset),
+	)
+	ev, err := Decode(rec.Value)
+	if err != nil {
+		return ports.MarkPermanent(err)
+	}
+	log = log.With(slog.String("event_id", ev.EventID), slog.String("shipment_id", ev.ShipmentID))
+
+	// Render everything first: an event that cannot render on one channel
+	// is poison as a whole, and nothing of it should go out half-formed.
+	msgs := make([]ports.Message, 0, len(ev.Channels))
+	for _, ch := range ev.Channels {
+		if s.cfg.Notifiers[ch] == nil {
+			return ports.MarkPermanent(fmt.Errorf("event %s: no notifier is configured for channel %q", ev.EventID, ch))
+		}
+		m, err := s.cfg.Templates.Render(ev, ch)
+		if err != nil {
+			return ports.MarkPermanent(fmt.Errorf("event %s: %w", ev.EventID, err))
+		}
+		msgs = append(msgs, m)
+	}
+
+	var failed []error
+	worst := ports.Permanent
+	for _, m := range msgs {
+		outcome, err := s.deliver(ctx, log.With(slog.String("channel", string(m.Channel))), m)
+		s.cfg.Observer.Observe(m.Channel, outcome)
+		if err == nil {
+			continue
+		}
+		failed = append(failed, fmt.Errorf("%s: %w", m.Channel, err))
+		// One retryable channel makes the record worth retrying: the sent
+		// channels are skipped then, and a permanent one fails again.
+		if k := ports.KindOf(err); k != ports.Permanent && (worst == ports.Permanent || k == ports.Unavailable) {
+			worst = k
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	err = fmt.Errorf("event %s: %w", ev.EventID, errors.Join(failed...))
+	switch worst {
+	case ports.Permanent:
+		return ports.MarkPermanent(err)
+	case ports.Unavailable:
+		return ports.MarkUnavailable(err)
+	}
+	return err
+}
+
+// claimResult is what the claim step decided.
+type claimResult int
+
+const (
+	claimed   claimResult = iota // we hold the key: send, then record or release
+	unchecked                    // the store could not answer, failing open: send, then try to record
+	duplicate                    // already sent: skip
+)
+
+// deliver runs the protocol for one notification.
+func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message) (ports.Outcome, error) {
+	token := newToken()
+	res, err := s.claim(ctx, log, m.IdempotencyKey, token)
+	if err != nil {
+		return ports.OutcomeFailedRetryable, err
+	}
+	if res == duplicate {
+		return ports.OutcomeDuplicate, nil
+	}
+
+	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	receipt, err := s.cfg.Notifiers[m.Channel].Send(sendCtx, m)
+	cancel()
+	if err != nil {
+		if res == claimed {
+			s.release(ctx, log, m.IdempotencyKey, token)
+		}
+		outcome, level := ports.OutcomeFailedRetryable, slog.LevelWarn
+		if ports.KindOf(err) == ports.Permanent {
+			outcome, level = ports.OutcomeFailedPermanent, slog.LevelError
+		}
+		log.Log(ctx, level, "notification_failed",
+			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("outcome", string(outcome)),
+			slog.String("error", err.Error()))
+		return outcome, fmt.Errorf("send %s: %w", m.IdempotencyKey, err)
+	}
+	if receipt.SentAt.IsZero() {
+		receipt.SentAt = s.cfg.Now()
+	}
+
+	// The send happened: record it even if ctx was cancelled meanwhile, or a
+	// replay would send it again.
+	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	err = s.cfg.Store.Record(recCtx, m.IdempotencyKey, receipt, s.cfg.TTL)
+	cancel()
+	if err != nil {
+		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+			slog.String("error", err.Error()))
+	}
+	log.Info("notification_sent",
+		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+		slog.String("provider_id", receipt.ProviderID),
+		slog.Bool("idempotency_checked", res == claimed))
+	return ports.OutcomeSent, nil
+}
+
+// claim takes the key, or finds it sent, or waits while another worker holds
+// it. It returns an error only when the notification must not be sent now.
+func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string) (claimResult, error) {
+	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL)
+	wait := s.cfg.ClaimWaitMax / 16
+	for {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		c, err := s.cfg.Store.Claim(cctx, key, token, s.cfg.ClaimTTL)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if s.cfg.FailureMode == FailClosed {
+				return 0, ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err))
+			}
+			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
+				slog.String("error", err.Error()))
+			return unchecked, nil
+		}
+		switch c.State {
+		case ports.Claimed:
+			return claimed, nil
+		case ports.AlreadySent:
+			log.Info("duplicate_suppressed",
+				slog.String("provider_id", c.Receipt.ProviderID),
+				slog.Time("sent_at", c.Receipt.SentAt))
+			return duplicate, nil
+		case ports.InFlight:
+			// Another worker is sending it right now (a rebalance overlap).
+			// Sending too would duplicate; skipping would lose it if that
+			// send fails. Wait for its record, or for its claim to go.
+		default:
+			return 0, fmt.Errorf("claim %s: store answered an unknown state %v", key, c.State)
+		}
+		left := deadline.Sub(s.cfg.Now())
+		if left <= 0 {
+			return 0, fmt.Errorf("claim %s: held by another worker for longer than the claim TTL %v", key, s.cfg.ClaimTTL)
+		}
+		log.Debug("claim_in_flight_wait", slog.Duration("wait", min(wait, left)))
+		if err := sleep(ctx, min(wait, left)); err != nil {
+			return 0, err
+		}
+		wait = min(2*wait, s.cfg.ClaimWaitMax)
+	}
+}
+
+// release gives the key back after a failed send, so a retry or a replay
+// can send it. It runs even when ctx is cancelled. A failed release is
+// harmless: the claim expires after the claim TTL.
+func (s *Service) release(ctx context.Context, log *slog.Logger, key, token string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	if err := s.cfg.Store.Release(rctx, key, token); err != nil {
+		log.Warn("idempotency_release_failed", slog.String("error", err.Error()),
+			slog.Duration("expires_in", s.cfg.ClaimTTL))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// newToken returns a token unique to one delivery attempt, so a claim is
+// released only by the attempt that made it.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// rateLimited logs a message at most once per interval and counts what it
+// held back, so a Redis outage does not write one warning per record.
+type rateLimited struct {
+	every time.Duration
+	now   func() time.Time
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (r *rateLimited) log(ctx context.Context, log *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	r.mu.Lock()
+	now := r.now()
+	if !r.last.IsZero() && now.Sub(r.last) < r.every {
+		r.suppressed++
+		r.mu.Unlock()
+		return
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	r.mu.Unlock()
+	attrs = append(attrs, slog.Int("suppressed_since_last", n))
+	log.LogAttrs(ctx, level, msg, attrs...)
+}

@@ -1,0 +1,440 @@
+package domain_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// fakeStore is the memory store with faults injectable per method.
+type fakeStore struct {
+	*memory.Store
+	ClaimFunc   func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error)
+	RecordFunc  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
+	ReleaseFunc func(ctx context.Context, key, token string) error
+}
+
+func newFakeStore() *fakeStore { return &fakeStore{Store: memory.New(nil)} }
+
+func (f *fakeStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+	if f.ClaimFunc != nil {
+		return f.ClaimFunc(ctx, key, token, ttl)
+	}
+	return f.Store.Claim(ctx, key, token, ttl)
+}
+
+func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	if f.RecordFunc != nil {
+		return f.RecordFunc(ctx, key, r, ttl)
+	}
+	return f.Store.Record(ctx, key, r, ttl)
+}
+
+func (f *fakeStore) Release(ctx context.Context, key, token string) error {
+	if f.ReleaseFunc != nil {
+		return f.ReleaseFunc(ctx, key, token)
+	}
+	return f.Store.Release(ctx, key, token)
+}
+
+// provider is a notifier double that keeps what it accepted, as a provider
+// would, and fails when FailFunc says so.
+type provider struct {
+	FailFunc func(m ports.Message) error
+
+	mu   sync.Mutex
+	sent []ports.Message
+}
+
+func (p *provider) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	if p.FailFunc != nil {
+		if err := p.FailFunc(m); err != nil {
+			return ports.Receipt{}, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent = append(p.sent, m)
+	return ports.Receipt{ProviderID: fmt.Sprintf("%s-%d", m.Channel, len(p.sent))}, nil
+}
+
+func (p *provider) Sent() []ports.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]ports.Message(nil), p.sent...)
+}
+
+// logs captures JSON log lines.
+type logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// Lines returns the parsed log lines whose msg is msg.
+func (l *logs) Lines(t testing.TB, msg string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+type world struct {
+	store    *fakeStore
+	sms      *provider
+	email    *provider
+	logs     *logs
+	outcomes map[ports.Outcome]int
+	mu       sync.Mutex
+	svc      *domain.Service
+}
+
+func newWorld(t *testing.T, mode domain.FailureMode) *world {
+	t.Helper()
+	w := &world{store: newFakeStore(), sms: &provider{}, email: &provider{}, logs: &logs{}, outcomes: map[ports.Outcome]int{}}
+	svc, err := domain.NewService(domain.Config{
+		Store:        w.store,
+		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: w.sms, ports.ChannelEmail: w.email},
+		TTL:          time.Hour,
+		ClaimTTL:     2 * time.Second,
+		StoreTimeout: 50 * time.Millisecond,
+		SendTimeout:  time.Second,
+		ClaimWaitMax: 20 * time.Millisecond,
+		LogEvery:     time.Nanosecond,
+		FailureMode:  mode,
+		Logger:       slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Observer: ports.ObserverFunc(func(_ ports.Channel, o ports.Outcome) {
+			w.mu.Lock()
+			w.outcomes[o]++
+			w.mu.Unlock()
+		}),
+	})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	w.svc = svc
+	return w
+}
+
+func (w *world) handle(t *testing.T, value string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return w.svc.Handle(ctx, ports.Record{Topic: "shipment-events", Partition: 1, Offset: 7, Value: []byte(value)})
+}
+
+func (w *world) claimState(t *testing.T, key string) ports.ClaimState {
+	t.Helper()
+	c, err := w.store.Store.Claim(context.Background(), key, "probe", time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State == ports.Claimed {
+		_ = w.store.Store.Release(context.Background(), key, "probe")
+	}
+	return c.State
+}
+
+func event(id string, channels ...string) string {
+	ch, _ := json.Marshal(channels)
+	return fmt.Sprintf(`{"event_id":%q,"type":"shipment.out_for_delivery","shipment_id":"SHP-1",
+		"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},
+		"channels":%s,"data":{"eta":"14:00-16:00"}}`, id, ch)
+}
+
+func TestService(t *testing.T) {
+	t.Run("FirstSendRecords", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		if err := w.handle(t, event("e1", "sms")); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		if got := w.sms.Sent(); len(got) != 1 || got[0].To != "+15551234567" || !strings.Contains(got[0].Text, "out for delivery") {
+			t.Fatalf("sms sent %+v, want one out-for-delivery SMS to +15551234567", got)
+		}
+		if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
+			t.Fatalf("key state %v after send, want already_sent", s)
+		}
+		if n := len(w.logs.Lines(t, "notification_sent")); n != 1 {
+			t.Fatalf("%d notification_sent lines, want 1", n)
+		}
+		if w.outcomes[ports.OutcomeSent] != 1 {
+			t.Fatalf("outcomes %v, want one sent", w.outcomes)
+		}
+	})
+
+	t.Run("SentKeySkippedAndLogged", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		for range 2 {
+			if err := w.handle(t, event("e1", "sms", "email")); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+		}
+		if len(w.sms.Sent()) != 1 || len(w.email.Sent()) != 1 {
+			t.Fatalf("sent %d SMS, %d email; want 1 each", len(w.sms.Sent()), len(w.email.Sent()))
+		}
+		dups := w.logs.Lines(t, "duplicate_suppressed")
+		if len(dups) != 2 {
+			t.Fatalf("%d duplicate_suppressed lines, want 2", len(dups))
+		}
+		for _, field := range []string{"event_id", "channel", "shipment_id", "topic", "partition", "offset"} {
+			if _, ok := dups[0][field]; !ok {
+				t.Errorf("duplicate_suppressed line lacks %q: %v", field, dups[0])
+			}
+		}
+		if w.outcomes[ports.OutcomeDuplicate] != 2 {
+			t.Fatalf("outcomes %v, want two duplicates", w.outcomes)
+		}
+	})
+
+	for _, tc := range []struct {
+		name     string
+		other    func(s *memory.Store, key string) error
+		wantSent int
+	}{
+		{"InFlightThenRecordedSkips", func(s *memory.Store, key string) error {
+			return s.Record(context.Background(), key, ports.Receipt{ProviderID: "other"}, time.Hour)
+		}, 0},
+		{"InFlightThenReleasedSends", func(s *memory.Store, key string) error {
+			return s.Release(context.Background(), key, "other-worker")
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, domain.FailOpen)
+			const key = "sms:e1"
+			if _, err := w.store.Store.Claim(context.Background(), key, "other-worker", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			// The other worker finishes only once we have seen its claim.
+			seen := make(chan struct{})
+			var once sync.Once
+			w.store.ClaimFunc = func(ctx context.Context, k, tok string, ttl time.Duration) (ports.Claim, error) {
+				c, err := w.store.Store.Claim(ctx, k, tok, ttl)
+				if c.State == ports.InFlight {
+					once.Do(func() { close(seen) })
+				}
+				return c, err
+			}
+			done := make(chan error, 1)
+			go func() {
+				<-seen
+				done <- tc.other(w.store.Store, key)
+			}()
+			if err := w.handle(t, event("e1", "sms")); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := len(w.sms.Sent()); got != tc.wantSent {
+				t.Fatalf("sent %d, want %d", got, tc.wantSent)
+			}
+			if s := w.claimState(t, key); s != ports.AlreadySent {
+				t.Fatalf("key state %v, want already_sent", s)
+			}
+		})
+	}
+
+	t.Run("InFlightBeyondClaimTTLIsRetryable", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.store.ClaimFunc = func(context.Context, string, string, time.Duration) (ports.Claim, error) {
+			return ports.Claim{State: ports.InFlight, Owner: "stuck"}, nil
+		}
+		err := w.handle(t, event("e1", "sms"))
+		if err == nil || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("Handle: %v (kind %v), want a retryable error", err, ports.KindOf(err))
+		}
+		if len(w.sms.Sent()) != 0 {
+			t.Fatalf("sent while another worker held the claim")
+		}
+	})
+
+	storeDown := func(ctx context.Context, _, _ string, _ time.Duration) (ports.Claim, error) {
+		return ports.Claim{}, errors.New("connection refused")
+	}
+	storeHangs := func(ctx context.Context, _, _ string, _ time.Duration) (ports.Claim, error) {
+		<-ctx.Done()
+		return ports.Claim{}, ctx.Err()
+	}
+	for _, tc := range []struct {
+		name  string
+		claim func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error)
+	}{{"StoreError", storeDown}, {"StoreTimeout", storeHangs}} {
+		t.Run(tc.name+"OpenSendsAndWarns", func(t *testing.T) {
+			w := newWorld(t, domain.FailOpen)
+			w.store.ClaimFunc = tc.claim
+			start := time.Now()
+			if err := w.handle(t, event("e1", "sms")); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if elapsed := time.Since(start); elapsed > 2*time.Second {
+				t.Fatalf("Handle took %v with the store down", elapsed)
+			}
+			if len(w.sms.Sent()) != 1 {
+				t.Fatalf("sent %d, want 1 (fail open)", len(w.sms.Sent()))
+			}
+			warn := w.logs.Lines(t, "idempotency_check_unavailable")
+			if len(warn) != 1 || warn[0]["level"] != "WARN" {
+				t.Fatalf("idempotency_check_unavailable lines %v, want one warning", warn)
+			}
+			// The record is still written, so a replay after the outage is
+			// suppressed.
+			if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
+				t.Fatalf("key state %v, want already_sent", s)
+			}
+		})
+		t.Run(tc.name+"ClosedSendsNothing", func(t *testing.T) {
+			w := newWorld(t, domain.FailClosed)
+			w.store.ClaimFunc = tc.claim
+			err := w.handle(t, event("e1", "sms"))
+			if ports.KindOf(err) != ports.Unavailable {
+				t.Fatalf("Handle: %v (kind %v), want unavailable", err, ports.KindOf(err))
+			}
+			if len(w.sms.Sent()) != 0 {
+				t.Fatalf("sent %d with the store down in closed mode", len(w.sms.Sent()))
+			}
+			// When the store is back, the retry sends it.
+			w.store.ClaimFunc = nil
+			if err := w.handle(t, event("e1", "sms")); err != nil || len(w.sms.Sent()) != 1 {
+				t.Fatalf("after recovery: err %v, sent %d; want nil, 1", err, len(w.sms.Sent()))
+			}
+		})
+	}
+
+	t.Run("SendFailureReleasesOwnClaim", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			err  error
+			kind ports.Kind
+			out  ports.Outcome
+		}{
+			{"Retryable", errors.New("503 from provider"), ports.Retryable, ports.OutcomeFailedRetryable},
+			{"Permanent", ports.MarkPermanent(errors.New("21211 invalid number")), ports.Permanent, ports.OutcomeFailedPermanent},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				w := newWorld(t, domain.FailOpen)
+				w.sms.FailFunc = func(ports.Message) error { return tc.err }
+				err := w.handle(t, event("e1", "sms"))
+				if ports.KindOf(err) != tc.kind {
+					t.Fatalf("Handle: %v (kind %v), want %v", err, ports.KindOf(err), tc.kind)
+				}
+				if s := w.claimState(t, "sms:e1"); s != ports.Claimed {
+					t.Fatalf("key state %v after a failed send, want free (released)", s)
+				}
+				if w.outcomes[tc.out] != 1 {
+					t.Fatalf("outcomes %v, want one %v", w.outcomes, tc.out)
+				}
+				if n := len(w.logs.Lines(t, "notification_failed")); n != 1 {
+					t.Fatalf("%d notification_failed lines, want 1", n)
+				}
+			})
+		}
+		t.Run("NotAnotherWorkersClaim", func(t *testing.T) {
+			// Our claim expired mid-send and another worker claimed the key:
+			// our failure must not free their claim.
+			w := newWorld(t, domain.FailOpen)
+			w.sms.FailFunc = func(m ports.Message) error {
+				_ = w.store.Store.Release(context.Background(), m.IdempotencyKey, tokenOf(t, w.store.Store, m.IdempotencyKey))
+				if _, err := w.store.Store.Claim(context.Background(), m.IdempotencyKey, "other-worker", time.Minute); err != nil {
+					return err
+				}
+				return errors.New("timeout")
+			}
+			_ = w.handle(t, event("e1", "sms"))
+			c, _ := w.store.Store.Claim(context.Background(), "sms:e1", "probe", time.Minute)
+			if c.State != ports.InFlight || c.Owner != "other-worker" {
+				t.Fatalf("after our failed send: %+v, want other-worker's claim intact", c)
+			}
+		})
+	})
+
+	t.Run("RecordFailureLoggedAndCountedAsSent", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.store.RecordFunc = func(context.Context, string, ports.Receipt, time.Duration) error {
+			return errors.New("READONLY replica")
+		}
+		if err := w.handle(t, event("e1", "sms")); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		if len(w.sms.Sent()) != 1 || w.outcomes[ports.OutcomeSent] != 1 {
+			t.Fatalf("sent %d, outcomes %v; want 1 sent", len(w.sms.Sent()), w.outcomes)
+		}
+		if n := len(w.logs.Lines(t, "idempotency_record_failed")); n != 1 {
+			t.Fatalf("%d idempotency_record_failed lines, want 1", n)
+		}
+	})
+
+	t.Run("FanOutReplayResendsOnlyFailedChannel", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.email.FailFunc = func(ports.Message) error { return errors.New("451 try later") }
+		err := w.handle(t, event("e1", "sms", "email"))
+		if err == nil || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("Handle: %v, want retryable", err)
+		}
+		w.email.FailFunc = nil
+		if err := w.handle(t, event("e1", "sms", "email")); err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+		if len(w.sms.Sent()) != 1 || len(w.email.Sent()) != 1 {
+			t.Fatalf("sent %d SMS, %d email; want 1 each", len(w.sms.Sent()), len(w.email.Sent()))
+		}
+	})
+
+	t.Run("PoisonIsPermanent", func(t *testing.T) {
+		for name, value := range map[string]string{
+			"BadJSON":        `{"event_id":`,
+			"MissingEventID": `{"type":"shipment.delivered","shipment_id":"S","recipient":{"phone":"+15551234567"}}`,
+			"UnknownType":    `{"event_id":"e","type":"shipment.teleported","shipment_id":"S","recipient":{"phone":"+15551234567"}}`,
+			"UnknownChannel": `{"event_id":"e","type":"shipment.delivered","shipment_id":"S","recipient":{"phone":"+15551234567"},"channels":["pigeon"]}`,
+		} {
+			t.Run(name, func(t *testing.T) {
+				w := newWorld(t, domain.FailOpen)
+				err := w.handle(t, value)
+				if ports.KindOf(err) != ports.Permanent {
+					t.Fatalf("Handle: %v (kind %v), want permanent", err, ports.KindOf(err))
+				}
+				if len(w.sms.Sent())+len(w.email.Sent()) != 0 {
+					t.Fatal("a poison record sent something")
+				}
+			})
+		}
+	})
+}
+
+// tokenOf reads the owner of a pending key.
+func tokenOf(t *testing.T, s *memory.Store, key string) string {
+	t.Helper()
+	c, err := s.Claim(context.Background(), key, "probe", time.Minute)
+	if err != nil || c.State != ports.InFlight {
+		t.Fatalf("key %s: %+v, %v; want in flight", key, c, err)
+	}
+	return c.Owner
+}
