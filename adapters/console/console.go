@@ -1,0 +1,67 @@
+// Package console is a ports.Notifier that prints each notification instead
+// of sending it: the embedded run and dry runs use it so a person can watch
+// what the worker would have sent, without a provider account.
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var _ ports.Notifier = (*Notifier)(nil)
+
+// Notifier writes one line per message to an io.Writer. It is safe for
+// concurrent use: writes are serialized, so lines from concurrent sends never
+// interleave.
+type Notifier struct {
+	mu sync.Mutex
+	w  io.Writer
+	n  uint64
+}
+
+// New returns a Notifier that writes to w. Every send calls w.Write once, under
+// a lock, so w need not be safe for concurrent use.
+func New(w io.Writer) *Notifier {
+	return &Notifier{w: w}
+}
+
+// Send writes m as one line and returns a receipt whose ProviderID is
+// "console-<n>", n counting sends from 1. The recipient is masked
+// (ports.MaskAddress), as in any log. The SMS text or the email subject is
+// quoted, so a newline in it cannot break the one-line format.
+//
+// Send returns ctx's error, without writing, when ctx is already done, and a
+// retryable error when the writer fails; the failed line's number is not
+// reused, so ids stay unique.
+func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	if err := ctx.Err(); err != nil {
+		return ports.Receipt{}, fmt.Errorf("console: send %s: %w", m.EventID, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.n++
+	id := "console-" + strconv.FormatUint(n.n, 10)
+	now := time.Now()
+	if _, err := io.WriteString(n.w, line(id, m)); err != nil {
+		return ports.Receipt{}, fmt.Errorf("console: write %s for event %s: %w", id, m.EventID, err)
+	}
+	return ports.Receipt{ProviderID: id, SentAt: now}, nil
+}
+
+func line(id string, m ports.Message) string {
+	to := ports.MaskAddress(m.Channel, m.To)
+	switch m.Channel {
+	case ports.ChannelEmail:
+		return fmt.Sprintf("%s email to=%s event=%s subject=%q\n", id, to, m.EventID, m.Subject)
+	case ports.ChannelSMS:
+		return fmt.Sprintf("%s sms to=%s event=%s text=%q\n", id, to, m.EventID, m.Text)
+	}
+	// A channel added to ports before its adapter: still say what it was.
+	return fmt.Sprintf("%s %s to=%s event=%s subject=%q text=%q\n", id, m.Channel, to, m.EventID, m.Subject, m.Text)
+}
