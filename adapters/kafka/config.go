@@ -1,0 +1,263 @@
+// Package kafka is the Kafka side of the worker: a Sarama consumer group that
+// implements ports.EventSource (key-ordered concurrent handling, offsets
+// committed only up to the lowest unfinished record, retries and a dead letter
+// topic), a Publisher for the demo and tests, and an embedded in-process
+// broker (franz-go's kfake) for runs without infrastructure.
+package kafka
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Defaults applied by NewConsumer and NewPublisher to zero Config fields.
+const (
+	DefaultMaxInFlight         = 64
+	DefaultMaxRecordBytes      = 1 << 20
+	DefaultRetryMaxAttempts    = 5
+	DefaultRetryInitialBackoff = 200 * time.Millisecond
+	DefaultRetryMaxBackoff     = 10 * time.Second
+	DefaultCommitInterval      = time.Second
+	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultSessionTimeout      = 10 * time.Second
+	DefaultHeartbeatInterval   = 3 * time.Second
+)
+
+// SASL mechanisms accepted in Config.SASLMechanism.
+const (
+	SASLPlain       = "PLAIN"
+	SASLSCRAMSHA256 = "SCRAM-SHA-256"
+	SASLSCRAMSHA512 = "SCRAM-SHA-512"
+)
+
+// ErrInvalidConfig is wrapped by the error NewConsumer and NewPublisher return
+// for a Config that cannot work; the message names every bad field.
+var ErrInvalidConfig = errors.New("kafka: invalid config")
+
+// Config configures the Consumer and the Publisher. Zero values take the
+// defaults documented on each field.
+type Config struct {
+	Brokers []string
+	Topic   string
+	GroupID string
+	// DLQTopic receives records that cannot be handled; default Topic+".dlq".
+	DLQTopic string
+
+	// MaxInFlight bounds how many records the worker hands to the handler at
+	// once, across all its partitions; default 64. 1 handles strictly one
+	// record at a time. Up to 4*MaxInFlight records may be fetched and
+	// waiting (behind a busy key, or for a slot) on top of that.
+	MaxInFlight int
+	// MaxRecordBytes: a record whose value is larger goes straight to the
+	// dead letter topic, unhandled; default 1 MiB.
+	MaxRecordBytes int
+
+	// RetryMaxAttempts is how many times a record failing with a Retryable
+	// error is tried before it is dead-lettered; default 5.
+	RetryMaxAttempts int
+	// RetryInitialBackoff and RetryMaxBackoff shape the capped exponential
+	// backoff (with jitter) between attempts, and between attempts to write
+	// to the dead letter topic; defaults 200ms and 10s.
+	RetryInitialBackoff, RetryMaxBackoff time.Duration
+
+	// CommitInterval is how often marked offsets are committed; default 1s.
+	// They are also committed when partitions are revoked and at shutdown.
+	CommitInterval time.Duration
+	// ShutdownTimeout is how long records in hand may finish after Run's ctx
+	// is cancelled or the partitions are revoked; then the handler's context
+	// is cancelled. Default 30s.
+	ShutdownTimeout time.Duration
+
+	// SessionTimeout and HeartbeatInterval are the consumer group's liveness
+	// settings; defaults 10s and 3s. A member learns of a rebalance at its
+	// next heartbeat, so the interval bounds how fast partitions move.
+	SessionTimeout, HeartbeatInterval time.Duration
+
+	// TLS enables TLS with this configuration; nil means plaintext.
+	TLS *tls.Config
+	// SASLMechanism is "", "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
+	SASLMechanism              string
+	SASLUsername, SASLPassword string
+
+	// Logger receives the adapter's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics is told about dead letters, panics and lag; nil means none.
+	Metrics Metrics
+}
+
+// Metrics receives the consumer's instrumentation. It is declared here, not
+// imported, so the metrics adapter satisfies it without importing this
+// package. Implementations must be safe for concurrent use and must not block.
+type Metrics interface {
+	RecordDeadLettered(topic string, kind ports.Kind)
+	HandlerPanicked(topic string)
+	ConsumerLag(topic string, partition int32, lag int64)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RecordDeadLettered(string, ports.Kind) {}
+func (noMetrics) HandlerPanicked(string)                {}
+func (noMetrics) ConsumerLag(string, int32, int64)      {}
+
+// withDefaults returns a copy of cfg with every zero field set to its default.
+func (cfg Config) withDefaults() Config {
+	if cfg.DLQTopic == "" && cfg.Topic != "" {
+		cfg.DLQTopic = cfg.Topic + ".dlq"
+	}
+	setDefault(&cfg.MaxInFlight, DefaultMaxInFlight)
+	setDefault(&cfg.MaxRecordBytes, DefaultMaxRecordBytes)
+	setDefault(&cfg.RetryMaxAttempts, DefaultRetryMaxAttempts)
+	setDefault(&cfg.RetryInitialBackoff, DefaultRetryInitialBackoff)
+	setDefault(&cfg.RetryMaxBackoff, DefaultRetryMaxBackoff)
+	setDefault(&cfg.CommitInterval, DefaultCommitInterval)
+	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&cfg.SessionTimeout, DefaultSessionTimeout)
+	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	return cfg
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// validate reports every problem at once, so an operator fixes them in one go.
+// consumer says whether the consumer-only fields are required.
+func (cfg Config) validate(consumer bool) error {
+	var bad []string
+	if len(cfg.Brokers) == 0 {
+		bad = append(bad, "Brokers is empty")
+	}
+	for _, b := range cfg.Brokers {
+		if strings.TrimSpace(b) == "" {
+			bad = append(bad, "Brokers holds an empty address")
+			break
+		}
+	}
+	if consumer {
+		if cfg.Topic == "" {
+			bad = append(bad, "Topic is empty")
+		}
+		if cfg.GroupID == "" {
+			bad = append(bad, "GroupID is empty")
+		}
+		if cfg.Topic != "" && cfg.DLQTopic == cfg.Topic {
+			bad = append(bad, "DLQTopic must differ from Topic")
+		}
+	}
+	positive := []struct {
+		name string
+		v    int64
+	}{
+		{"MaxInFlight", int64(cfg.MaxInFlight)},
+		{"MaxRecordBytes", int64(cfg.MaxRecordBytes)},
+		{"RetryMaxAttempts", int64(cfg.RetryMaxAttempts)},
+		{"RetryInitialBackoff", int64(cfg.RetryInitialBackoff)},
+		{"RetryMaxBackoff", int64(cfg.RetryMaxBackoff)},
+		{"CommitInterval", int64(cfg.CommitInterval)},
+		{"ShutdownTimeout", int64(cfg.ShutdownTimeout)},
+		{"SessionTimeout", int64(cfg.SessionTimeout)},
+		{"HeartbeatInterval", int64(cfg.HeartbeatInterval)},
+	}
+	for _, p := range positive {
+		if p.v < 0 {
+			bad = append(bad, fmt.Sprintf("%s must not be negative (got %d)", p.name, p.v))
+		}
+	}
+	if cfg.RetryMaxBackoff < cfg.RetryInitialBackoff {
+		bad = append(bad, fmt.Sprintf("RetryMaxBackoff (%s) is below RetryInitialBackoff (%s)", cfg.RetryMaxBackoff, cfg.RetryInitialBackoff))
+	}
+	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
+		bad = append(bad, fmt.Sprintf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", cfg.HeartbeatInterval, cfg.SessionTimeout))
+	}
+	switch cfg.SASLMechanism {
+	case "":
+	case SASLPlain, SASLSCRAMSHA256, SASLSCRAMSHA512:
+		if cfg.SASLUsername == "" {
+			bad = append(bad, "SASLUsername is empty while SASLMechanism is set")
+		}
+	default:
+		bad = append(bad, fmt.Sprintf("SASLMechanism %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", cfg.SASLMechanism))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// saramaConfig builds the Sarama configuration shared by the consumer group,
+// the dead letter producer and the Publisher.
+func (cfg Config) saramaConfig() *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.ClientID = "notification-worker"
+	sc.Version = sarama.DefaultVersion
+
+	if cfg.TLS != nil {
+		sc.Net.TLS.Enable = true
+		sc.Net.TLS.Config = cfg.TLS
+	}
+	if cfg.SASLMechanism != "" {
+		sc.Net.SASL.Enable = true
+		sc.Net.SASL.Handshake = true
+		sc.Net.SASL.User = cfg.SASLUsername
+		sc.Net.SASL.Password = cfg.SASLPassword
+		switch cfg.SASLMechanism {
+		case SASLPlain:
+			sc.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+		case SASLSCRAMSHA256:
+			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
+			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
+		case SASLSCRAMSHA512:
+			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
+			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
+		}
+	}
+
+	// Offsets are marked by us, only up to the lowest unfinished record, and
+	// committed on our own interval, on revoke and at shutdown: Sarama's
+	// autocommit would also flush on its own schedule, which is harmless, but
+	// manual commits let us commit at the moments the contract names.
+	sc.Consumer.Offsets.AutoCommit.Enable = false
+	// A new group starts at the beginning of the log: at-least-once means a
+	// record published before the first member joined is still delivered.
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	// A commit waits behind the fetch long-poll on the same connection; 100ms
+	// keeps commits (and so revokes and shutdown) quick at a small idle cost.
+	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Group.Session.Timeout = cfg.SessionTimeout
+	sc.Consumer.Group.Heartbeat.Interval = cfg.HeartbeatInterval
+	// A revoked member may spend up to ShutdownTimeout letting its records in
+	// hand finish before it rejoins; the coordinator must wait that long.
+	sc.Consumer.Group.Rebalance.Timeout = max(60*time.Second, cfg.ShutdownTimeout+30*time.Second)
+	// Eager (range) assignment: every rebalance ends the session, which is
+	// when we commit what the revoked partitions finished.
+	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	// A record over MaxRecordBytes is dead-lettered with its value unchanged,
+	// so the producer must not refuse what the broker accepted on the way in;
+	// the broker's own limit still applies.
+	sc.Producer.MaxMessageBytes = int(sarama.MaxRequestSize) - 1
+	return sc
+}

@@ -1,0 +1,259 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var _ ports.EventSource = (*Consumer)(nil)
+
+// ErrAlreadyRunning is returned by Run while another Run of the same
+// Consumer is in progress.
+var ErrAlreadyRunning = errors.New("kafka: consumer is already running")
+
+// Consumer is the ports.EventSource on a Kafka consumer group. Records with
+// the same key are handled one after another in offset order; records with
+// different keys in parallel, up to Config.MaxInFlight at once. Offsets are
+// committed only up to the lowest record not yet finished, so a crash or a
+// rebalance replays unfinished work and nothing else.
+//
+// Run may be called again after it returned; Ready is safe for concurrent
+// use at any time.
+type Consumer struct {
+	cfg      Config
+	running  atomic.Bool
+	assigned atomic.Int32 // partitions in the current session
+}
+
+// NewConsumer validates cfg and applies its defaults. It does not dial: Run
+// does. It returns an error wrapping ErrInvalidConfig naming every bad field.
+func NewConsumer(cfg Config) (*Consumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(true); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg}, nil
+}
+
+// Ready reports whether the consumer joined its group and holds at least one
+// partition. It is false during a rebalance, which lasts about a heartbeat
+// interval plus the time records in hand take to finish.
+func (c *Consumer) Ready() bool { return c.assigned.Load() > 0 }
+
+// Run joins the group and delivers records to h until ctx is cancelled; then
+// it stops fetching, lets the records in hand finish (up to
+// Config.ShutdownTimeout), commits what was finished, leaves the group and
+// returns nil.
+//
+// A record is marked for commit once h returned nil for it or once it was
+// written to the dead letter topic; see Config for retries. h's context is
+// not cancelled when ctx is: a send in hand may finish. It is cancelled
+// ShutdownTimeout after the shutdown or revoke began.
+//
+// Run returns an error when it cannot connect at start or the group fails
+// for good; transient failures of a session are logged and retried with
+// backoff. It returns ErrAlreadyRunning if called while running.
+func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
+	if h == nil {
+		return errors.New("kafka: Run needs a handler")
+	}
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer c.running.Store(false)
+
+	cfg := c.cfg
+	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
+
+	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, cfg.saramaConfig())
+	if err != nil {
+		return fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
+	}
+	dlq, err := newPublisher(cfg)
+	if err != nil {
+		_ = group.Close()
+		return fmt.Errorf("kafka: dead letter producer: %w", err)
+	}
+	errorsDone := make(chan struct{})
+	go func() {
+		defer close(errorsDone)
+		for err := range group.Errors() {
+			// Commit failures land here too; they are retried at the next
+			// interval or replayed, never lost, so a warning suffices.
+			log.Warn("consumer_error", "error", err)
+		}
+	}()
+	defer func() {
+		c.assigned.Store(0)
+		if err := group.Close(); err != nil {
+			log.Warn("consumer_close_failed", "error", err)
+		}
+		<-errorsDone
+		// After the group: the last sessions may still dead-letter while
+		// they end.
+		if err := dlq.Close(); err != nil {
+			log.Warn("dead_letter_producer_close_failed", "error", err)
+		}
+	}()
+
+	gh := &groupHandler{
+		consumer: c,
+		run: &runState{
+			cfg:      cfg,
+			log:      log,
+			handler:  h,
+			dlq:      dlq,
+			handling: make(chan struct{}, cfg.MaxInFlight),
+			window:   make(chan struct{}, 4*cfg.MaxInFlight),
+		},
+	}
+	log.Info("consumer_started")
+	failures := 0
+	for {
+		// Each call is one session; an eager rebalance ends it, and the next
+		// call joins the new generation.
+		err := group.Consume(ctx, []string{cfg.Topic}, gh)
+		if ctx.Err() != nil {
+			log.Info("consumer_stopped")
+			return nil
+		}
+		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			return fmt.Errorf("kafka: consumer group %s: %w", cfg.GroupID, err)
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		log.Warn("consume_failed", "error", err, "attempt", failures)
+		if !sleepCtx(ctx.Done(), backoff(failures, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)) {
+			log.Info("consumer_stopped")
+			return nil
+		}
+	}
+}
+
+// runState is what every partition of one Run shares.
+type runState struct {
+	cfg     Config
+	log     *slog.Logger
+	handler ports.Handler
+	dlq     *Publisher
+	// handling holds one token per handler call (or dead letter write) in
+	// progress: MaxInFlight worker-wide.
+	handling chan struct{}
+	// window holds one token per record fetched and not finished, so a busy
+	// key or a slow provider stops the fetch instead of filling memory.
+	window chan struct{}
+}
+
+// groupHandler adapts a Run to sarama.ConsumerGroupHandler. Setup and
+// Cleanup run on the Consume goroutine; ConsumeClaim on one goroutine per
+// partition.
+type groupHandler struct {
+	consumer   *Consumer
+	run        *runState
+	commitDone chan struct{}
+}
+
+// Setup starts the session's commit ticker.
+func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	n := 0
+	for _, ps := range sess.Claims() {
+		n += len(ps)
+	}
+	g.consumer.assigned.Store(int32(n))
+	g.run.log.Info("partitions_assigned", "partitions", sess.Claims()[g.run.cfg.Topic], "generation", sess.GenerationID())
+
+	done := make(chan struct{})
+	g.commitDone = done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(g.run.cfg.CommitInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sess.Context().Done():
+				return
+			case <-t.C:
+				sess.Commit()
+			}
+		}
+	}()
+	return nil
+}
+
+// Cleanup runs once every ConsumeClaim returned, so every record that will
+// ever be marked in this session is marked: commit them now, before the
+// partitions go to another member (Sarama does not flush manual marks
+// itself when autocommit is off).
+func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	g.consumer.assigned.Store(0)
+	<-g.commitDone
+	sess.Commit()
+	g.run.log.Info("partitions_released", "generation", sess.GenerationID())
+	return nil
+}
+
+// ConsumeClaim feeds one partition's records to the key queues until the
+// session ends, then waits for the records in hand (see partition.stop).
+// It returns promptly when the session context is done, even if the
+// Messages channel is not yet closed (Sarama #1192), or the rebalance would
+// wait for it.
+func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	p := newPartition(g.run, sess, claim)
+	ctx := sess.Context()
+	defer p.stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			select {
+			case g.run.window <- struct{}{}:
+			case <-ctx.Done():
+				// Not added to the tracker, so not marked: replayed.
+				return nil
+			}
+			p.dispatch(msg)
+		}
+	}
+}
+
+// backoff returns the wait before retry number attempt (1-based): initial
+// doubled per attempt, capped at max, with jitter over its upper half so
+// many records failing together do not retry in lockstep.
+func backoff(attempt int, initial, max time.Duration) time.Duration {
+	d := initial
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleepCtx waits d, or until done is closed; it reports whether it waited
+// the full d.
+func sleepCtx(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
+	}
+}

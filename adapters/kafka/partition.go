@@ -1,0 +1,325 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// abandonGrace is how long stop waits, after cancelling the handlers'
+// context, for handlers to notice before it gives up on them.
+const abandonGrace = time.Second
+
+// Dead letter header names.
+const (
+	HeaderDLQReason            = "dlq.reason"
+	HeaderDLQKind              = "dlq.kind"
+	HeaderDLQOriginalTopic     = "dlq.original.topic"
+	HeaderDLQOriginalPartition = "dlq.original.partition"
+	HeaderDLQOriginalOffset    = "dlq.original.offset"
+)
+
+// errStopping says a record was not started, or its retries were cut short,
+// because its partition is stopping. It never leaves this package.
+var errStopping = errors.New("partition stopping")
+
+// partition handles one claimed partition for one session: a queue per key
+// (one goroutine drains each busy key, so a key's records run in order) and
+// an offset tracker that marks up to the lowest unfinished record.
+type partition struct {
+	run       *runState
+	sess      sarama.ConsumerGroupSession
+	claim     sarama.ConsumerGroupClaim
+	topic     string
+	partition int32
+	log       *slog.Logger
+
+	// handlerCtx is what handlers get: it outlives the session, so a send in
+	// hand is not aborted by a revoke or shutdown, and stop cancels it
+	// ShutdownTimeout later.
+	handlerCtx    context.Context
+	cancelHandler context.CancelFunc
+	// stopping is closed when the session ends: no record starts after it,
+	// and backoff waits end.
+	stopping chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	queues  map[string][]*sarama.ConsumerMessage // busy keys; guarded by mu
+	tracker *offsetTracker                       // guarded by mu
+	closed  bool                                 // no marks after stop; guarded by mu
+}
+
+func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
+	hctx, cancel := context.WithCancel(context.WithoutCancel(sess.Context()))
+	return &partition{
+		run:           run,
+		sess:          sess,
+		claim:         claim,
+		topic:         claim.Topic(),
+		partition:     claim.Partition(),
+		log:           run.log.With("partition", claim.Partition()),
+		handlerCtx:    hctx,
+		cancelHandler: cancel,
+		stopping:      make(chan struct{}),
+		queues:        make(map[string][]*sarama.ConsumerMessage),
+		tracker:       newOffsetTracker(),
+	}
+}
+
+// dispatch takes a record from the partition's stream (in offset order) into
+// the tracker and its key's queue. The caller holds a window token for it,
+// which process gives back. Only the ConsumeClaim goroutine calls it.
+func (p *partition) dispatch(msg *sarama.ConsumerMessage) {
+	p.mu.Lock()
+	p.tracker.add(msg.Offset)
+	if len(msg.Key) == 0 {
+		// A record without a key has no order to keep with any other.
+		p.mu.Unlock()
+		p.wg.Go(func() { p.process(msg) })
+		return
+	}
+	key := string(msg.Key)
+	q, busy := p.queues[key]
+	p.queues[key] = append(q, msg)
+	p.mu.Unlock()
+	if !busy {
+		p.wg.Go(func() { p.drainKey(key) })
+	}
+}
+
+// drainKey handles key's records one by one until its queue is empty. The
+// queue's presence in the map means this goroutine is alive, so dispatch
+// starts exactly one per busy key.
+func (p *partition) drainKey(key string) {
+	for {
+		p.mu.Lock()
+		q := p.queues[key]
+		if len(q) == 0 {
+			delete(p.queues, key)
+			p.mu.Unlock()
+			return
+		}
+		msg := q[0]
+		q[0] = nil
+		p.queues[key] = q[1:]
+		p.mu.Unlock()
+		p.process(msg)
+	}
+}
+
+// process handles one record and marks it if it finished. A record not
+// finished (only possible once stopping) is left unmarked for replay; so is
+// every later record of its key, as they too see stopping.
+func (p *partition) process(msg *sarama.ConsumerMessage) {
+	defer func() { <-p.run.window }()
+	if p.isStopping() {
+		return
+	}
+	if !p.handle(msg) {
+		return
+	}
+	p.mu.Lock()
+	commit, advanced := p.tracker.complete(msg.Offset)
+	if advanced && !p.closed {
+		p.sess.MarkOffset(p.topic, p.partition, commit, "")
+	}
+	p.mu.Unlock()
+	p.run.cfg.Metrics.ConsumerLag(p.topic, p.partition, p.claim.HighWaterMarkOffset()-msg.Offset-1)
+}
+
+// handle runs the handler with the retry policy of the error's kind and
+// reports whether the record finished (handled, or dead-lettered).
+func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
+	cfg := p.run.cfg
+	if len(msg.Value) > cfg.MaxRecordBytes {
+		reason := fmt.Sprintf("record too large: value is %d bytes, MaxRecordBytes is %d", len(msg.Value), cfg.MaxRecordBytes)
+		return p.deadLetter(msg, ports.Permanent, reason)
+	}
+	rec := ports.Record{
+		Topic:     msg.Topic,
+		Partition: msg.Partition,
+		Offset:    msg.Offset,
+		Key:       msg.Key,
+		Value:     msg.Value,
+		Timestamp: msg.Timestamp,
+	}
+	for attempt := 1; ; attempt++ {
+		err, panicked := p.call(rec)
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, errStopping):
+			return false
+		case panicked:
+			cfg.Metrics.HandlerPanicked(p.topic)
+			return p.deadLetter(msg, ports.Permanent, err.Error())
+		case p.handlerCtx.Err() != nil:
+			// The handler gave up because we cancelled its context at the
+			// end of the shutdown timeout: not the record's fault.
+			return false
+		}
+		kind := ports.KindOf(err)
+		if kind == ports.Permanent {
+			return p.deadLetter(msg, kind, err.Error())
+		}
+		if kind == ports.Retryable && attempt >= cfg.RetryMaxAttempts {
+			return p.deadLetter(msg, kind, fmt.Sprintf("retries exhausted after %d attempts: %v", attempt, err))
+		}
+		wait := backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+		p.log.Warn("record_retry_scheduled", "offset", msg.Offset, "attempt", attempt,
+			"kind", kind.String(), "backoff", wait, "error", err)
+		if !sleepCtx(p.stopping, wait) {
+			return false
+		}
+	}
+}
+
+// call runs the handler once, holding a handling token, and recovers a
+// panic into an error ("panic: ...") so one bad record does not kill the
+// worker. It returns errStopping when the partition stopped before the
+// handler could start.
+func (p *partition) call(rec ports.Record) (err error, panicked bool) {
+	if !p.acquire() {
+		return errStopping, false
+	}
+	defer p.release()
+	defer func() {
+		if r := recover(); r != nil {
+			err, panicked = fmt.Errorf("panic: %v", r), true
+			p.log.Error("handler_panicked", "offset", rec.Offset, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	return p.run.handler.Handle(p.handlerCtx, rec), false
+}
+
+// deadLetter writes msg to the dead letter topic, retrying with backoff
+// while the partition lives, and reports whether it was written: a record
+// is only marked once its dead letter is safe, so none is ever lost.
+func (p *partition) deadLetter(msg *sarama.ConsumerMessage, kind ports.Kind, reason string) bool {
+	cfg := p.run.cfg
+	pm := deadLetterMessage(cfg.DLQTopic, msg, kind, reason)
+	for attempt := 1; ; attempt++ {
+		// The first write goes out even when stopping: the record is in
+		// hand and this finishes it. It takes no handling token, since the
+		// window already bounds how many records can get here.
+		err := p.run.dlq.send(p.handlerCtx, []*sarama.ProducerMessage{pm})
+		if err == nil {
+			cfg.Metrics.RecordDeadLettered(p.topic, kind)
+			p.log.Warn("event_dead_lettered", "offset", msg.Offset, "reason", reason,
+				"kind", kind.String(), "dlq_topic", cfg.DLQTopic)
+			return true
+		}
+		wait := backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+		p.log.Error("dead_letter_failed", "offset", msg.Offset, "attempt", attempt, "backoff", wait, "error", err)
+		if !sleepCtx(p.stopping, wait) {
+			return false
+		}
+	}
+}
+
+// deadLetterMessage keeps the record's key, value and headers, replacing
+// any dlq.* headers it already carried (a record dead-lettered twice) with
+// ones describing this failure.
+func deadLetterMessage(topic string, msg *sarama.ConsumerMessage, kind ports.Kind, reason string) *sarama.ProducerMessage {
+	pm := &sarama.ProducerMessage{Topic: topic}
+	if msg.Key != nil {
+		pm.Key = sarama.ByteEncoder(msg.Key)
+	}
+	if msg.Value != nil {
+		pm.Value = sarama.ByteEncoder(msg.Value)
+	}
+	ours := map[string]string{
+		HeaderDLQReason:            reason,
+		HeaderDLQKind:              kind.String(),
+		HeaderDLQOriginalTopic:     msg.Topic,
+		HeaderDLQOriginalPartition: strconv.Itoa(int(msg.Partition)),
+		HeaderDLQOriginalOffset:    strconv.FormatInt(msg.Offset, 10),
+	}
+	for _, h := range msg.Headers {
+		if h == nil {
+			continue
+		}
+		if _, replaced := ours[string(h.Key)]; replaced {
+			continue
+		}
+		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	for _, k := range []string{HeaderDLQReason, HeaderDLQKind, HeaderDLQOriginalTopic, HeaderDLQOriginalPartition, HeaderDLQOriginalOffset} {
+		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(ours[k])})
+	}
+	return pm
+}
+
+// acquire takes a handling token, or reports false once stopping. A record
+// that got its token just as stopping closed gives it back: stopping means
+// no new work starts.
+func (p *partition) acquire() bool {
+	if p.isStopping() {
+		return false
+	}
+	select {
+	case p.run.handling <- struct{}{}:
+	case <-p.stopping:
+		return false
+	}
+	if p.isStopping() {
+		<-p.run.handling
+		return false
+	}
+	return true
+}
+
+func (p *partition) release() { <-p.run.handling }
+
+func (p *partition) isStopping() bool {
+	select {
+	case <-p.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the partition: nothing new starts, records in hand get
+// ShutdownTimeout to finish, then the handlers' context is cancelled. When
+// it returns every finished record is marked, and nothing later will be:
+// the session commits next.
+func (p *partition) stop() {
+	close(p.stopping)
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	timeout := time.NewTimer(p.run.cfg.ShutdownTimeout)
+	defer timeout.Stop()
+	select {
+	case <-done:
+	case <-timeout.C:
+		p.mu.Lock()
+		inHand := p.tracker.inHand()
+		p.mu.Unlock()
+		p.log.Warn("shutdown_timeout_exceeded", "in_hand", inHand, "timeout", p.run.cfg.ShutdownTimeout)
+		p.cancelHandler()
+		if waitedFull := sleepCtx(done, abandonGrace); waitedFull {
+			// Still running: a handler ignoring its context. Its record
+			// stays unmarked and will be replayed; the goroutine is left
+			// behind and its late result ignored (closed, below).
+			p.log.Error("handlers_abandoned", "in_hand", inHand)
+		}
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancelHandler()
+}
