@@ -1,0 +1,248 @@
+// Package config reads the worker's configuration from the environment once,
+// at start, into a typed Config, so that no other package calls os.Getenv and
+// a bad setting stops the worker before it consumes a single record.
+//
+// Reference is the one list of variables: Load takes its defaults from it and
+// the README's configuration table is generated from it, so the code and the
+// documentation cannot disagree.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Secret is a configuration value that must never reach a log line or an
+// error message: a password, a token, a URL that may embed a password.
+// Every way of printing it (fmt verbs, slog, encoding/json) shows "***";
+// only Reveal returns the value, so handing it to a client is a deliberate,
+// greppable act.
+type Secret string
+
+const masked = "***"
+
+// Reveal returns the secret value itself, for the client that needs it.
+func (s Secret) Reveal() string { return string(s) }
+
+// String returns "***", or "" when the secret is empty, so a log line still
+// tells an operator whether it was set.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return masked
+}
+
+// GoString masks the %#v form too, which would otherwise print the value
+// as a Go literal.
+func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.String()) }
+
+// LogValue implements slog.LogValuer with the masked form.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText masks the secret for encoding/json and every other text
+// encoder, so a JSON dump of a Config is as safe as a log line.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Config is the worker's whole configuration. The zero value is not useful;
+// get one from Load, which fills in every default and validates the result.
+// Each field's comment names its variable; Reference has the defaults.
+type Config struct {
+	Kafka struct {
+		// Brokers is empty for the embedded in-process broker.
+		Brokers             []string      // KAFKA_BROKERS
+		Topic               string        // KAFKA_TOPIC
+		GroupID             string        // KAFKA_GROUP_ID
+		DLQTopic            string        // KAFKA_DLQ_TOPIC
+		TLS                 bool          // KAFKA_TLS
+		TLSCAFile           string        // KAFKA_TLS_CA_FILE
+		SASLMechanism       string        // KAFKA_SASL_MECHANISM: "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+		SASLUsername        string        // KAFKA_SASL_USERNAME
+		SASLPassword        Secret        // KAFKA_SASL_PASSWORD
+		MaxInFlight         int           // MAX_IN_FLIGHT
+		MaxRecordBytes      int           // MAX_RECORD_BYTES
+		RetryMaxAttempts    int           // RETRY_MAX_ATTEMPTS
+		RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
+		RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
+	}
+	Idempotency struct {
+		// RedisURL is empty for the in-memory store. It is a Secret because
+		// a redis:// URL may carry the password.
+		RedisURL        Secret        // REDIS_URL
+		TTL             time.Duration // IDEMPOTENCY_TTL
+		ClaimTTL        time.Duration // IDEMPOTENCY_CLAIM_TTL
+		Timeout         time.Duration // IDEMPOTENCY_TIMEOUT
+		FailureMode     string        // IDEMPOTENCY_FAILURE_MODE: "open" or "closed"
+		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
+		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES; 0 disables the breaker
+		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
+	}
+	Twilio struct {
+		AccountSID          string // TWILIO_ACCOUNT_SID
+		AuthToken           Secret // TWILIO_AUTH_TOKEN
+		FromNumber          string // TWILIO_FROM_NUMBER, E.164
+		MessagingServiceSID string // TWILIO_MESSAGING_SERVICE_SID
+		APIURL              string // TWILIO_API_URL, without a trailing slash
+	}
+	SMTP struct {
+		// Host is empty when email goes to the console.
+		Host      string // SMTP_HOST
+		Port      int    // SMTP_PORT
+		Username  string // SMTP_USERNAME
+		Password  Secret // SMTP_PASSWORD
+		From      string // SMTP_FROM, as given (display name allowed)
+		TLSPolicy string // SMTP_TLS_POLICY: "mandatory", "opportunistic" or "none"
+	}
+	SendTimeout     time.Duration // SEND_TIMEOUT, per provider call
+	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+	TemplatesDir    string        // TEMPLATES_DIR; empty: embedded templates only
+	HTTPAddr        string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
+	LogLevel        slog.Level    // LOG_LEVEL
+	LogFormat       string        // LOG_FORMAT: "json" or "text"
+}
+
+// TwilioEnabled reports whether SMS goes through Twilio: the account SID,
+// the auth token and a sender (from number or messaging service) are all
+// set. Load rejects a partial set, so otherwise SMS goes to the console.
+func (c Config) TwilioEnabled() bool {
+	t := c.Twilio
+	return t.AccountSID != "" && t.AuthToken != "" && (t.FromNumber != "" || t.MessagingServiceSID != "")
+}
+
+// SMTPEnabled reports whether email goes through SMTP (SMTP_HOST is set);
+// otherwise email goes to the console.
+func (c Config) SMTPEnabled() bool { return c.SMTP.Host != "" }
+
+// LogValue implements slog.LogValuer: the effective configuration for the
+// start-up line, so an operator can see what the worker actually runs with,
+// defaults included. Secrets show as "***" (or "" when unset); REDIS_URL
+// keeps its host and database and loses only its password. Durations are
+// rendered as "10s" rather than nanoseconds, for people to read.
+func (c Config) LogValue() slog.Value {
+	k, i, t, s := c.Kafka, c.Idempotency, c.Twilio, c.SMTP
+	store := "memory"
+	if i.RedisURL != "" {
+		store = "redis"
+	}
+	return slog.GroupValue(
+		slog.Group("kafka",
+			slog.String("brokers", strings.Join(k.Brokers, ",")),
+			slog.Bool("embedded", len(k.Brokers) == 0),
+			slog.String("topic", k.Topic),
+			slog.String("group_id", k.GroupID),
+			slog.String("dlq_topic", k.DLQTopic),
+			slog.Bool("tls", k.TLS),
+			slog.String("tls_ca_file", k.TLSCAFile),
+			slog.String("sasl_mechanism", k.SASLMechanism),
+			slog.String("sasl_username", k.SASLUsername),
+			slog.Any("sasl_password", k.SASLPassword),
+			slog.Int("max_in_flight", k.MaxInFlight),
+			slog.Int("max_record_bytes", k.MaxRecordBytes),
+			slog.Int("retry_max_attempts", k.RetryMaxAttempts),
+			slog.String("retry_initial_backoff", k.RetryInitialBackoff.String()),
+			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),
+		),
+		slog.Group("idempotency",
+			slog.String("store", store),
+			slog.String("redis_url", maskURLPassword(i.RedisURL.Reveal())),
+			slog.String("ttl", i.TTL.String()),
+			slog.String("claim_ttl", i.ClaimTTL.String()),
+			slog.String("timeout", i.Timeout.String()),
+			slog.String("failure_mode", i.FailureMode),
+			slog.String("key_prefix", i.KeyPrefix),
+			slog.Int("breaker_failures", i.BreakerFailures),
+			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
+		),
+		slog.Group("twilio",
+			slog.Bool("enabled", c.TwilioEnabled()),
+			slog.String("account_sid", t.AccountSID),
+			slog.Any("auth_token", t.AuthToken),
+			slog.String("from_number", t.FromNumber),
+			slog.String("messaging_service_sid", t.MessagingServiceSID),
+			slog.String("api_url", t.APIURL),
+		),
+		slog.Group("smtp",
+			slog.Bool("enabled", c.SMTPEnabled()),
+			slog.String("host", s.Host),
+			slog.Int("port", s.Port),
+			slog.String("username", s.Username),
+			slog.Any("password", s.Password),
+			slog.String("from", s.From),
+			slog.String("tls_policy", s.TLSPolicy),
+		),
+		slog.String("send_timeout", c.SendTimeout.String()),
+		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
+		slog.String("templates_dir", c.TemplatesDir),
+		slog.String("http_addr", c.HTTPAddr),
+		slog.String("log_level", c.LogLevel.String()),
+		slog.String("log_format", c.LogFormat),
+	)
+}
+
+// maskURLPassword returns raw with the password of its user info (and any
+// "password" query parameter) replaced by "***". A value that does not parse
+// is masked whole: without a parse there is no telling where a password sits.
+func maskURLPassword(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return masked
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "PASSWORD")
+		// Encode escapes "*", so set a placeholder and swap it afterwards.
+		u.RawQuery = strings.Replace(q.Encode(), "password=PASSWORD", "password="+masked, 1)
+	}
+	if _, hasPassword := u.User.Password(); !hasPassword {
+		return u.String()
+	}
+	// url.UserPassword would escape "***" to "%2A%2A%2A"; print the user
+	// info by hand so the log reads as the operator wrote it.
+	user := url.User(u.User.Username()).String()
+	rest := *u
+	rest.User = nil
+	return u.Scheme + "://" + user + ":" + masked + "@" + strings.TrimPrefix(rest.String(), u.Scheme+"://")
+}
+
+// Error is returned by Load when the environment is invalid. It lists every
+// problem at once, so an operator fixes a deployment in one round rather than
+// one variable per restart.
+type Error struct {
+	Problems []Problem
+}
+
+// Error returns every problem in one line:
+//
+//	invalid configuration: KAFKA_BROKERS="x": want host:port; IDEMPOTENCY_TTL="0s": must be positive
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("invalid configuration: ")
+	for n, p := range e.Problems {
+		if n > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Problem is one invalid variable. Value is what the variable held (the
+// default, if it was unset and the problem lies in how it combines with
+// another); for a secret it is "***", never the value.
+type Problem struct {
+	Var, Value, Reason string
+}
+
+// String returns `VAR="value": reason`, or `VAR: reason` when there is no
+// value to show (a required variable that is missing).
+func (p Problem) String() string {
+	if p.Value == "" {
+		return p.Var + ": " + p.Reason
+	}
+	return fmt.Sprintf("%s=%q: %s", p.Var, p.Value, p.Reason)
+}

@@ -1,0 +1,761 @@
+package config_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/config"
+)
+
+// env returns a lookup over kv, as os.LookupEnv would answer it.
+func env(kv map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := kv[name]
+		return v, ok
+	}
+}
+
+// MustLoad loads kv and fails the test on any error.
+func MustLoad(tb testing.TB, kv map[string]string) config.Config {
+	tb.Helper()
+	c, err := config.Load(env(kv))
+	if err != nil {
+		tb.Fatalf("Load: %v", err)
+	}
+	return c
+}
+
+// MustFail loads kv and returns the *config.Error it must produce.
+func MustFail(tb testing.TB, kv map[string]string) *config.Error {
+	tb.Helper()
+	_, err := config.Load(env(kv))
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		tb.Fatalf("Load: got error %v, want a *config.Error", err)
+	}
+	return cerr
+}
+
+// with returns base plus kv; base is not modified.
+func with(base map[string]string, kv map[string]string) map[string]string {
+	m := maps.Clone(base)
+	maps.Copy(m, kv)
+	return m
+}
+
+// Secrets that look like the real thing, so a leak of any of them in any
+// rendering is found by a plain substring search.
+const (
+	redisPassword = "r3dis-S3cret-pw"
+	twilioToken   = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+	smtpPassword  = "smtp-Pa55word "
+	saslPassword  = "sasl-Pa55word!"
+)
+
+// fullEnv sets every variable in Reference to a valid value that differs from
+// its default, the way a production deployment would.
+var fullEnv = map[string]string{
+	"KAFKA_BROKERS":                "k1.internal:9092, k2.internal:9093",
+	"KAFKA_TOPIC":                  "orders-v2",
+	"KAFKA_GROUP_ID":               "nw-test",
+	"KAFKA_DLQ_TOPIC":              "orders-v2-dead",
+	"KAFKA_TLS":                    "true",
+	"KAFKA_TLS_CA_FILE":            "/etc/kafka/ca.pem",
+	"KAFKA_SASL_MECHANISM":         "scram-sha-512",
+	"KAFKA_SASL_USERNAME":          "nw",
+	"KAFKA_SASL_PASSWORD":          saslPassword,
+	"MAX_IN_FLIGHT":                "17",
+	"MAX_RECORD_BYTES":             "2097152",
+	"RETRY_MAX_ATTEMPTS":           "9",
+	"RETRY_INITIAL_BACKOFF":        "150ms",
+	"RETRY_MAX_BACKOFF":            "45s",
+	"REDIS_URL":                    "rediss://worker:" + redisPassword + "@redis.internal:6380/2",
+	"IDEMPOTENCY_TTL":              "72h",
+	"IDEMPOTENCY_CLAIM_TTL":        "90s",
+	"IDEMPOTENCY_TIMEOUT":          "350ms",
+	"IDEMPOTENCY_FAILURE_MODE":     "closed",
+	"IDEMPOTENCY_KEY_PREFIX":       "nw-test:",
+	"IDEMPOTENCY_BREAKER_FAILURES": "0",
+	"IDEMPOTENCY_BREAKER_COOLDOWN": "3s",
+	"TWILIO_ACCOUNT_SID":           "AC0123456789abcdef0123456789abcdef",
+	"TWILIO_AUTH_TOKEN":            twilioToken,
+	"TWILIO_FROM_NUMBER":           "+15557654321",
+	"TWILIO_MESSAGING_SERVICE_SID": "MG0123456789abcdef0123456789abcdef",
+	"TWILIO_API_URL":               "http://twilio-double:4010/",
+	"SMTP_HOST":                    "smtp.internal",
+	"SMTP_PORT":                    "2525",
+	"SMTP_USERNAME":                "mailer",
+	"SMTP_PASSWORD":                smtpPassword,
+	"SMTP_FROM":                    "Harborlight <noreply@harborlight.example>",
+	"SMTP_TLS_POLICY":              "opportunistic",
+	"SEND_TIMEOUT":                 "7s",
+	"SHUTDOWN_TIMEOUT":             "45s",
+	"TEMPLATES_DIR":                "/srv/templates",
+	"HTTP_ADDR":                    "127.0.0.1:9090",
+	"LOG_LEVEL":                    "DEBUG",
+	"LOG_FORMAT":                   "text",
+}
+
+// field is how a test reads one variable's result out of a Config.
+type field struct {
+	get  func(config.Config) any
+	full any // what fullEnv must yield
+}
+
+// fields maps every variable to the Config field it sets. TestReference
+// checks that its keys are exactly Reference's names, so a variable added to
+// Reference without a field here (or the reverse) fails that test.
+var fields = map[string]field{
+	"KAFKA_BROKERS":                {func(c config.Config) any { return c.Kafka.Brokers }, []string{"k1.internal:9092", "k2.internal:9093"}},
+	"KAFKA_TOPIC":                  {func(c config.Config) any { return c.Kafka.Topic }, "orders-v2"},
+	"KAFKA_GROUP_ID":               {func(c config.Config) any { return c.Kafka.GroupID }, "nw-test"},
+	"KAFKA_DLQ_TOPIC":              {func(c config.Config) any { return c.Kafka.DLQTopic }, "orders-v2-dead"},
+	"KAFKA_TLS":                    {func(c config.Config) any { return c.Kafka.TLS }, true},
+	"KAFKA_TLS_CA_FILE":            {func(c config.Config) any { return c.Kafka.TLSCAFile }, "/etc/kafka/ca.pem"},
+	"KAFKA_SASL_MECHANISM":         {func(c config.Config) any { return c.Kafka.SASLMechanism }, "SCRAM-SHA-512"},
+	"KAFKA_SASL_USERNAME":          {func(c config.Config) any { return c.Kafka.SASLUsername }, "nw"},
+	"KAFKA_SASL_PASSWORD":          {func(c config.Config) any { return c.Kafka.SASLPassword }, config.Secret(saslPassword)},
+	"MAX_IN_FLIGHT":                {func(c config.Config) any { return c.Kafka.MaxInFlight }, 17},
+	"MAX_RECORD_BYTES":             {func(c config.Config) any { return c.Kafka.MaxRecordBytes }, 2097152},
+	"RETRY_MAX_ATTEMPTS":           {func(c config.Config) any { return c.Kafka.RetryMaxAttempts }, 9},
+	"RETRY_INITIAL_BACKOFF":        {func(c config.Config) any { return c.Kafka.RetryInitialBackoff }, 150 * time.Millisecond},
+	"RETRY_MAX_BACKOFF":            {func(c config.Config) any { return c.Kafka.RetryMaxBackoff }, 45 * time.Second},
+	"REDIS_URL":                    {func(c config.Config) any { return c.Idempotency.RedisURL }, config.Secret("rediss://worker:" + redisPassword + "@redis.internal:6380/2")},
+	"IDEMPOTENCY_TTL":              {func(c config.Config) any { return c.Idempotency.TTL }, 72 * time.Hour},
+	"IDEMPOTENCY_CLAIM_TTL":        {func(c config.Config) any { return c.Idempotency.ClaimTTL }, 90 * time.Second},
+	"IDEMPOTENCY_TIMEOUT":          {func(c config.Config) any { return c.Idempotency.Timeout }, 350 * time.Millisecond},
+	"IDEMPOTENCY_FAILURE_MODE":     {func(c config.Config) any { return c.Idempotency.FailureMode }, "closed"},
+	"IDEMPOTENCY_KEY_PREFIX":       {func(c config.Config) any { return c.Idempotency.KeyPrefix }, "nw-test:"},
+	"IDEMPOTENCY_BREAKER_FAILURES": {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 0},
+	"IDEMPOTENCY_BREAKER_COOLDOWN": {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
+	"TWILIO_ACCOUNT_SID":           {func(c config.Config) any { return c.Twilio.AccountSID }, "AC0123456789abcdef0123456789abcdef"},
+	"TWILIO_AUTH_TOKEN":            {func(c config.Config) any { return c.Twilio.AuthToken }, config.Secret(twilioToken)},
+	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return c.Twilio.FromNumber }, "+15557654321"},
+	"TWILIO_MESSAGING_SERVICE_SID": {func(c config.Config) any { return c.Twilio.MessagingServiceSID }, "MG0123456789abcdef0123456789abcdef"},
+	"TWILIO_API_URL":               {func(c config.Config) any { return c.Twilio.APIURL }, "http://twilio-double:4010"},
+	"SMTP_HOST":                    {func(c config.Config) any { return c.SMTP.Host }, "smtp.internal"},
+	"SMTP_PORT":                    {func(c config.Config) any { return c.SMTP.Port }, 2525},
+	"SMTP_USERNAME":                {func(c config.Config) any { return c.SMTP.Username }, "mailer"},
+	"SMTP_PASSWORD":                {func(c config.Config) any { return c.SMTP.Password }, config.Secret(smtpPassword)},
+	"SMTP_FROM":                    {func(c config.Config) any { return c.SMTP.From }, "Harborlight <noreply@harborlight.example>"},
+	"SMTP_TLS_POLICY":              {func(c config.Config) any { return c.SMTP.TLSPolicy }, "opportunistic"},
+	"SEND_TIMEOUT":                 {func(c config.Config) any { return c.SendTimeout }, 7 * time.Second},
+	"SHUTDOWN_TIMEOUT":             {func(c config.Config) any { return c.ShutdownTimeout }, 45 * time.Second},
+	"TEMPLATES_DIR":                {func(c config.Config) any { return c.TemplatesDir }, "/srv/templates"},
+	"HTTP_ADDR":                    {func(c config.Config) any { return c.HTTPAddr }, "127.0.0.1:9090"},
+	"LOG_LEVEL":                    {func(c config.Config) any { return c.LogLevel }, slog.LevelDebug},
+	"LOG_FORMAT":                   {func(c config.Config) any { return c.LogFormat }, "text"},
+}
+
+func referenceNames() []string {
+	names := make([]string, 0, len(config.Reference))
+	for _, v := range config.Reference {
+		names = append(names, v.Name)
+	}
+	return names
+}
+
+// TestLoad_Defaults pins the defaults the design (DESIGN.md section 6) and
+// the cmd wiring rely on, written out by hand rather than derived from
+// Reference, so a changed default is a visible decision.
+func TestLoad_Defaults(t *testing.T) {
+	c := MustLoad(t, nil)
+	for _, tt := range []struct {
+		name      string
+		got, want any
+	}{
+		{"KAFKA_BROKERS", c.Kafka.Brokers, []string(nil)},
+		{"KAFKA_TOPIC", c.Kafka.Topic, "shipment-events"},
+		{"KAFKA_GROUP_ID", c.Kafka.GroupID, "notification-worker"},
+		{"KAFKA_DLQ_TOPIC", c.Kafka.DLQTopic, "shipment-events.dlq"},
+		{"KAFKA_TLS", c.Kafka.TLS, false},
+		{"KAFKA_TLS_CA_FILE", c.Kafka.TLSCAFile, ""},
+		{"KAFKA_SASL_MECHANISM", c.Kafka.SASLMechanism, ""},
+		{"KAFKA_SASL_USERNAME", c.Kafka.SASLUsername, ""},
+		{"KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword, config.Secret("")},
+		{"MAX_IN_FLIGHT", c.Kafka.MaxInFlight, 64},
+		{"MAX_RECORD_BYTES", c.Kafka.MaxRecordBytes, 1048576},
+		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 5},
+		{"RETRY_INITIAL_BACKOFF", c.Kafka.RetryInitialBackoff, 200 * time.Millisecond},
+		{"RETRY_MAX_BACKOFF", c.Kafka.RetryMaxBackoff, 10 * time.Second},
+		{"REDIS_URL", c.Idempotency.RedisURL, config.Secret("")},
+		{"IDEMPOTENCY_TTL", c.Idempotency.TTL, 48 * time.Hour},
+		{"IDEMPOTENCY_CLAIM_TTL", c.Idempotency.ClaimTTL, 60 * time.Second},
+		{"IDEMPOTENCY_TIMEOUT", c.Idempotency.Timeout, 200 * time.Millisecond},
+		{"IDEMPOTENCY_FAILURE_MODE", c.Idempotency.FailureMode, "open"},
+		{"IDEMPOTENCY_KEY_PREFIX", c.Idempotency.KeyPrefix, "notification-worker:idem:"},
+		{"IDEMPOTENCY_BREAKER_FAILURES", c.Idempotency.BreakerFailures, 5},
+		{"IDEMPOTENCY_BREAKER_COOLDOWN", c.Idempotency.BreakerCooldown, time.Second},
+		{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID, ""},
+		{"TWILIO_AUTH_TOKEN", c.Twilio.AuthToken, config.Secret("")},
+		{"TWILIO_FROM_NUMBER", c.Twilio.FromNumber, ""},
+		{"TWILIO_MESSAGING_SERVICE_SID", c.Twilio.MessagingServiceSID, ""},
+		{"TWILIO_API_URL", c.Twilio.APIURL, "https://api.twilio.com"},
+		{"SMTP_HOST", c.SMTP.Host, ""},
+		{"SMTP_PORT", c.SMTP.Port, 587},
+		{"SMTP_USERNAME", c.SMTP.Username, ""},
+		{"SMTP_PASSWORD", c.SMTP.Password, config.Secret("")},
+		{"SMTP_FROM", c.SMTP.From, ""},
+		{"SMTP_TLS_POLICY", c.SMTP.TLSPolicy, "mandatory"},
+		{"SEND_TIMEOUT", c.SendTimeout, 10 * time.Second},
+		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 30 * time.Second},
+		{"TEMPLATES_DIR", c.TemplatesDir, ""},
+		{"HTTP_ADDR", c.HTTPAddr, ":8080"},
+		{"LOG_LEVEL", c.LogLevel, slog.LevelInfo},
+		{"LOG_FORMAT", c.LogFormat, "json"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if !reflect.DeepEqual(tt.got, tt.want) {
+				t.Errorf("got %#v, want %#v", tt.got, tt.want)
+			}
+		})
+	}
+	t.Run("ProvidersOff", func(t *testing.T) {
+		if c.TwilioEnabled() || c.SMTPEnabled() {
+			t.Errorf("TwilioEnabled=%v SMTPEnabled=%v with an empty environment, want both false", c.TwilioEnabled(), c.SMTPEnabled())
+		}
+	})
+}
+
+// TestLoad_EveryVariableParsed sets every variable to a distinctive valid
+// value and finds each in the Config.
+func TestLoad_EveryVariableParsed(t *testing.T) {
+	c := MustLoad(t, fullEnv)
+	for _, name := range referenceNames() {
+		t.Run(name, func(t *testing.T) {
+			f, ok := fields[name]
+			if !ok {
+				t.Fatalf("no field for %s in the test's fields table", name)
+			}
+			if got := f.get(c); !reflect.DeepEqual(got, f.full) {
+				t.Errorf("%s=%q: got %#v, want %#v", name, fullEnv[name], got, f.full)
+			}
+		})
+	}
+	t.Run("ProvidersOn", func(t *testing.T) {
+		if !c.TwilioEnabled() || !c.SMTPEnabled() {
+			t.Errorf("TwilioEnabled=%v SMTPEnabled=%v, want both true", c.TwilioEnabled(), c.SMTPEnabled())
+		}
+	})
+}
+
+// TestReference keeps Reference, Load and the test tables from drifting
+// apart: Load reads exactly the variables Reference lists, each one lands in
+// a field, and each documented default is the value Load produces.
+func TestReference(t *testing.T) {
+	names := referenceNames()
+
+	t.Run("NamesUniqueAndDocumented", func(t *testing.T) {
+		seen := map[string]bool{}
+		for _, v := range config.Reference {
+			if seen[v.Name] {
+				t.Errorf("%s listed twice", v.Name)
+			}
+			seen[v.Name] = true
+			if strings.TrimSpace(v.Meaning) == "" {
+				t.Errorf("%s has no meaning", v.Name)
+			}
+		}
+	})
+
+	t.Run("LoadReadsExactlyReference", func(t *testing.T) {
+		for _, tt := range []struct {
+			name string
+			env  map[string]string
+		}{{"EmptyEnv", nil}, {"FullEnv", fullEnv}} {
+			t.Run(tt.name, func(t *testing.T) {
+				read := map[string]bool{}
+				_, _ = config.Load(func(name string) (string, bool) {
+					read[name] = true
+					return env(tt.env)(name)
+				})
+				if got, want := slices.Sorted(maps.Keys(read)), slices.Sorted(slices.Values(names)); !slices.Equal(got, want) {
+					t.Errorf("Load read %v,\nReference lists %v", got, want)
+				}
+			})
+		}
+	})
+
+	t.Run("EveryVariableHasAField", func(t *testing.T) {
+		if got, want := slices.Sorted(maps.Keys(fields)), slices.Sorted(slices.Values(names)); !slices.Equal(got, want) {
+			t.Errorf("fields table has %v,\nReference lists %v", got, want)
+		}
+	})
+
+	t.Run("DefaultIsWhatLoadProduces", func(t *testing.T) {
+		c := MustLoad(t, nil)
+		defaults := map[string]string{}
+		for _, v := range config.Reference {
+			defaults[v.Name] = v.Default
+		}
+		for _, v := range config.Reference {
+			t.Run(v.Name, func(t *testing.T) {
+				f, ok := fields[v.Name]
+				if !ok {
+					t.Skip("no field; reported by EveryVariableHasAField")
+				}
+				got := f.get(c)
+				def := os.Expand(v.Default, func(n string) string { return defaults[n] })
+				want := parseAs(t, got, def)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("Reference says default %q (%#v), Load produced %#v", v.Default, want, got)
+				}
+			})
+		}
+	})
+}
+
+// parseAs parses the documented default s into the type of like, the way an
+// operator reads the README table.
+func parseAs(t *testing.T, like any, s string) any {
+	t.Helper()
+	var (
+		v   any
+		err error
+	)
+	switch like.(type) {
+	case string:
+		v = s
+	case config.Secret:
+		v = config.Secret(s)
+	case []string:
+		if s != "" {
+			v = strings.Split(s, ",")
+		} else {
+			v = []string(nil)
+		}
+	case bool:
+		v, err = strconv.ParseBool(s)
+	case int:
+		v, err = strconv.Atoi(s)
+	case time.Duration:
+		v, err = time.ParseDuration(s)
+	case slog.Level:
+		var l slog.Level
+		err = l.UnmarshalText([]byte(s))
+		v = l
+	default:
+		t.Fatalf("parseAs: no rule for %T", like)
+	}
+	if err != nil {
+		t.Fatalf("default %q does not parse as %T: %v", s, like, err)
+	}
+	return v
+}
+
+// TestLoad_EmptyAndUnknown covers the rules that apply to every variable.
+func TestLoad_EmptyAndUnknown(t *testing.T) {
+	t.Run("EmptyCountsAsUnset", func(t *testing.T) {
+		kv := map[string]string{}
+		for _, name := range referenceNames() {
+			kv[name] = ""
+		}
+		got, want := MustLoad(t, kv), MustLoad(t, nil)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("every variable set to \"\": got %+v, want the defaults %+v", got, want)
+		}
+	})
+	t.Run("WhiteSpaceTrimmed", func(t *testing.T) {
+		c := MustLoad(t, map[string]string{"KAFKA_TOPIC": "  orders \n", "MAX_IN_FLIGHT": " 8 ", "SMTP_HOST": "   "})
+		if c.Kafka.Topic != "orders" || c.Kafka.MaxInFlight != 8 || c.SMTP.Host != "" {
+			t.Errorf("got topic %q, max in flight %d, SMTP host %q", c.Kafka.Topic, c.Kafka.MaxInFlight, c.SMTP.Host)
+		}
+	})
+	t.Run("SecretsKeptVerbatim", func(t *testing.T) {
+		c := MustLoad(t, map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "a@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": " pw "})
+		if got := c.SMTP.Password.Reveal(); got != " pw " {
+			t.Errorf("password %q, want \" pw \": a secret's spaces are its own", got)
+		}
+	})
+	t.Run("UnknownIgnored", func(t *testing.T) {
+		c := MustLoad(t, map[string]string{"KAFKA_TOPICS": "typo", "PATH": "/bin", "NOTIFICATION_WORKER_X": "1"})
+		if c.Kafka.Topic != "shipment-events" {
+			t.Errorf("topic %q", c.Kafka.Topic)
+		}
+	})
+	t.Run("DLQFollowsTopic", func(t *testing.T) {
+		c := MustLoad(t, map[string]string{"KAFKA_TOPIC": "orders"})
+		if c.Kafka.DLQTopic != "orders.dlq" {
+			t.Errorf("DLQ topic %q, want orders.dlq", c.Kafka.DLQTopic)
+		}
+	})
+	t.Run("HTTPAddrOff", func(t *testing.T) {
+		if c := MustLoad(t, map[string]string{"HTTP_ADDR": "off"}); c.HTTPAddr != "" {
+			t.Errorf("HTTP_ADDR=off: HTTPAddr %q, want \"\" (server disabled)", c.HTTPAddr)
+		}
+	})
+	t.Run("MessagingServiceInsteadOfFrom", func(t *testing.T) {
+		c := MustLoad(t, map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok", "TWILIO_MESSAGING_SERVICE_SID": "MG1"})
+		if !c.TwilioEnabled() {
+			t.Error("TwilioEnabled false with a messaging service SID and no from number")
+		}
+	})
+	t.Run("SMTPWithoutAuth", func(t *testing.T) {
+		c := MustLoad(t, map[string]string{"SMTP_HOST": "10.0.0.5", "SMTP_FROM": "noreply@example.com", "SMTP_TLS_POLICY": "none"})
+		if !c.SMTPEnabled() || c.SMTP.Username != "" {
+			t.Errorf("SMTPEnabled %v, username %q", c.SMTPEnabled(), c.SMTP.Username)
+		}
+	})
+}
+
+// TestLoad_Invalid names, for each bad value, the variable and the reason
+// an operator reads. Each case is the only problem in its environment.
+func TestLoad_Invalid(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		env    map[string]string
+		want   string // the whole problem, as Problem.String renders it
+		wantIn string // or, for long reasons, a part of it
+	}{
+		{name: "BrokerWithoutPort", env: map[string]string{"KAFKA_BROKERS": "x"}, want: `KAFKA_BROKERS="x": want host:port`},
+		{name: "BrokerListEntry", env: map[string]string{"KAFKA_BROKERS": "a:9092,b"}, want: `KAFKA_BROKERS="a:9092,b": want comma-separated host:port; entry 2 ("b") is not`},
+		{name: "BrokerPortRange", env: map[string]string{"KAFKA_BROKERS": "a:99999"}, want: `KAFKA_BROKERS="a:99999": want host:port`},
+		{name: "TopicName", env: map[string]string{"KAFKA_TOPIC": "ship events"}, wantIn: `KAFKA_TOPIC="ship events": want a Kafka topic name`},
+		{name: "DLQIsTopic", env: map[string]string{"KAFKA_DLQ_TOPIC": "shipment-events"}, wantIn: `KAFKA_DLQ_TOPIC="shipment-events": must differ from KAFKA_TOPIC`},
+		{name: "TLSNotBool", env: map[string]string{"KAFKA_BROKERS": "a:1", "KAFKA_TLS": "yes"}, want: `KAFKA_TLS="yes": want true or false`},
+		{name: "SASLMechanism", env: map[string]string{"KAFKA_BROKERS": "a:1", "KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "p"}, want: `KAFKA_SASL_MECHANISM="GSSAPI": want one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512`},
+		{name: "CAFileWithoutTLS", env: map[string]string{"KAFKA_BROKERS": "a:1", "KAFKA_TLS_CA_FILE": "/ca.pem"}, want: `KAFKA_TLS_CA_FILE="/ca.pem": set, but KAFKA_TLS is false; set KAFKA_TLS=true to use it`},
+		{name: "MaxInFlightZero", env: map[string]string{"MAX_IN_FLIGHT": "0"}, want: `MAX_IN_FLIGHT="0": want an integer from 1 to 4096`},
+		{name: "MaxRecordBytesNotInt", env: map[string]string{"MAX_RECORD_BYTES": "1MB"}, want: `MAX_RECORD_BYTES="1MB": want an integer from 1024 to 67108864`},
+		{name: "RetryAttempts", env: map[string]string{"RETRY_MAX_ATTEMPTS": "-1"}, want: `RETRY_MAX_ATTEMPTS="-1": want an integer from 1 to 100`},
+		{name: "BackoffNoUnit", env: map[string]string{"RETRY_INITIAL_BACKOFF": "200"}, want: `RETRY_INITIAL_BACKOFF="200": want a duration such as 500ms, 30s or 48h`},
+		{name: "MaxBelowInitialBackoff", env: map[string]string{"RETRY_MAX_BACKOFF": "100ms"}, want: `RETRY_MAX_BACKOFF="100ms": must be at least RETRY_INITIAL_BACKOFF (200ms)`},
+		{name: "RedisScheme", env: map[string]string{"REDIS_URL": "http://redis:6379"}, want: `REDIS_URL="***": want a redis:// or rediss:// (TLS) URL`},
+		{name: "RedisNoHost", env: map[string]string{"REDIS_URL": "redis://"}, wantIn: `REDIS_URL="***": want a host`},
+		{name: "RedisDB", env: map[string]string{"REDIS_URL": "redis://redis:6379/cache"}, wantIn: `REDIS_URL="***": want a database number`},
+		{name: "TTLZero", env: map[string]string{"IDEMPOTENCY_TTL": "0s"}, want: `IDEMPOTENCY_TTL="0s": must be at least 1ms`},
+		{name: "TTLBelowClaimTTL", env: map[string]string{"IDEMPOTENCY_TTL": "30s"}, wantIn: `IDEMPOTENCY_TTL="30s": must be at least IDEMPOTENCY_CLAIM_TTL (1m0s)`},
+		{name: "ClaimTTLNotAboveSendTimeout", env: map[string]string{"IDEMPOTENCY_CLAIM_TTL": "10s"}, wantIn: `IDEMPOTENCY_CLAIM_TTL="10s": must exceed SEND_TIMEOUT (10s): a claim must outlive a send`},
+		{name: "SendTimeoutOutlivesDefaultClaim", env: map[string]string{"SEND_TIMEOUT": "2m"}, wantIn: `IDEMPOTENCY_CLAIM_TTL="60s": must exceed SEND_TIMEOUT (2m0s)`},
+		{name: "TimeoutNegative", env: map[string]string{"IDEMPOTENCY_TIMEOUT": "-1s"}, want: `IDEMPOTENCY_TIMEOUT="-1s": must be positive`},
+		{name: "FailureMode", env: map[string]string{"IDEMPOTENCY_FAILURE_MODE": "OPEN"}, want: `IDEMPOTENCY_FAILURE_MODE="OPEN": want one of open, closed`},
+		{name: "BreakerFailures", env: map[string]string{"IDEMPOTENCY_BREAKER_FAILURES": "-1"}, want: `IDEMPOTENCY_BREAKER_FAILURES="-1": want an integer from 0 to 1000`},
+		{name: "BreakerCooldown", env: map[string]string{"IDEMPOTENCY_BREAKER_COOLDOWN": "0"}, want: `IDEMPOTENCY_BREAKER_COOLDOWN="0": must be positive`},
+		{name: "TwilioSIDQuoted", env: map[string]string{"TWILIO_ACCOUNT_SID": `"AC1"`, "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_ACCOUNT_SID="\"AC1\"": want letters and digits only (Twilio rejects anything else with error 21222)`},
+		{name: "TwilioTokenNewline", env: map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok\n", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_AUTH_TOKEN="***": want letters and digits only`},
+		{name: "TwilioFromNotE164", env: map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "555-1234"}, want: `TWILIO_FROM_NUMBER="555-1234": want an E.164 phone number such as +15551234567`},
+		{name: "TwilioAPIURLRelative", env: map[string]string{"TWILIO_API_URL": "api.twilio.com"}, want: `TWILIO_API_URL="api.twilio.com": want an absolute http:// or https:// URL`},
+		{name: "TwilioAPIURLScheme", env: map[string]string{"TWILIO_API_URL": "ftp://api.twilio.com"}, want: `TWILIO_API_URL="ftp://api.twilio.com": want an absolute http:// or https:// URL`},
+		{name: "SMTPHostWithPort", env: map[string]string{"SMTP_HOST": "smtp.internal:587", "SMTP_FROM": "a@example.com"}, want: `SMTP_HOST="smtp.internal:587": want a host name without a port; put the port in SMTP_PORT`},
+		{name: "SMTPPort", env: map[string]string{"SMTP_PORT": "0"}, want: `SMTP_PORT="0": want an integer from 1 to 65535`},
+		{name: "SMTPFrom", env: map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "Harborlight noreply"}, wantIn: `SMTP_FROM="Harborlight noreply": want an email address`},
+		{name: "SMTPTLSPolicy", env: map[string]string{"SMTP_TLS_POLICY": "starttls"}, want: `SMTP_TLS_POLICY="starttls": want one of mandatory, opportunistic, none`},
+		{name: "SendTimeoutZero", env: map[string]string{"SEND_TIMEOUT": "0s"}, want: `SEND_TIMEOUT="0s": must be positive`},
+		{name: "ShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, want: `SHUTDOWN_TIMEOUT="soon": want a duration such as 500ms, 30s or 48h`},
+		{name: "HTTPAddr", env: map[string]string{"HTTP_ADDR": "8080"}, want: `HTTP_ADDR="8080": want [host]:port, such as :8080, or off`},
+		{name: "LogLevel", env: map[string]string{"LOG_LEVEL": "verbose"}, want: `LOG_LEVEL="verbose": want one of debug, info, warn, error`},
+		{name: "LogFormat", env: map[string]string{"LOG_FORMAT": "logfmt"}, want: `LOG_FORMAT="logfmt": want one of json, text`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cerr := MustFail(t, tt.env)
+			if len(cerr.Problems) != 1 {
+				t.Fatalf("want exactly one problem, got %d: %v", len(cerr.Problems), cerr)
+			}
+			got := cerr.Problems[0].String()
+			if tt.want != "" && got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+			if tt.wantIn != "" && !strings.Contains(got, tt.wantIn) {
+				t.Errorf("got %s\nwant it to contain %s", got, tt.wantIn)
+			}
+			if msg := cerr.Error(); msg != "invalid configuration: "+got {
+				t.Errorf("Error() = %q, want the problem after \"invalid configuration: \"", msg)
+			}
+		})
+	}
+}
+
+// TestLoad_ReportsEveryBadVariable: an operator fixes a broken deployment in
+// one round, because one error names every bad variable.
+func TestLoad_ReportsEveryBadVariable(t *testing.T) {
+	bad := map[string]string{
+		"KAFKA_BROKERS":            "x",
+		"IDEMPOTENCY_TTL":          "forever",
+		"IDEMPOTENCY_FAILURE_MODE": "maybe",
+		"SMTP_TLS_POLICY":          "sometimes",
+		"LOG_LEVEL":                "loud",
+	}
+	cerr := MustFail(t, bad)
+	msg := cerr.Error()
+	if !strings.HasPrefix(msg, "invalid configuration: ") {
+		t.Errorf("Error() = %q, want the prefix \"invalid configuration: \"", msg)
+	}
+	var named []string
+	for _, p := range cerr.Problems {
+		named = append(named, p.Var)
+	}
+	for name, value := range bad {
+		t.Run(name, func(t *testing.T) {
+			if !slices.Contains(named, name) {
+				t.Errorf("Problems name %v, not %s", named, name)
+			}
+			if want := fmt.Sprintf("%s=%q: ", name, value); !strings.Contains(msg, want) {
+				t.Errorf("Error() = %q\nwant it to contain %q", msg, want)
+			}
+		})
+	}
+	if len(cerr.Problems) != len(bad) {
+		t.Errorf("%d problems, want %d: %v", len(cerr.Problems), len(bad), cerr)
+	}
+}
+
+// TestLoad_HalfConfigured: credentials for a provider or a security feature
+// that cannot take effect are errors naming what is missing, never a silent
+// fallback to the console or to plaintext.
+func TestLoad_HalfConfigured(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want []string // every problem, in order
+	}{
+		{
+			name: "TwilioSIDOnly",
+			env:  map[string]string{"TWILIO_ACCOUNT_SID": "AC1"},
+			want: []string{
+				"TWILIO_AUTH_TOKEN: required when TWILIO_ACCOUNT_SID is set",
+				"TWILIO_FROM_NUMBER: required (or TWILIO_MESSAGING_SERVICE_SID) when TWILIO_ACCOUNT_SID is set",
+			},
+		},
+		{
+			name: "TwilioTokenOnly",
+			env:  map[string]string{"TWILIO_AUTH_TOKEN": twilioToken},
+			want: []string{
+				"TWILIO_ACCOUNT_SID: required when TWILIO_AUTH_TOKEN is set",
+				"TWILIO_FROM_NUMBER: required (or TWILIO_MESSAGING_SERVICE_SID) when TWILIO_AUTH_TOKEN is set",
+			},
+		},
+		{
+			name: "TwilioNoSender",
+			env:  map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": twilioToken},
+			want: []string{"TWILIO_FROM_NUMBER: required (or TWILIO_MESSAGING_SERVICE_SID) when TWILIO_ACCOUNT_SID is set"},
+		},
+		{
+			name: "TwilioFromOnly",
+			env:  map[string]string{"TWILIO_FROM_NUMBER": "+15551234567"},
+			want: []string{
+				"TWILIO_ACCOUNT_SID: required when TWILIO_FROM_NUMBER is set",
+				"TWILIO_AUTH_TOKEN: required when TWILIO_FROM_NUMBER is set",
+			},
+		},
+		{
+			name: "SMTPHostWithoutFrom",
+			env:  map[string]string{"SMTP_HOST": "smtp.internal"},
+			want: []string{"SMTP_FROM: required when SMTP_HOST is set"},
+		},
+		{
+			name: "SMTPFromWithoutHost",
+			env:  map[string]string{"SMTP_FROM": "noreply@example.com"},
+			want: []string{"SMTP_HOST: required when SMTP_FROM is set (without it, email goes to the console)"},
+		},
+		{
+			name: "SMTPPasswordWithoutUsername",
+			env:  map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "noreply@example.com", "SMTP_PASSWORD": smtpPassword},
+			want: []string{"SMTP_USERNAME: required when SMTP_PASSWORD is set"},
+		},
+		{
+			name: "SMTPUsernameWithoutPassword",
+			env:  map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "noreply@example.com", "SMTP_USERNAME": "mailer"},
+			want: []string{"SMTP_PASSWORD: required when SMTP_USERNAME is set"},
+		},
+		{
+			name: "SASLMechanismWithoutCredentials",
+			env:  map[string]string{"KAFKA_BROKERS": "k1:9092", "KAFKA_SASL_MECHANISM": "PLAIN"},
+			want: []string{
+				"KAFKA_SASL_USERNAME: required when KAFKA_SASL_MECHANISM is set",
+				"KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set",
+			},
+		},
+		{
+			name: "SASLCredentialsWithoutMechanism",
+			env:  map[string]string{"KAFKA_BROKERS": "k1:9092", "KAFKA_SASL_USERNAME": "nw", "KAFKA_SASL_PASSWORD": saslPassword},
+			want: []string{"KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME is set"},
+		},
+		{
+			name: "SecurityOnEmbeddedBroker",
+			env:  map[string]string{"KAFKA_TLS": "true", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "nw", "KAFKA_SASL_PASSWORD": saslPassword},
+			want: []string{
+				`KAFKA_TLS="true": true, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_TLS`,
+				`KAFKA_SASL_MECHANISM="PLAIN": set, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_SASL_MECHANISM`,
+				`KAFKA_SASL_USERNAME="nw": set, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_SASL_USERNAME`,
+				`KAFKA_SASL_PASSWORD="***": set, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_SASL_PASSWORD`,
+			},
+		},
+		{
+			name: "CAFileOnEmbeddedBroker",
+			env:  map[string]string{"KAFKA_TLS_CA_FILE": "/ca.pem"},
+			want: []string{`KAFKA_TLS_CA_FILE="/ca.pem": set, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_TLS_CA_FILE`},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cerr := MustFail(t, tt.env)
+			var got []string
+			for _, p := range cerr.Problems {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+	t.Run("TLSFalseOnEmbeddedBroker", func(t *testing.T) {
+		// false configures nothing, so it is no reason to refuse to start.
+		MustLoad(t, map[string]string{"KAFKA_TLS": "false"})
+	})
+	t.Run("APIURLAloneIsNotTwilio", func(t *testing.T) {
+		if c := MustLoad(t, map[string]string{"TWILIO_API_URL": "http://localhost:4010"}); c.TwilioEnabled() {
+			t.Error("TwilioEnabled with only TWILIO_API_URL set")
+		}
+	})
+}
+
+// TestSecretsNeverShown renders a Config and a config Error every way a
+// program might, and looks for the secrets in the output.
+func TestSecretsNeverShown(t *testing.T) {
+	secrets := []string{redisPassword, twilioToken, strings.TrimSpace(smtpPassword), saslPassword}
+	assertNoSecret := func(t *testing.T, what, out string) {
+		t.Helper()
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("%s shows secret %q:\n%s", what, s, out)
+			}
+		}
+	}
+
+	c := MustLoad(t, fullEnv)
+	renderings := map[string]func() string{
+		"SlogJSON": func() string {
+			var b bytes.Buffer
+			slog.New(slog.NewJSONHandler(&b, nil)).Info("config", "config", c)
+			return b.String()
+		},
+		"SlogText": func() string {
+			var b bytes.Buffer
+			slog.New(slog.NewTextHandler(&b, nil)).Info("config", "config", c)
+			return b.String()
+		},
+		"FmtV":      func() string { return fmt.Sprintf("%v", c) },
+		"FmtPlusV":  func() string { return fmt.Sprintf("%+v", c) },
+		"FmtSharpV": func() string { return fmt.Sprintf("%#v", c) },
+		"FmtSecretS": func() string {
+			return fmt.Sprintf("%s %q %x", c.Twilio.AuthToken, c.Twilio.AuthToken, c.Twilio.AuthToken)
+		},
+		"JSONMarshal": func() string { b, _ := json.Marshal(c); return string(b) },
+	}
+	for name, render := range renderings {
+		t.Run(name, func(t *testing.T) { assertNoSecret(t, name, render()) })
+	}
+
+	t.Run("LogValueShowsRedisURLMasked", func(t *testing.T) {
+		var b bytes.Buffer
+		slog.New(slog.NewJSONHandler(&b, nil)).Info("config", "config", c)
+		var line struct {
+			Config struct {
+				Idempotency struct{ RedisURL, Store string } `json:"idempotency"`
+				Twilio      struct{ AuthToken string }       `json:"twilio"`
+			} `json:"config"`
+		}
+		// encoding/json matches keys case-insensitively but not across "_".
+		out := strings.NewReplacer("redis_url", "redisurl", "auth_token", "authtoken").Replace(b.String())
+		if err := json.Unmarshal([]byte(out), &line); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if got, want := line.Config.Idempotency.RedisURL, "rediss://worker:***@redis.internal:6380/2"; got != want {
+			t.Errorf("redis_url %q, want %q", got, want)
+		}
+		if got := line.Config.Twilio.AuthToken; got != "***" {
+			t.Errorf("auth_token %q, want ***", got)
+		}
+	})
+
+	t.Run("Error", func(t *testing.T) {
+		// Each secret is invalid or half-configured here, so each one is
+		// in the error by name, and its value must not be.
+		cerr := MustFail(t, map[string]string{
+			"REDIS_URL":           "http://worker:" + redisPassword + "@redis.internal:6379",
+			"TWILIO_ACCOUNT_SID":  "AC1",
+			"TWILIO_AUTH_TOKEN":   twilioToken + "-",
+			"SMTP_PASSWORD":       smtpPassword,
+			"KAFKA_SASL_PASSWORD": saslPassword,
+		})
+		assertNoSecret(t, "Error()", cerr.Error())
+		for _, p := range cerr.Problems {
+			assertNoSecret(t, "Problem "+p.Var, p.Value+" "+p.Reason)
+		}
+		for _, want := range []string{`REDIS_URL="***"`, `TWILIO_AUTH_TOKEN="***"`, `KAFKA_SASL_PASSWORD="***"`, "required when SMTP_PASSWORD is set"} {
+			if !strings.Contains(cerr.Error(), want) {
+				t.Errorf("Error() does not contain %s:\n%s", want, cerr)
+			}
+		}
+	})
+
+	t.Run("UnparsableRedisURL", func(t *testing.T) {
+		// url.Parse's own error quotes the URL; it must not be passed on.
+		cerr := MustFail(t, map[string]string{"REDIS_URL": "redis://worker:" + redisPassword + "@redis internal:6379"})
+		assertNoSecret(t, "Error()", cerr.Error())
+		if !strings.Contains(cerr.Error(), `REDIS_URL="***": not a valid URL`) {
+			t.Errorf("Error() = %s", cerr)
+		}
+	})
+}
+
+func TestSecret(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		secret config.Secret
+		shown  string
+	}{
+		{"Set", config.Secret("hunter2"), "***"},
+		{"Empty", config.Secret(""), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.secret.String(); got != tt.shown {
+				t.Errorf("String() = %q, want %q", got, tt.shown)
+			}
+			if got := tt.secret.LogValue().String(); got != tt.shown {
+				t.Errorf("LogValue() = %q, want %q", got, tt.shown)
+			}
+			if got := tt.secret.Reveal(); got != string(tt.secret) {
+				t.Errorf("Reveal() = %q, want the value", got)
+			}
+		})
+	}
+}
+
+func TestConfig_LogValueRedisURL(t *testing.T) {
+	for _, tt := range []struct{ name, url, want string }{
+		{"UserAndPassword", "redis://worker:" + redisPassword + "@redis:6379/0", "redis://worker:***@redis:6379/0"},
+		{"PasswordOnly", "redis://:" + redisPassword + "@redis:6379", "redis://:***@redis:6379"},
+		{"EscapedPassword", "rediss://u:" + redisPassword + "%40x@redis:6380", "rediss://u:***@redis:6380"},
+		{"NoPassword", "redis://redis:6379/1", "redis://redis:6379/1"},
+		{"PasswordQuery", "redis://redis:6379/0?password=" + redisPassword, "redis://redis:6379/0?password=***"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := MustLoad(t, map[string]string{"REDIS_URL": tt.url})
+			var got string
+			for _, a := range c.LogValue().Group() {
+				if a.Key != "idempotency" {
+					continue
+				}
+				for _, b := range a.Value.Group() {
+					if b.Key == "redis_url" {
+						got = b.Value.String()
+					}
+				}
+			}
+			if got != tt.want {
+				t.Errorf("redis_url %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,494 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/mail"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Load reads the configuration through lookup (pass os.LookupEnv), applies
+// the defaults from Reference and validates the result. It touches nothing
+// but lookup, so tests feed it a map.
+//
+// A variable set to the empty string counts as unset: orchestrators often
+// render an absent value as "", and that must not switch a feature to a
+// broken empty setting. Surrounding white space is trimmed from every value
+// but a secret's, whose characters are all taken as given. Variables Load
+// does not know are ignored.
+//
+// On invalid input Load returns a *Error listing every problem it found,
+// and a zero Config.
+func Load(lookup func(string) (string, bool)) (Config, error) {
+	l := &loader{lookup: lookup}
+	var c Config
+
+	k := &c.Kafka
+	k.Brokers = l.hostPorts("KAFKA_BROKERS")
+	k.Topic = l.topic("KAFKA_TOPIC")
+	k.GroupID = l.str("KAFKA_GROUP_ID")
+	// The DLQ default derives from KAFKA_TOPIC; when that is bad, the one
+	// problem is reported once, against the variable the operator set.
+	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
+		k.DLQTopic = l.topic("KAFKA_DLQ_TOPIC")
+	}
+	if k.Topic != "" && k.DLQTopic == k.Topic {
+		// A poison record dead-lettered to the topic it came from would be
+		// consumed, fail and be dead-lettered again, for ever.
+		l.fail("KAFKA_DLQ_TOPIC", "must differ from KAFKA_TOPIC, or dead-lettered records come straight back")
+	}
+	k.TLS = l.boolean("KAFKA_TLS")
+	k.TLSCAFile = l.str("KAFKA_TLS_CA_FILE")
+	k.SASLMechanism = strings.ToUpper(l.oneOf("KAFKA_SASL_MECHANISM", true, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+	k.SASLUsername = l.str("KAFKA_SASL_USERNAME")
+	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
+	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
+	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
+	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
+	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
+	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)
+	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && k.RetryMaxBackoff < k.RetryInitialBackoff {
+		l.fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+k.RetryInitialBackoff.String()+")")
+	}
+	l.kafkaSecurity()
+
+	i := &c.Idempotency
+	i.RedisURL = Secret(l.redisURL("REDIS_URL"))
+	// Redis expiries (PX) count whole milliseconds: anything shorter would
+	// be sent as 0, which Redis rejects.
+	i.TTL = l.duration("IDEMPOTENCY_TTL", time.Millisecond)
+	i.ClaimTTL = l.duration("IDEMPOTENCY_CLAIM_TTL", time.Millisecond)
+	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", positive)
+	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
+	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
+	i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 0, 1000)
+	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
+
+	t := &c.Twilio
+	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
+	t.AuthToken = Secret(l.alphanumeric("TWILIO_AUTH_TOKEN"))
+	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
+	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
+	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
+	l.twilioComplete()
+
+	s := &c.SMTP
+	s.Host = l.hostName("SMTP_HOST")
+	s.Port = l.intIn("SMTP_PORT", 1, 65535)
+	s.Username = l.str("SMTP_USERNAME")
+	s.Password = Secret(l.str("SMTP_PASSWORD"))
+	s.From = l.address("SMTP_FROM")
+	s.TLSPolicy = l.oneOf("SMTP_TLS_POLICY", false, "mandatory", "opportunistic", "none")
+	l.smtpComplete()
+
+	c.SendTimeout = l.duration("SEND_TIMEOUT", positive)
+	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
+	c.TemplatesDir = l.str("TEMPLATES_DIR")
+	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
+	c.LogLevel = l.level("LOG_LEVEL")
+	c.LogFormat = l.oneOf("LOG_FORMAT", false, "json", "text")
+
+	// Checked here, once both values are known; a zero means the value
+	// itself was bad and has been reported already.
+	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.ClaimTTL <= c.SendTimeout {
+		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT ("+c.SendTimeout.String()+
+			"): a claim must outlive a send, or another worker may claim the notification and send it again while the first send is still running")
+	}
+	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
+		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+
+			"): a sent record must suppress replays for longer than a send may take")
+	}
+
+	if len(l.problems) > 0 {
+		return Config{}, &Error{Problems: l.problems}
+	}
+	return c, nil
+}
+
+// kafkaSecurity rejects TLS and SASL settings that cannot take effect: on
+// the embedded broker (which speaks neither), without their counterparts,
+// or a CA file while TLS is off. Each is a deployment that believes it is
+// secured and is not.
+func (l *loader) kafkaSecurity() {
+	tlsOn, tlsErr := strconv.ParseBool(l.value("KAFKA_TLS"))
+	if !l.set("KAFKA_BROKERS") {
+		if tlsErr == nil && tlsOn {
+			l.fail("KAFKA_TLS", "true, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_TLS")
+		}
+		// KAFKA_TLS=false configures nothing, so it is left alone.
+		for _, name := range []string{"KAFKA_TLS_CA_FILE", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"} {
+			if l.set(name) {
+				l.fail(name, "set, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset "+name)
+			}
+		}
+		return
+	}
+	if l.set("KAFKA_TLS_CA_FILE") {
+		if tlsErr == nil && !tlsOn {
+			l.fail("KAFKA_TLS_CA_FILE", "set, but KAFKA_TLS is false; set KAFKA_TLS=true to use it")
+		}
+	}
+	l.requiredWith("KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")
+}
+
+// twilioComplete rejects a partial Twilio set: with some credentials given,
+// the operator expects SMS through Twilio, and silently printing them to the
+// console instead would lose every SMS.
+func (l *loader) twilioComplete() {
+	given := l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID")
+	if given == "" {
+		return
+	}
+	for _, name := range []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN"} {
+		if !l.set(name) {
+			l.fail(name, "required when "+given+" is set")
+		}
+	}
+	if !l.set("TWILIO_FROM_NUMBER") && !l.set("TWILIO_MESSAGING_SERVICE_SID") {
+		l.fail("TWILIO_FROM_NUMBER", "required (or TWILIO_MESSAGING_SERVICE_SID) when "+given+" is set")
+	}
+}
+
+// smtpComplete rejects a partial SMTP set, for the reason twilioComplete
+// gives. SMTP_PORT and SMTP_TLS_POLICY have defaults, so setting them alone
+// configures nothing and is not an error.
+func (l *loader) smtpComplete() {
+	if l.set("SMTP_HOST") {
+		if !l.set("SMTP_FROM") {
+			l.fail("SMTP_FROM", "required when SMTP_HOST is set")
+		}
+	} else if given := l.firstSet("SMTP_FROM", "SMTP_USERNAME", "SMTP_PASSWORD"); given != "" {
+		l.fail("SMTP_HOST", "required when "+given+" is set (without it, email goes to the console)")
+	}
+	// Authentication takes both halves; one alone fails at the first send.
+	if l.set("SMTP_PASSWORD") && !l.set("SMTP_USERNAME") {
+		l.fail("SMTP_USERNAME", "required when SMTP_PASSWORD is set")
+	}
+	if l.set("SMTP_USERNAME") && !l.set("SMTP_PASSWORD") {
+		l.fail("SMTP_PASSWORD", "required when SMTP_USERNAME is set")
+	}
+}
+
+// loader reads variables through lookup and collects problems, so that one
+// Load reports every bad variable rather than the first.
+type loader struct {
+	lookup   func(string) (string, bool)
+	problems []Problem
+}
+
+// explicit returns the value the environment gives name, trimmed unless
+// secret; "" when unset.
+func (l *loader) explicit(name string) string {
+	v, ok := l.lookup(name)
+	if !ok {
+		return ""
+	}
+	if mustVar(name).Secret {
+		return v
+	}
+	return strings.TrimSpace(v)
+}
+
+// set reports whether the environment gives name a non-empty value.
+func (l *loader) set(name string) bool { return l.explicit(name) != "" }
+
+// value returns name's effective value: the environment's, or else the
+// default from Reference with ${NAME} references expanded.
+func (l *loader) value(name string) string {
+	if v := l.explicit(name); v != "" {
+		return v
+	}
+	return os.Expand(mustVar(name).Default, l.value)
+}
+
+// firstSet returns the first of names that is set, or "".
+func (l *loader) firstSet(names ...string) string {
+	for _, n := range names {
+		if l.set(n) {
+			return n
+		}
+	}
+	return ""
+}
+
+// requiredWith reports each of required that is unset while name is set.
+func (l *loader) requiredWith(name string, required ...string) {
+	for _, r := range required {
+		if l.set(name) && !l.set(r) {
+			l.fail(r, "required when "+name+" is set")
+		}
+	}
+	// The reverse: credentials without a mechanism would be ignored.
+	if !l.set(name) {
+		if given := l.firstSet(required...); given != "" {
+			l.fail(name, "required when "+given+" is set")
+		}
+	}
+}
+
+// fail records a problem with name's effective value, masked if secret.
+func (l *loader) fail(name, reason string) {
+	v := l.value(name)
+	if mustVar(name).Secret && v != "" {
+		v = masked
+	}
+	l.problems = append(l.problems, Problem{Var: name, Value: v, Reason: reason})
+}
+
+// mustVar returns name's entry in Reference. A name missing there is a bug
+// in this package, caught by its tests, hence the panic.
+func mustVar(name string) Var {
+	v, ok := reference[name]
+	if !ok {
+		panic("config: " + name + " is read by Load but missing from Reference")
+	}
+	return v
+}
+
+func (l *loader) str(name string) string { return l.value(name) }
+
+func (l *loader) boolean(name string) bool {
+	b, err := strconv.ParseBool(l.value(name))
+	if err != nil {
+		l.fail(name, "want true or false")
+	}
+	return b
+}
+
+func (l *loader) intIn(name string, lo, hi int) int {
+	n, err := strconv.Atoi(l.value(name))
+	if err != nil || n < lo || n > hi {
+		l.fail(name, fmt.Sprintf("want an integer from %d to %d", lo, hi))
+		return 0
+	}
+	return n
+}
+
+// positive is the least duration that is not zero, for duration's lo.
+const positive = time.Nanosecond
+
+// duration parses a Go duration ("200ms", "48h") of at least lo. It returns
+// 0 for a bad value, which the cross-checks in Load take as "already
+// reported".
+func (l *loader) duration(name string, lo time.Duration) time.Duration {
+	d, err := time.ParseDuration(l.value(name))
+	switch {
+	case err != nil:
+		l.fail(name, "want a duration such as 500ms, 30s or 48h")
+		return 0
+	case d < lo && lo == positive:
+		l.fail(name, "must be positive")
+		return 0
+	case d < lo:
+		l.fail(name, "must be at least "+lo.String())
+		return 0
+	}
+	return d
+}
+
+// oneOf returns the value if it is one of allowed (compared case-insensitively
+// when fold is set), or "" when unset with no default.
+func (l *loader) oneOf(name string, fold bool, allowed ...string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	for _, a := range allowed {
+		if v == a || fold && strings.EqualFold(v, a) {
+			return a
+		}
+	}
+	l.fail(name, "want one of "+strings.Join(allowed, ", "))
+	return ""
+}
+
+func (l *loader) level(name string) slog.Level {
+	switch strings.ToLower(l.value(name)) {
+	case "debug":
+		return slog.LevelDebug
+	case "info":
+		return slog.LevelInfo
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	l.fail(name, "want one of debug, info, warn, error")
+	return slog.LevelInfo
+}
+
+// hostPorts parses a comma-separated list of host:port.
+func (l *loader) hostPorts(name string) []string {
+	v := l.value(name)
+	if v == "" {
+		return nil
+	}
+	entries := strings.Split(v, ",")
+	out := make([]string, 0, len(entries))
+	for n, e := range entries {
+		e = strings.TrimSpace(e)
+		if !validHostPort(e, false) {
+			if len(entries) == 1 {
+				l.fail(name, "want host:port")
+			} else {
+				l.fail(name, fmt.Sprintf("want comma-separated host:port; entry %d (%q) is not", n+1, e))
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// validHostPort reports whether s is host:port with a port from 1 to 65535
+// (0 too when listen is set: the system picks one) and, unless listen is
+// set, a non-empty host.
+func validHostPort(s string, listen bool) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || (host == "" && !listen) || strings.ContainsAny(host, " /") {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	lo := 1
+	if listen {
+		lo = 0
+	}
+	return err == nil && p >= lo && p <= 65535
+}
+
+// listenAddr parses HTTP_ADDR. "off" yields "", which disables the server:
+// the empty string itself counts as unset and so yields the default.
+func (l *loader) listenAddr(name string) string {
+	v := l.value(name)
+	if strings.EqualFold(v, "off") {
+		return ""
+	}
+	if !validHostPort(v, true) {
+		l.fail(name, "want [host]:port, such as :8080, or off")
+		return ""
+	}
+	return v
+}
+
+// kafkaTopicName is Kafka's own rule for topic names.
+var kafkaTopicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func (l *loader) topic(name string) string {
+	v := l.value(name)
+	if !kafkaTopicName.MatchString(v) || v == "." || v == ".." {
+		l.fail(name, "want a Kafka topic name: 1 to 249 of a-z A-Z 0-9 . _ -")
+		return ""
+	}
+	return v
+}
+
+var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
+
+// alphanumeric checks the Twilio identifiers: Twilio answers anything else
+// with error 21222 (invalid credentials) at the first send, long after start.
+func (l *loader) alphanumeric(name string) string {
+	v := l.value(name)
+	if v != "" && !alphanumeric.MatchString(v) {
+		l.fail(name, "want letters and digits only (Twilio rejects anything else with error 21222); look for stray quotes or white space")
+		return ""
+	}
+	return v
+}
+
+// e164Number is the E.164 format Twilio requires: "+", a country code that
+// does not start with 0, at most 15 digits in all.
+var e164Number = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
+
+func (l *loader) e164(name string) string {
+	v := l.value(name)
+	if v != "" && !e164Number.MatchString(v) {
+		l.fail(name, "want an E.164 phone number such as +15551234567")
+		return ""
+	}
+	return v
+}
+
+func (l *loader) httpURL(name string) string {
+	v := l.value(name)
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		l.fail(name, "want an absolute http:// or https:// URL")
+		return ""
+	}
+	return v
+}
+
+// redisURL checks the scheme, host and database of a Redis URL. Its reasons
+// never quote the URL or url.Parse's error, which does: the URL may hold
+// the password.
+func (l *loader) redisURL(name string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		l.fail(name, "not a valid URL (check that special characters in the password are percent-encoded)")
+		return ""
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		l.fail(name, "want a redis:// or rediss:// (TLS) URL")
+		return ""
+	case u.Host == "":
+		l.fail(name, "want a host: redis://[user:password@]host:port[/db]")
+		return ""
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			l.fail(name, "want a database number as the path, such as /0")
+			return ""
+		}
+	}
+	return v
+}
+
+// hostName checks SMTP_HOST: a host name or IP address, the port being
+// SMTP_PORT's business. A "host:port" here is a common slip worth naming.
+func (l *loader) hostName(name string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	if strings.Contains(v, "://") {
+		l.fail(name, "want a host name, not a URL")
+		return ""
+	}
+	if net.ParseIP(v) != nil {
+		return v
+	}
+	if strings.Contains(v, ":") {
+		l.fail(name, "want a host name without a port; put the port in SMTP_PORT")
+		return ""
+	}
+	if strings.ContainsAny(v, " /@") {
+		l.fail(name, "want a host name or IP address")
+		return ""
+	}
+	return v
+}
+
+// address checks SMTP_FROM with net/mail, so a display name
+// ("Harborlight <noreply@example.com>") is allowed. The value is kept as
+// given; the SMTP adapter parses it again for the envelope.
+func (l *loader) address(name string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	if _, err := mail.ParseAddress(v); err != nil {
+		l.fail(name, "want an email address, display name allowed: noreply@example.com or \"Harborlight <noreply@example.com>\"")
+		return ""
+	}
+	return v
+}

@@ -1,0 +1,71 @@
+package config
+
+// Var documents one environment variable.
+type Var struct {
+	// Name is the environment variable.
+	Name string
+	// Default is the value Load uses when the variable is unset or empty,
+	// written as an operator would write it. It may refer to another
+	// variable's effective value as ${NAME}. Empty means no default: the
+	// feature the variable configures is off (Meaning says what happens then).
+	Default string
+	// Meaning is one or two sentences of Markdown for the README.
+	Meaning string
+	// Secret marks a value that never appears in logs or error messages.
+	Secret bool
+}
+
+// Reference lists every variable Load reads, in the order the README shows
+// them. Load takes its defaults from here, and the README table is rendered
+// from here (go test ./config -run TestREADMEConfigReference -update), so a
+// new variable is one entry here plus its parsing in Load.
+var Reference = []Var{
+	{Name: "KAFKA_BROKERS", Meaning: "Comma-separated `host:port` list of Kafka brokers. Empty: an embedded in-process broker (development, `make run`), which takes neither TLS nor SASL."},
+	{Name: "KAFKA_TOPIC", Default: "shipment-events", Meaning: "Topic the shipment events are consumed from."},
+	{Name: "KAFKA_GROUP_ID", Default: "notification-worker", Meaning: "Consumer group; every replica of the worker must share it."},
+	{Name: "KAFKA_DLQ_TOPIC", Default: "${KAFKA_TOPIC}.dlq", Meaning: "Dead letter topic for poison records and records out of retries. Must differ from `KAFKA_TOPIC`."},
+	{Name: "KAFKA_TLS", Default: "false", Meaning: "Connect to the brokers over TLS."},
+	{Name: "KAFKA_TLS_CA_FILE", Meaning: "PEM file of the CA that signed the brokers' certificates. Empty: the system roots. Needs `KAFKA_TLS=true`."},
+	{Name: "KAFKA_SASL_MECHANISM", Meaning: "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`. Empty: no SASL. Needs `KAFKA_SASL_USERNAME` and `KAFKA_SASL_PASSWORD`."},
+	{Name: "KAFKA_SASL_USERNAME", Meaning: "SASL user name."},
+	{Name: "KAFKA_SASL_PASSWORD", Meaning: "SASL password.", Secret: true},
+	{Name: "MAX_IN_FLIGHT", Default: "64", Meaning: "Most records this worker handles at once, across all its partitions (1 to 4096). Records with the same key (one shipment) still go one at a time, in order."},
+	{Name: "MAX_RECORD_BYTES", Default: "1048576", Meaning: "Largest record value handled (1 KiB to 64 MiB); a larger one is poison and goes to the dead letter topic."},
+	{Name: "RETRY_MAX_ATTEMPTS", Default: "5", Meaning: "Attempts at a record whose send failed in a retryable way before it is dead-lettered (1 to 100; 1: no retry)."},
+	{Name: "RETRY_INITIAL_BACKOFF", Default: "200ms", Meaning: "Wait before the first retry; it doubles on each retry."},
+	{Name: "RETRY_MAX_BACKOFF", Default: "10s", Meaning: "Cap on the wait between retries. At least `RETRY_INITIAL_BACKOFF`."},
+	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Empty: an in-memory store, which forgets on restart and is not shared between replicas.", Secret: true},
+	{Name: "IDEMPOTENCY_TTL", Default: "48h", Meaning: "How long a sent record suppresses a replay (ADR-0006). At least `IDEMPOTENCY_CLAIM_TTL`."},
+	{Name: "IDEMPOTENCY_CLAIM_TTL", Default: "60s", Meaning: "How long an in-flight claim lives, so one left by a crashed worker expires. Must exceed `SEND_TIMEOUT`: a claim must outlive the send it guards."},
+	{Name: "IDEMPOTENCY_TIMEOUT", Default: "200ms", Meaning: "Limit on each store call; past it the failure mode applies."},
+	{Name: "IDEMPOTENCY_FAILURE_MODE", Default: "open", Meaning: "When the store cannot answer: `open` sends anyway and logs `idempotency_check_unavailable` (a duplicate is possible); `closed` retries the record later (a notification is delayed)."},
+	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: "notification-worker:idem:", Meaning: "Prefix of every store key, to keep ours apart from others' on a shared Redis."},
+	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (0 to 1000; 0: no breaker)."},
+	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered."},
+	{Name: "TWILIO_ACCOUNT_SID", Meaning: "Twilio account SID (letters and digits). With `TWILIO_AUTH_TOKEN` and a sender, SMS goes through Twilio; with none of them, SMS goes to the console; a partial set is an error."},
+	{Name: "TWILIO_AUTH_TOKEN", Meaning: "Twilio auth token (letters and digits).", Secret: true},
+	{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},
+	{Name: "TWILIO_MESSAGING_SERVICE_SID", Meaning: "Twilio Messaging Service SID, the alternative to `TWILIO_FROM_NUMBER`."},
+	{Name: "TWILIO_API_URL", Default: "https://api.twilio.com", Meaning: "Absolute `http(s)` base URL of the Twilio API: a proxy, a test double."},
+	{Name: "SMTP_HOST", Meaning: "SMTP server host name, without the port. Empty: email goes to the console."},
+	{Name: "SMTP_PORT", Default: "587", Meaning: "SMTP server port."},
+	{Name: "SMTP_USERNAME", Meaning: "SMTP user name. Empty: no authentication."},
+	{Name: "SMTP_PASSWORD", Meaning: "SMTP password; needs `SMTP_USERNAME`.", Secret: true},
+	{Name: "SMTP_FROM", Meaning: "Sender address, display name allowed (`Harborlight <noreply@example.com>`). Required with `SMTP_HOST`."},
+	{Name: "SMTP_TLS_POLICY", Default: "mandatory", Meaning: "`mandatory` (STARTTLS or fail), `opportunistic` (STARTTLS when offered) or `none`."},
+	{Name: "SEND_TIMEOUT", Default: "10s", Meaning: "Limit on each provider call (Twilio request, SMTP session)."},
+	{Name: "SHUTDOWN_TIMEOUT", Default: "30s", Meaning: "After SIGTERM, how long in-flight sends may take to finish before the worker exits."},
+	{Name: "TEMPLATES_DIR", Meaning: "Directory of templates overriding the embedded ones. Empty: embedded templates only."},
+	{Name: "HTTP_ADDR", Default: ":8080", Meaning: "Listen address of `/healthz`, `/readyz` and `/metrics`. `off` disables the HTTP server."},
+	{Name: "LOG_LEVEL", Default: "info", Meaning: "`debug`, `info`, `warn` or `error`."},
+	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
+}
+
+// reference indexes Reference by name for Load.
+var reference = func() map[string]Var {
+	m := make(map[string]Var, len(Reference))
+	for _, v := range Reference {
+		m[v.Name] = v
+	}
+	return m
+}()
