@@ -1,0 +1,304 @@
+// Package twilio is the SMS ports.Notifier: it sends each message through
+// Twilio's Messages API with github.com/twilio/twilio-go, and classifies
+// Twilio's answers into the ports error kinds.
+//
+// Classification (see Send): Twilio's 4xx about the message (21211 invalid
+// number, 21610 unsubscribed, 21614 not a mobile number) is Permanent; 401 and 403
+// are Unavailable, because bad credentials or a suspended account are the
+// operator's to fix and must not dead-letter every SMS meanwhile; 408, 429,
+// 5xx, timeouts and connection errors are retryable.
+package twilio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/twilio/twilio-go/client"
+	api "github.com/twilio/twilio-go/rest/api/v2010"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultAPIURL  = "https://api.twilio.com"
+	DefaultTimeout = 10 * time.Second
+)
+
+// Config configures a Notifier.
+type Config struct {
+	// AccountSID and AuthToken authenticate with HTTP basic auth. Both are
+	// required and must be alphanumeric (twilio-go rejects anything else with
+	// 21222 at send time; New rejects it at start instead).
+	AccountSID, AuthToken string
+	// From is the E.164 sender number. MessagingServiceSID, when set, is sent
+	// instead of From (Twilio then picks the sender). One of them is required.
+	From                string
+	MessagingServiceSID string
+	// APIURL is the base URL of the API, default DefaultAPIURL: a proxy or a
+	// test double. twilio-go has no base-URL option, so requests are sent to
+	// it by a transport that rewrites their scheme and host (and prefixes a
+	// path, if APIURL has one).
+	APIURL string
+	// Timeout bounds one send, from the first byte out to the last byte of the
+	// answer, default DefaultTimeout.
+	Timeout time.Duration
+	// Transport is the base transport, for its connection pool, proxy and TLS
+	// settings; nil means a clone of http.DefaultTransport.
+	Transport http.RoundTripper
+}
+
+var _ ports.Notifier = (*Notifier)(nil)
+
+// Notifier sends SMS through Twilio. It is safe for concurrent use: each Send
+// builds its own small twilio-go client around the shared transport, so sends
+// share connections and nothing else.
+type Notifier struct {
+	sid, token  string
+	from, msSID string
+	apiURL      *url.URL
+	timeout     time.Duration
+	base        http.RoundTripper
+}
+
+var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
+
+// New validates cfg, applies defaults and returns a Notifier. It does not
+// contact Twilio. Its error names every missing or invalid field at once,
+// and never contains the auth token.
+func New(cfg Config) (*Notifier, error) {
+	if cfg.APIURL == "" {
+		cfg.APIURL = DefaultAPIURL
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+
+	var bad []string
+	switch {
+	case cfg.AccountSID == "":
+		bad = append(bad, "AccountSID is required")
+	case !alphanumeric.MatchString(cfg.AccountSID):
+		bad = append(bad, "AccountSID must be alphanumeric")
+	}
+	switch {
+	case cfg.AuthToken == "":
+		bad = append(bad, "AuthToken is required")
+	case !alphanumeric.MatchString(cfg.AuthToken):
+		bad = append(bad, "AuthToken must be alphanumeric")
+	}
+	if cfg.From == "" && cfg.MessagingServiceSID == "" {
+		bad = append(bad, "From or MessagingServiceSID is required")
+	}
+	u, err := url.Parse(cfg.APIURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		bad = append(bad, fmt.Sprintf("APIURL %q must be an http or https URL without query", cfg.APIURL))
+	}
+	if cfg.Timeout < 0 {
+		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("twilio: invalid config: %s", strings.Join(bad, "; "))
+	}
+
+	base := cfg.Transport
+	if base == nil {
+		base = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return &Notifier{
+		sid:     cfg.AccountSID,
+		token:   cfg.AuthToken,
+		from:    cfg.From,
+		msSID:   cfg.MessagingServiceSID,
+		apiURL:  u,
+		timeout: cfg.Timeout,
+		base:    base,
+	}, nil
+}
+
+// Send sends m.Text to m.To and returns Twilio's message SID as the
+// receipt's ProviderID.
+//
+// It returns within the configured Timeout, or sooner when ctx is done (the
+// request is cancelled, not abandoned, even though twilio-go takes no
+// context). Errors are *Error values, classified for ports.KindOf:
+//   - Permanent: Twilio's JSON error with a 4xx status, about the message
+//     itself (invalid or unsubscribed number, body too long): the same
+//     message fails the same way again.
+//   - Unavailable: 401 or 403, credentials or account.
+//   - retryable: 408, 429, 5xx, a timeout, ctx done, a connection error, a
+//     4xx that is not Twilio's JSON (a proxy's page, not Twilio's verdict).
+//
+// A 2xx whose body cannot be decoded counts as sent, with an empty
+// ProviderID: Twilio has accepted the message, and a retry would send the
+// customer a second SMS.
+func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+
+	rt := &sendTransport{base: n.base, target: n.apiURL, ctx: ctx}
+	c := &client.Client{
+		Credentials: client.NewCredentials(n.sid, n.token),
+		HTTPClient: &http.Client{
+			Transport: rt,
+			Timeout:   n.timeout,
+			// twilio-go's own default: a redirect is an answer, not a hop.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	c.SetAccountSid(n.sid) // else the path holds an empty account SID
+	rh := client.NewRequestHandler(c)
+	// NewRequestHandler reads TWILIO_EDGE and TWILIO_REGION from the
+	// environment; configuration is read once, by the config package.
+	rh.Edge, rh.Region = "", ""
+
+	params := (&api.CreateMessageParams{}).SetTo(m.To).SetBody(m.Text)
+	if n.msSID != "" {
+		params.SetMessagingServiceSid(n.msSID)
+	} else {
+		params.SetFrom(n.from)
+	}
+
+	msg, err := api.NewApiService(rh).CreateMessage(params)
+	sentAt := time.Now()
+	if err == nil || (rt.status >= 200 && rt.status < 300) {
+		var sid string
+		if msg != nil && msg.Sid != nil {
+			sid = *msg.Sid
+		}
+		return ports.Receipt{ProviderID: sid, SentAt: sentAt}, nil
+	}
+	return ports.Receipt{}, n.classify(ctx, m, rt.status, err)
+}
+
+// sendTransport is the per-send transport: it sends twilio-go's requests to
+// the configured API URL and under the send's context, and remembers the
+// HTTP status, which twilio-go only reports when the body says it.
+type sendTransport struct {
+	base   http.RoundTripper
+	target *url.URL
+	ctx    context.Context
+	status int // written by RoundTrip, read by Send after CreateMessage returned
+}
+
+func (t *sendTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// twilio-go builds every request on context.Background(); t.ctx carries
+	// the send's deadline (the same as http.Client.Timeout) and the caller's
+	// cancellation, so replacing the context loses nothing.
+	r := req.Clone(t.ctx)
+	r.URL.Scheme = t.target.Scheme
+	r.URL.Host = t.target.Host
+	r.URL.Path = t.target.Path + r.URL.Path
+	r.URL.RawPath = ""
+	r.Host = ""
+	resp, err := t.base.RoundTrip(r)
+	if resp != nil {
+		t.status = resp.StatusCode
+	}
+	return resp, err
+}
+
+// Error is a failed send. Its text names the configured API URL, the HTTP
+// status and Twilio's error code; it never holds the auth token, and the
+// recipient's number appears only masked.
+type Error struct {
+	APIURL string // the configured base URL the request went to
+	To     string // the recipient, masked
+	// Status is the HTTP status, 0 when no answer arrived.
+	Status int
+	// Code is Twilio's error code (21211: invalid number), 0 when none.
+	Code int
+	// Reason is Twilio's message, or the transport's error, with the
+	// recipient masked.
+	Reason   string
+	MoreInfo string
+	// Err is the error twilio-go returned (a *client.TwilioRestError, a
+	// *url.Error, ...). Its own text may hold the full number and the
+	// default host: print Error's text, not Err's.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "twilio: send to %s via %s: ", e.To, e.APIURL)
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "status %d: ", e.Status)
+	}
+	if e.Code != 0 {
+		fmt.Fprintf(&b, "code %d: ", e.Code)
+	}
+	b.WriteString(e.Reason)
+	if e.MoreInfo != "" {
+		fmt.Fprintf(&b, " (%s)", e.MoreInfo)
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, err error) error {
+	masked := ports.MaskPhone(m.To)
+	mask := func(s string) string {
+		if m.To == "" {
+			return s
+		}
+		return strings.ReplaceAll(s, m.To, masked)
+	}
+	e := &Error{APIURL: n.apiURL.String(), To: masked, Status: status, Err: err}
+
+	var tre *client.TwilioRestError
+	var ue *url.Error
+	switch {
+	case errors.As(err, &tre):
+		e.Code, e.Reason, e.MoreInfo = tre.Code, mask(tre.Message), tre.MoreInfo
+		if e.Status == 0 {
+			// No response seen: twilio-go's own check (e.g. 21222) or a body
+			// without our transport; trust the status it carries.
+			e.Status = tre.Status
+		}
+	case ctx.Err() != nil:
+		// Timeout or caller cancellation: say so plainly. errors.Is(err,
+		// context.DeadlineExceeded) still holds through Err.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			e.Reason = fmt.Sprintf("no answer within %v", n.timeout)
+		} else {
+			e.Reason = "cancelled: " + ctx.Err().Error()
+		}
+	case errors.As(err, &ue):
+		// url.Error names the default host twilio-go built the request for,
+		// not where it went: report the operation and the cause only.
+		e.Reason = mask(fmt.Sprintf("%s %s: %v", ue.Op, n.redirected(ue.URL), ue.Err))
+	default:
+		e.Reason = mask(err.Error())
+	}
+
+	switch s := e.Status; {
+	case s == http.StatusUnauthorized || s == http.StatusForbidden:
+		return ports.MarkUnavailable(e)
+	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests:
+		return e
+	case s >= 400 && s < 500 && tre != nil:
+		// Only Twilio's own JSON error speaks about the message. A 4xx page
+		// from a proxy in between (a wrong APIURL) would otherwise
+		// dead-letter every SMS.
+		return ports.MarkPermanent(e)
+	}
+	return e
+}
+
+// redirected returns raw (a URL twilio-go built) as the transport sent it.
+func (n *Notifier) redirected(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+u.Path, ""
+	return u.String()
+}

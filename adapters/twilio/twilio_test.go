@@ -1,0 +1,373 @@
+package twilio_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+const (
+	testSID   = "AC0123456789abcdef0123456789abcdef"
+	testToken = "s3cr3tT0kenNeverPrinted"
+	testTo    = "+15551234567"
+	testFrom  = "+15557654321"
+)
+
+func TestNew(t *testing.T) {
+	t.Run("ErrEveryMissingFieldNamed", func(t *testing.T) {
+		_, err := twilio.New(twilio.Config{})
+		if err == nil {
+			t.Fatal("New(empty config) = nil error")
+		}
+		for _, field := range []string{"AccountSID", "AuthToken", "From or MessagingServiceSID"} {
+			if !strings.Contains(err.Error(), field) {
+				t.Errorf("error %q does not name %s", err, field)
+			}
+		}
+	})
+	t.Run("ErrNotAlphanumeric", func(t *testing.T) {
+		_, err := twilio.New(twilio.Config{AccountSID: "AC-1", AuthToken: "tok/en", From: testFrom})
+		if err == nil || !strings.Contains(err.Error(), "AccountSID must be alphanumeric") || !strings.Contains(err.Error(), "AuthToken must be alphanumeric") {
+			t.Errorf("err = %v, want both fields named", err)
+		}
+		if err != nil && strings.Contains(err.Error(), "tok/en") {
+			t.Errorf("error %q contains the auth token", err)
+		}
+	})
+	t.Run("ErrAPIURL", func(t *testing.T) {
+		_, err := twilio.New(twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: "ftp://example"})
+		if err == nil || !strings.Contains(err.Error(), "APIURL") {
+			t.Errorf("err = %v, want APIURL named", err)
+		}
+	})
+	t.Run("OK", func(t *testing.T) {
+		if _, err := twilio.New(twilio.Config{AccountSID: testSID, AuthToken: testToken, MessagingServiceSID: "MG123"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestSend(t *testing.T) {
+	msg := ports.Message{IdempotencyKey: "k", EventID: "evt-1", Channel: ports.ChannelSMS, To: testTo, Text: "Parcel SHP-1: out for delivery, 14:00-16:00"}
+
+	t.Run("Created", func(t *testing.T) {
+		fake := NewFakeTwilio(t, reply(http.StatusCreated, `{"sid":"SM0123456789abcdef0123456789abcdef","status":"queued"}`))
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL})
+
+		before := time.Now()
+		r, err := n.Send(context.Background(), msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ProviderID != "SM0123456789abcdef0123456789abcdef" {
+			t.Errorf("ProviderID = %q, want the SID", r.ProviderID)
+		}
+		if r.SentAt.Before(before) {
+			t.Errorf("SentAt %v is before the send started", r.SentAt)
+		}
+
+		got := fake.Only(t)
+		if got.Method != http.MethodPost || got.Path != "/2010-04-01/Accounts/"+testSID+"/Messages.json" {
+			t.Errorf("request = %s %s", got.Method, got.Path)
+		}
+		if got.User != testSID || got.Pass != testToken {
+			t.Errorf("basic auth = %q/%q, want the account SID and token", got.User, got.Pass)
+		}
+		want := url.Values{"To": {testTo}, "From": {testFrom}, "Body": {msg.Text}}
+		if got.Form.Encode() != want.Encode() {
+			t.Errorf("form = %v, want %v", got.Form, want)
+		}
+	})
+
+	t.Run("MessagingServiceSidInsteadOfFrom", func(t *testing.T) {
+		fake := NewFakeTwilio(t, reply(http.StatusCreated, `{"sid":"SM1"}`))
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, MessagingServiceSID: "MG0123456789abcdef", APIURL: fake.URL})
+		if _, err := n.Send(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		got := fake.Only(t)
+		if got.Form.Get("MessagingServiceSid") != "MG0123456789abcdef" || got.Form.Has("From") {
+			t.Errorf("form = %v, want MessagingServiceSid and no From", got.Form)
+		}
+	})
+
+	t.Run("APIURLPathPrefix", func(t *testing.T) {
+		fake := NewFakeTwilio(t, reply(http.StatusCreated, `{"sid":"SM1"}`))
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL + "/twilio/"})
+		if _, err := n.Send(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		if got := fake.Only(t).Path; got != "/twilio/2010-04-01/Accounts/"+testSID+"/Messages.json" {
+			t.Errorf("path = %s, want the prefix kept", got)
+		}
+	})
+
+	t.Run("AcceptedButUnreadableAnswerCountsAsSent", func(t *testing.T) {
+		fake := NewFakeTwilio(t, reply(http.StatusCreated, `<html>`))
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL})
+		r, err := n.Send(context.Background(), msg)
+		if err != nil {
+			t.Fatalf("err = %v; a 201 means Twilio took the message, a retry would send it twice", err)
+		}
+		if r.ProviderID != "" {
+			t.Errorf("ProviderID = %q, want empty", r.ProviderID)
+		}
+	})
+
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		kind   ports.Kind
+		code   int
+	}{
+		{"InvalidNumber21211IsPermanent", 400, twilioError(400, 21211, "The 'To' number "+testTo+" is not a valid phone number."), ports.Permanent, 21211},
+		{"Unsubscribed21610IsPermanent", 400, twilioError(400, 21610, "Attempt to send to unsubscribed recipient"), ports.Permanent, 21610},
+		{"NotMobile21614IsPermanent", 400, twilioError(400, 21614, "'To' number is not a valid mobile number"), ports.Permanent, 21614},
+		{"BadCredentialsIsUnavailable", 401, twilioError(401, 20003, "Authenticate"), ports.Unavailable, 20003},
+		{"TooManyRequestsIsRetryable", 429, twilioError(429, 20429, "Too Many Requests"), ports.Retryable, 20429},
+		{"ServiceUnavailableIsRetryable", 503, `<html>503 Service Unavailable</html>`, ports.Retryable, 0},
+		{"InternalErrorJSONIsRetryable", 500, twilioError(500, 20500, "Internal Server Error"), ports.Retryable, 20500},
+		{"ProxyNotFoundPageIsRetryable", 404, `<html>not found</html>`, ports.Retryable, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := NewFakeTwilio(t, reply(tc.status, tc.body))
+			n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL})
+			_, err := n.Send(context.Background(), msg)
+			if err == nil {
+				t.Fatal("Send = nil error")
+			}
+			if got := ports.KindOf(err); got != tc.kind {
+				t.Errorf("KindOf(%v) = %v, want %v", err, got, tc.kind)
+			}
+			var te *twilio.Error
+			if !errors.As(err, &te) || te.Status != tc.status || te.Code != tc.code {
+				t.Errorf("err = %#v, want *twilio.Error with status %d, code %d", err, tc.status, tc.code)
+			}
+			AssertSafeErrorText(t, err, fake.URL)
+			if tc.code != 0 && !strings.Contains(err.Error(), fmt.Sprint(tc.code)) {
+				t.Errorf("error %q does not carry Twilio's code %d", err, tc.code)
+			}
+		})
+	}
+
+	t.Run("HangingServerTimesOutRetryable", func(t *testing.T) {
+		arrived := make(chan struct{}, 1)
+		fake := NewFakeTwilio(t, hang(t, arrived))
+		const timeout = 300 * time.Millisecond
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL, Timeout: timeout})
+
+		start := time.Now()
+		_, err := n.Send(context.Background(), msg)
+		elapsed := time.Since(start)
+		if err == nil {
+			t.Fatal("Send against a hanging server = nil error")
+		}
+		if elapsed > timeout+time.Second {
+			t.Errorf("Send took %v, want about %v", elapsed, timeout)
+		}
+		if ports.KindOf(err) != ports.Retryable || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v (kind %v), want retryable deadline exceeded", err, ports.KindOf(err))
+		}
+		AssertSafeErrorText(t, err, fake.URL)
+	})
+
+	t.Run("ContextCancelledStopsWaiting", func(t *testing.T) {
+		arrived := make(chan struct{}, 1)
+		fake := NewFakeTwilio(t, hang(t, arrived))
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL, Timeout: time.Minute})
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := n.Send(ctx, msg)
+			errc <- err
+		}()
+		select {
+		case <-arrived:
+		case <-time.After(5 * time.Second):
+			t.Fatal("request never reached the server")
+		}
+		cancel()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, context.Canceled) || ports.KindOf(err) != ports.Retryable {
+				t.Errorf("err = %v, want retryable context.Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Send still waiting 5s after ctx was cancelled (Timeout is 1m)")
+		}
+	})
+
+	t.Run("ConnectionRefusedIsRetryableAndNamesConfiguredURL", func(t *testing.T) {
+		apiURL := ClosedURL(t)
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL})
+		_, err := n.Send(context.Background(), msg)
+		if err == nil || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("err = %v, want retryable", err)
+		}
+		AssertSafeErrorText(t, err, apiURL)
+		if strings.Contains(err.Error(), "api.twilio.com") {
+			t.Errorf("error %q names api.twilio.com, where nothing was sent", err)
+		}
+	})
+}
+
+// TestSendConcurrent proves sends share nothing that races; run with -race.
+func TestSendConcurrent(t *testing.T) {
+	fake := NewFakeTwilio(t, reply(http.StatusCreated, `{"sid":"SM1"}`))
+	n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL})
+	const senders = 16
+	var wg sync.WaitGroup
+	for i := range senders {
+		wg.Go(func() {
+			m := ports.Message{EventID: fmt.Sprint(i), Channel: ports.ChannelSMS, To: testTo, Text: fmt.Sprint("msg ", i)}
+			if _, err := n.Send(context.Background(), m); err != nil {
+				t.Errorf("send %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	bodies := map[string]bool{}
+	for _, r := range fake.Requests() {
+		bodies[r.Form.Get("Body")] = true
+	}
+	if len(bodies) != senders {
+		t.Errorf("server saw %d distinct bodies, want %d", len(bodies), senders)
+	}
+}
+
+// FakeTwilio is an httptest double of Twilio's Messages endpoint that records
+// what it received.
+type FakeTwilio struct {
+	URL  string
+	mu   sync.Mutex
+	reqs []Received
+}
+
+// Received is one request as the double saw it.
+type Received struct {
+	Method, Path, User, Pass string
+	Form                     url.Values
+}
+
+// NewFakeTwilio starts a double on 127.0.0.1 that records each request, then
+// answers it with respond. It is closed when the test ends.
+func NewFakeTwilio(tb testing.TB, respond http.HandlerFunc) *FakeTwilio {
+	tb.Helper()
+	f := &FakeTwilio{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, _ := r.BasicAuth()
+		_ = r.ParseForm()
+		f.mu.Lock()
+		f.reqs = append(f.reqs, Received{r.Method, r.URL.Path, user, pass, r.PostForm})
+		f.mu.Unlock()
+		respond(w, r)
+	}))
+	tb.Cleanup(srv.Close)
+	f.URL = srv.URL
+	return f
+}
+
+// Requests returns what the double received so far.
+func (f *FakeTwilio) Requests() []Received {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Received(nil), f.reqs...)
+}
+
+// Only returns the one request the double received, failing otherwise.
+func (f *FakeTwilio) Only(tb testing.TB) Received {
+	tb.Helper()
+	reqs := f.Requests()
+	if len(reqs) != 1 {
+		tb.Fatalf("double received %d requests, want 1", len(reqs))
+	}
+	return reqs[0]
+}
+
+func reply(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}
+}
+
+// hang answers nothing until the client goes away or the test ends, and
+// signals arrived when a request is in.
+func hang(tb testing.TB, arrived chan<- struct{}) http.HandlerFunc {
+	release := make(chan struct{})
+	// Registered after NewFakeTwilio's srv.Close, so it runs first and
+	// srv.Close does not wait on a handler that never returns.
+	tb.Cleanup(func() { close(release) })
+	return func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}
+}
+
+func twilioError(status, code int, message string) string {
+	return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, message, code, status)
+}
+
+// MustNew returns a Notifier for cfg, failing the test on error.
+func MustNew(tb testing.TB, cfg twilio.Config) *twilio.Notifier {
+	tb.Helper()
+	n, err := twilio.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// ClosedURL returns an http URL on 127.0.0.1 where nothing listens.
+func ClosedURL(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return "http://" + addr
+}
+
+// AssertSafeErrorText checks an error's text names the configured API URL
+// and holds neither the auth token nor the full phone number.
+func AssertSafeErrorText(tb testing.TB, err error, apiURL string) {
+	tb.Helper()
+	text := err.Error()
+	if !strings.Contains(text, apiURL) {
+		tb.Errorf("error %q does not name the configured API URL %s", text, apiURL)
+	}
+	if strings.Contains(text, testToken) {
+		tb.Errorf("error %q contains the auth token", text)
+	}
+	if strings.Contains(text, testTo) {
+		tb.Errorf("error %q contains the full phone number", text)
+	}
+	if !strings.Contains(text, ports.MaskPhone(testTo)) {
+		tb.Errorf("error %q does not name the masked recipient", text)
+	}
+}
