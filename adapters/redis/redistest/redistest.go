@@ -1,0 +1,376 @@
+// Package redistest runs a throwaway redis-server process for tests: on a
+// free 127.0.0.1 port, without persistence, killed by its PID when the test
+// ends. It can kill, pause (SIGSTOP) and restart the server on the same port,
+// so tests can cause a real outage.
+//
+// It needs the redis-server binary (Debian package redis-server, 7.x) on
+// PATH. Without it, tests are skipped, unless the environment variable CI is
+// set: a CI run must not pass by skipping.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// startWithin bounds how long a server may take to accept connections.
+const startWithin = 10 * time.Second
+
+// Server is one redis-server process. Its methods are safe for concurrent
+// use, though tests normally drive it from one goroutine.
+type Server struct {
+	// Port is the TCP port, kept across Kill and Restart.
+	Port int
+
+	bin       string
+	dir       string
+	args      []string
+	clientTLS *tls.Config // nil: plain TCP
+
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	cmdExited <-chan error // receives when cmd has exited and been reaped
+	paused    bool
+}
+
+// MustStart starts redis-server with its own arguments after ours (a later
+// argument wins in redis-server), and stops it when tb ends.
+func MustStart(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s := newServer(tb, args)
+	s.mustStartFree(tb)
+	return s
+}
+
+// MustStartTLS starts redis-server listening with TLS only, on a certificate
+// for 127.0.0.1 signed by a fresh CA. It returns the CA pool a client needs.
+func MustStartTLS(tb testing.TB, args ...string) (*Server, *x509.CertPool) {
+	tb.Helper()
+	s := newServer(tb, nil)
+	ca, certFile, keyFile, caFile := mustWriteCert(tb, s.dir)
+	s.clientTLS = &tls.Config{RootCAs: ca, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	s.args = append([]string{
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
+	}, args...)
+	s.mustStartFree(tb)
+	return s, ca
+}
+
+func newServer(tb testing.TB, args []string) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "" {
+			tb.Skip("redis-server not found on PATH (apt-get install -y redis-server); skipped outside CI")
+		}
+		tb.Fatalf("redis-server not found on PATH, and CI is set: install the redis-server package")
+	}
+	s := &Server{bin: bin, dir: tb.TempDir(), args: args}
+	tb.Cleanup(s.stop)
+	return s
+}
+
+// Addr is "127.0.0.1:<port>".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+
+// URL is "redis://127.0.0.1:<port>", or rediss:// for a TLS server.
+func (s *Server) URL() string {
+	if s.clientTLS != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
+
+// MustClient returns a client for the default user on database db, closed
+// when tb ends: the test's own view of what is in Redis.
+func (s *Server) MustClient(tb testing.TB, db int) rueidis.Client {
+	tb.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{s.Addr()},
+		SelectDB:          db,
+		TLSConfig:         s.clientTLS,
+		DisableCache:      true,
+		ForceSingleClient: true,
+	})
+	if err != nil {
+		tb.Fatalf("redistest: client for %s: %v", s.Addr(), err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// Kill kills the server (SIGKILL) and waits for it to exit: clients see their
+// connections reset and new ones refused.
+func (s *Server) Kill(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		tb.Fatalf("redistest: Kill: server not running")
+	}
+	s.killLocked()
+}
+
+// Pause stops the process (SIGSTOP): connections stay open and new ones are
+// accepted by the kernel, but nothing is answered. Resume, Kill or the end of
+// the test continues it.
+func (s *Server) Pause(tb testing.TB) {
+	tb.Helper()
+	s.signal(tb, syscall.SIGSTOP, true)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(tb testing.TB) {
+	tb.Helper()
+	s.signal(tb, syscall.SIGCONT, false)
+}
+
+// Restart starts the server again on the same port after Kill, and waits
+// until it accepts connections. The data is gone: persistence is off.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		tb.Fatalf("redistest: Restart: server still running (Kill it first)")
+	}
+	if err := s.startLocked(); err != nil {
+		tb.Fatalf("redistest: restart on port %d: %v", s.Port, err)
+	}
+}
+
+func (s *Server) signal(tb testing.TB, sig syscall.Signal, paused bool) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		tb.Fatalf("redistest: %v: server not running", sig)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("redistest: %v to pid %d: %v", sig, s.cmd.Process.Pid, err)
+	}
+	s.paused = paused
+}
+
+// mustStartFree picks a free port and starts the server on it. Another
+// process may take the port between our probe and redis-server's bind, so a
+// few ports are tried.
+func (s *Server) mustStartFree(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for range 3 {
+		if s.Port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.startLocked(); err == nil {
+			return
+		}
+	}
+	tb.Fatalf("redistest: start redis-server: %v", err)
+}
+
+func (s *Server) startLocked() error {
+	args := []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}
+	if s.clientTLS != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port))
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
+	args = append(args, s.args...)
+	logPath := filepath.Join(s.dir, "redis.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child holds its own descriptor
+	cmd := exec.Command(s.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	s.cmd, s.cmdExited = cmd, exited
+	if err := s.waitReady(exited); err != nil {
+		s.killLocked()
+		return fmt.Errorf("%w; log:\n%s", err, tail(logPath))
+	}
+	return nil
+}
+
+// waitReady dials until the server answers PING, the process exits, or
+// startWithin passes. A dial check, not a log line: after a restart the log
+// file still holds the first run's "ready" line.
+func (s *Server) waitReady(exited <-chan error) error {
+	deadline := time.Now().Add(startWithin)
+	for {
+		select {
+		case err := <-exited:
+			s.cmdExited = nil
+			s.cmd = nil
+			return fmt.Errorf("redis-server exited at start: %v", err)
+		default:
+		}
+		err := s.ping()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not answering on %s within %v: %v", s.Addr(), startWithin, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *Server) ping() error {
+	d := net.Dialer{Timeout: 200 * time.Millisecond}
+	var conn net.Conn
+	var err error
+	if s.clientTLS != nil {
+		td := tls.Dialer{NetDialer: &d, Config: s.clientTLS}
+		conn, err = td.DialContext(context.Background(), "tcp", s.Addr())
+	} else {
+		conn, err = d.Dial("tcp", s.Addr())
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// killLocked kills the process by its PID, continuing it first if paused
+// (a stopped process still dies on SIGKILL, but this keeps the state plain),
+// and waits until it has exited so the port is free for Restart.
+func (s *Server) killLocked() {
+	if s.cmd == nil {
+		return
+	}
+	if s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
+	_ = s.cmd.Process.Kill()
+	if s.cmdExited != nil {
+		select {
+		case <-s.cmdExited:
+		case <-time.After(startWithin):
+		}
+	}
+	s.cmd, s.cmdExited = nil, nil
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// mustWriteCert writes a CA and a server certificate for 127.0.0.1 into dir.
+func mustWriteCert(tb testing.TB, dir string) (pool *x509.CertPool, certFile, keyFile, caFile string) {
+	tb.Helper()
+	must := func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatalf("redistest: certificate: %v", err)
+		}
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err)
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "redistest CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	must(err)
+	caCert, err := x509.ParseCertificate(caDER)
+	must(err)
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	must(err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	must(err)
+
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		must(os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600))
+		return p
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(caCert)
+	return pool, write("server.crt", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", keyDER), write("ca.crt", "CERTIFICATE", caDER)
+}

@@ -1,0 +1,312 @@
+// Package redis is the ports.IdempotencyStore on Redis (rueidis), shared by
+// every worker so a notification claimed or sent by one is seen by all.
+//
+// # Values
+//
+// Every key is Config.KeyPrefix + the caller's key, and holds one of:
+//
+//	pending:<token>             a claim, owned by token, living the claim TTL
+//	sent:<unixms>:<providerid>  a sent record: the send time in Unix
+//	                            milliseconds, then the provider's message id
+//	                            (which may itself contain ':'; the record is
+//	                            split on the first ':' after the time only)
+//
+// The send time keeps millisecond precision; nothing finer survives a round
+// trip. Any other value under our prefix is not ours to interpret: Claim
+// reports it as an error wrapping ErrForeignValue rather than guessing "sent"
+// or "free".
+//
+// # Redis Cluster
+//
+// Every command touches exactly one key (SET, and a Lua script with one KEY),
+// so the store works on Redis Cluster unchanged: rueidis asks the node in the
+// URL for the slot map (CLUSTER SLOTS) and falls back to a single-node client
+// when the server is not a cluster. More seed nodes can be given as
+// "?addr=host:port" query parameters. On Cluster the database number must be
+// 0 (Cluster has no SELECT), and an ACL user needs "+cluster|slots" so the
+// topology can be read; without it rueidis silently treats the seed node as a
+// standalone server.
+//
+// # ACL
+//
+// The commands sent are HELLO, SELECT (when the URL names a db), SET, EVALSHA
+// and EVAL (Release), and PING; the Release script itself runs GET and DEL,
+// which ACL checks too. A user restricted to
+// "~<prefix>* +@connection +select +set +get +del +evalsha +eval +ping" is
+// enough on a standalone server (tested).
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var _ ports.IdempotencyStore = (*Store)(nil)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultKeyPrefix = "notification-worker:idem:"
+	DefaultTimeout   = 200 * time.Millisecond
+)
+
+// ErrForeignValue is wrapped by Claim when the key holds a value this store
+// did not write (not "pending:..." nor a well-formed "sent:..."). The value
+// itself is never put in the error: it may be someone else's data.
+var ErrForeignValue = errors.New("redis: key holds a value that is neither a claim nor a sent record")
+
+const (
+	pendingPrefix = "pending:"
+	sentPrefix    = "sent:"
+)
+
+// releaseScript deletes KEYS[1] only if it still holds our pending claim
+// (ARGV[1] = "pending:<token>"). The compare and the delete must be one atomic
+// step: between a GET and a DEL on the client, the claim could expire and
+// another worker's claim take its place, which we would then delete.
+var releaseScript = rueidis.NewLuaScriptRetryable(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+	return redis.call("DEL", KEYS[1])
+end
+return 0
+`)
+
+// Config configures New.
+type Config struct {
+	// URL is redis:// or rediss:// (TLS), with optional user:password (ACL)
+	// and /db number, as rueidis.ParseURL reads it. Query parameters
+	// rueidis understands (addr, dial_timeout, write_timeout, ...) apply.
+	URL string
+	// KeyPrefix is put before every key. Empty: DefaultKeyPrefix.
+	KeyPrefix string
+	// Timeout bounds every call, on top of the caller's context. Zero:
+	// DefaultTimeout. It also bounds dialing a connection, unless the URL
+	// sets dial_timeout.
+	Timeout time.Duration
+	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
+	// private CA, a client certificate). Its ServerName defaults to the URL's
+	// host. Setting it with a redis:// URL is an error: it would silently
+	// connect in plain text.
+	TLSConfig *tls.Config
+}
+
+// Store is a ports.IdempotencyStore on Redis. It is safe for concurrent use;
+// commands from concurrent calls are pipelined on shared connections.
+//
+// Every method returns an error when Redis does not answer within
+// Config.Timeout or before ctx is done; errors name the Redis key, never its
+// value. After an outage the store reconnects by itself on the next call: it
+// never needs to be rebuilt.
+type Store struct {
+	client  rueidis.Client
+	prefix  string
+	timeout time.Duration
+}
+
+// New connects to the server in cfg.URL and returns a Store. It fails if the
+// URL or Config is invalid, or if the server cannot be reached (and
+// authenticated) within a few seconds. Client-side caching is off: the store
+// never reads a key twice, and CLIENT TRACKING would need extra ACL rights.
+func New(cfg Config) (*Store, error) {
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("redis: negative timeout %v", cfg.Timeout)
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("redis: empty URL")
+	}
+	opt, err := rueidis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
+	}
+	if cfg.TLSConfig != nil {
+		if opt.TLSConfig == nil {
+			return nil, errors.New("redis: TLSConfig is set but the URL scheme is not rediss://")
+		}
+		tc := cfg.TLSConfig.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName = opt.TLSConfig.ServerName
+		}
+		opt.TLSConfig = tc
+	}
+	opt.DisableCache = true
+	if opt.Dialer.Timeout == 0 {
+		// A call waits for a connection being dialed by another call, and
+		// rueidis dials some of them with its 5 s default: keep every dial
+		// within our bound so no call waits longer than Timeout.
+		opt.Dialer.Timeout = cfg.Timeout
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
+	}
+	return &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout}, nil
+}
+
+// Close closes the connections. Calls made after Close return an error.
+func (s *Store) Close() { s.client.Close() }
+
+// Ping checks the server answers within the timeout, for readiness checks and
+// the circuit breaker's probe.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
+// Claim implements ports.IdempotencyStore in one round trip:
+// SET key pending:<token> NX GET PX <ttl>, which needs Redis >= 7. It is not
+// retried on a connection error: the first attempt may have been applied, and
+// a retry would then report our own claim as someone else's. It returns an
+// error wrapping ErrForeignValue when the key holds a value this store did not
+// write.
+func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+	k := s.prefix + key
+	if err := ctx.Err(); err != nil {
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
+	}
+	cmd := s.client.B().Set().Key(k).Value(pendingPrefix + token).Nx().Get().PxMilliseconds(ms(ttl)).Build()
+	old, err := s.do(ctx, cmd).ToString()
+	if rueidis.IsRedisNil(err) {
+		return ports.Claim{State: ports.Claimed}, nil
+	}
+	if err != nil {
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
+	}
+	if owner, ok := strings.CutPrefix(old, pendingPrefix); ok {
+		return ports.Claim{State: ports.InFlight, Owner: owner}, nil
+	}
+	r, ok := decodeSent(old)
+	if !ok {
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
+	}
+	return ports.Claim{State: ports.AlreadySent, Receipt: r}, nil
+}
+
+// Record implements ports.IdempotencyStore: SET key sent:<unixms>:<id> PX
+// <ttl>. A plain SET is idempotent, so rueidis may retry it after a
+// connection error within the timeout.
+func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	k := s.prefix + key
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis record %s: %w", k, err)
+	}
+	cmd := s.client.B().Set().Key(k).Value(encodeSent(r)).PxMilliseconds(ms(ttl)).Build().ToRetryable()
+	if err := s.do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("redis record %s: %w", k, err)
+	}
+	return nil
+}
+
+// Release implements ports.IdempotencyStore with a compare-and-delete Lua
+// script, run by its SHA (EVALSHA) and sent in full (EVAL) only when the
+// server does not have it yet. Running it twice is harmless, so rueidis may
+// retry it after a connection error within the timeout.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	k := s.prefix + key
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis release %s: %w", k, err)
+	}
+	res := s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult {
+		return releaseScript.Exec(ctx, s.client, []string{k}, []string{pendingPrefix + token})
+	})
+	if err := res.Error(); err != nil {
+		return fmt.Errorf("redis release %s: %w", k, err)
+	}
+	return nil
+}
+
+// do runs one command under bounded.
+func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	return s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult { return s.client.Do(ctx, cmd) })
+}
+
+// bounded runs call with the store's timeout on top of ctx, and returns as
+// soon as ctx is done. rueidis alone honours a deadline everywhere but a
+// cancellation only on an established, pipelining connection: a call that
+// is dialing (or running the HELLO handshake against a hung server) would
+// hold a cancelled caller until the timeout. The goroutine left behind ends
+// by the timeout at the latest.
+func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.RedisResult) rueidis.RedisResult {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	done := make(chan rueidis.RedisResult, 1)
+	go func() {
+		defer cancel()
+		done <- call(ctx)
+	}()
+	select {
+	case res := <-done:
+		return res
+	case <-ctx.Done():
+		// The call may have finished at the same moment: prefer its answer.
+		select {
+		case res := <-done:
+			return res
+		default:
+			return rueidis.NewErrorResult(ctx.Err())
+		}
+	}
+}
+
+// ms converts a TTL to the milliseconds PX takes. PX rejects 0 and negative
+// values, and a sub-millisecond TTL would round to 0: both become 1 ms, the
+// closest meaning Redis can express ("expires at once").
+func ms(ttl time.Duration) int64 {
+	return max(ttl.Milliseconds(), 1)
+}
+
+func encodeSent(r ports.Receipt) string {
+	return sentPrefix + strconv.FormatInt(r.SentAt.UnixMilli(), 10) + ":" + r.ProviderID
+}
+
+// decodeSent parses "sent:<unixms>:<providerid>". The provider id is
+// everything after the time, colons included.
+func decodeSent(v string) (ports.Receipt, bool) {
+	rest, ok := strings.CutPrefix(v, sentPrefix)
+	if !ok {
+		return ports.Receipt{}, false
+	}
+	at, id, ok := strings.Cut(rest, ":")
+	if !ok {
+		return ports.Receipt{}, false
+	}
+	unixms, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return ports.Receipt{}, false
+	}
+	return ports.Receipt{ProviderID: id, SentAt: time.UnixMilli(unixms).UTC()}, true
+}
+
+// redactURLError drops the URL from a *url.Error, whose message quotes the
+// whole URL, password included.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// redactedURL returns the URL with its password masked, for error messages.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}

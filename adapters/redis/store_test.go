@@ -1,0 +1,398 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
+)
+
+// timeout is the store timeout the outage tests use, and margin what a call
+// may take beyond it (scheduling, the race detector).
+const (
+	timeout = 200 * time.Millisecond
+	margin  = 150 * time.Millisecond
+)
+
+var seq atomic.Int64
+
+// uniqueKey returns a key no other test in this process uses.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s:%d:%d", t.Name(), time.Now().UnixNano(), seq.Add(1))
+}
+
+// MustStore builds a store and closes it when tb ends.
+func MustStore(tb testing.TB, cfg redis.Config) *redis.Store {
+	tb.Helper()
+	s, err := redis.New(cfg)
+	if err != nil {
+		tb.Fatalf("redis.New: %v", err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+func testCtx(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// MustGet reads a raw key; "" with ok false when it is absent.
+func MustGet(tb testing.TB, c rueidis.Client, key string) (string, bool) {
+	tb.Helper()
+	v, err := c.Do(testCtx(tb), c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false
+	}
+	if err != nil {
+		tb.Fatalf("GET %s: %v", key, err)
+	}
+	return v, true
+}
+
+// MustPTTL reads a key's remaining lifetime.
+func MustPTTL(tb testing.TB, c rueidis.Client, key string) time.Duration {
+	tb.Helper()
+	ms, err := c.Do(testCtx(tb), c.B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil {
+		tb.Fatalf("PTTL %s: %v", key, err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// MustSet writes a raw value, as another program sharing the server might.
+func MustSet(tb testing.TB, c rueidis.Client, key, value string) {
+	tb.Helper()
+	if err := c.Do(testCtx(tb), c.B().Set().Key(key).Value(value).Build()).Error(); err != nil {
+		tb.Fatalf("SET %s: %v", key, err)
+	}
+}
+
+// waitFor calls f until it returns nil or within passes.
+func waitFor(tb testing.TB, within time.Duration, what string, f func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %v: last error: %v", what, within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStoreContract(t *testing.T) {
+	srv := redistest.MustStart(t)
+	raw := srv.MustClient(t, 0)
+	const prefix = "contract:"
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) ports.IdempotencyStore {
+			return MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix})
+		},
+		TTL: func(t *testing.T, key string) time.Duration {
+			return MustPTTL(t, raw, prefix+key)
+		},
+	})
+}
+
+func TestKeyFormat(t *testing.T) {
+	srv := redistest.MustStart(t)
+	raw := srv.MustClient(t, 0)
+	ctx := testCtx(t)
+
+	t.Run("PrefixApplied", func(t *testing.T) {
+		prefix := "tenant-a:idem:"
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix}), uniqueKey(t)
+		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
+		if v, ok := MustGet(t, raw, prefix+k); !ok || v != "pending:tok-a" {
+			t.Fatalf("GET %s = %q (present %v), want pending:tok-a", prefix+k, v, ok)
+		}
+		if v, ok := MustGet(t, raw, k); ok {
+			t.Fatalf("unprefixed key %s exists with %q", k, v)
+		}
+		if ttl := MustPTTL(t, raw, prefix+k); ttl > time.Minute || ttl < 55*time.Second {
+			t.Fatalf("PTTL %v, want just under 1m", ttl)
+		}
+	})
+
+	t.Run("DefaultPrefix", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL()}), uniqueKey(t)
+		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
+		if _, ok := MustGet(t, raw, "notification-worker:idem:"+k); !ok {
+			t.Fatalf("key not found under the default prefix")
+		}
+	})
+
+	t.Run("SentRecordFormat", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		// An SMTP Message-ID: colons inside the provider id must survive.
+		r := ports.Receipt{ProviderID: "<a:b:c@mail.example>", SentAt: time.UnixMilli(1775121240123)}
+		if err := s.Record(ctx, k, r, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if v, _ := MustGet(t, raw, "fmt:"+k); v != "sent:1775121240123:<a:b:c@mail.example>" {
+			t.Fatalf("stored %q, want sent:1775121240123:<a:b:c@mail.example>", v)
+		}
+		got := storetest.MustClaim(t, s, ctx, k, "tok-b", time.Minute)
+		if got.State != ports.AlreadySent || got.Receipt.ProviderID != r.ProviderID || !got.Receipt.SentAt.Equal(r.SentAt) {
+			t.Fatalf("claim %+v, want already_sent with %+v", got, r)
+		}
+	})
+
+	t.Run("SentRecordWrittenElsewhere", func(t *testing.T) {
+		// The documented format is a contract: a record written by another
+		// tool (a backfill, an older worker) reads back.
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		MustSet(t, raw, "fmt:"+k, "sent:1775121240000:SM0123")
+		got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute)
+		want := time.Date(2026, 4, 2, 9, 14, 0, 0, time.UTC)
+		if got.State != ports.AlreadySent || got.Receipt.ProviderID != "SM0123" || !got.Receipt.SentAt.Equal(want) {
+			t.Fatalf("claim %+v, want already_sent SM0123 at %v", got, want)
+		}
+	})
+}
+
+func TestForeignValue(t *testing.T) {
+	srv := redistest.MustStart(t)
+	raw := srv.MustClient(t, 0)
+	ctx := testCtx(t)
+	s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "foreign:"})
+
+	for name, value := range map[string]string{
+		"PlainString":   "hello-secret-value",
+		"SentNoTime":    "sent:",
+		"SentBadTime":   "sent:yesterday:SM1",
+		"SentNoID":      "sent:1775121240000",
+		"UpperCase":     "PENDING:tok",
+		"EmptyString":   "",
+		"LooksLikeJSON": `{"sent":true}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			k := uniqueKey(t)
+			MustSet(t, raw, "foreign:"+k, value)
+			_, err := s.Claim(ctx, k, "tok", time.Minute)
+			if !errors.Is(err, redis.ErrForeignValue) {
+				t.Fatalf("Claim over %q: err %v, want ErrForeignValue", value, err)
+			}
+			if !strings.Contains(err.Error(), "foreign:"+k) {
+				t.Fatalf("error %q does not name the key", err)
+			}
+			if value != "" && strings.Contains(err.Error(), value) {
+				t.Fatalf("error %q carries the value", err)
+			}
+			// Neither Claim nor Release may touch a value that is not ours.
+			if err := s.Release(ctx, k, "tok"); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if v, ok := MustGet(t, raw, "foreign:"+k); !ok || v != value {
+				t.Fatalf("value now %q (present %v), want it untouched", v, ok)
+			}
+		})
+	}
+
+	t.Run("WrongType", func(t *testing.T) {
+		k := uniqueKey(t)
+		if err := raw.Do(ctx, raw.B().Hset().Key("foreign:"+k).FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
+			t.Fatalf("HSET: %v", err)
+		}
+		_, err := s.Claim(ctx, k, "tok", time.Minute)
+		if err == nil || !strings.Contains(err.Error(), "foreign:"+k) {
+			t.Fatalf("Claim over a hash: err %v, want an error naming the key", err)
+		}
+	})
+}
+
+func TestOutage(t *testing.T) {
+	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
+	calls := map[string]func(s *redis.Store, k string) error{
+		"Claim":   func(s *redis.Store, k string) error { _, err := s.Claim(context.Background(), k, "tok", time.Minute); return err },
+		"Record":  func(s *redis.Store, k string) error { return s.Record(context.Background(), k, receipt, time.Hour) },
+		"Release": func(s *redis.Store, k string) error { return s.Release(context.Background(), k, "tok") },
+		"Ping":    func(s *redis.Store, _ string) error { return s.Ping(context.Background()) },
+	}
+	// mustFailFast runs each call twice (the first may meet the broken
+	// connection, the next a new dial) and wants an error within the bound.
+	mustFailFast := func(t *testing.T, s *redis.Store) {
+		t.Helper()
+		for name, call := range calls {
+			for i := range 2 {
+				start := time.Now()
+				err := call(s, "outage")
+				took := time.Since(start)
+				if err == nil {
+					t.Fatalf("%s #%d during the outage: no error", name, i)
+				}
+				if took > timeout+margin {
+					t.Fatalf("%s #%d took %v, want at most %v (err %v)", name, i, took, timeout+margin, err)
+				}
+			}
+		}
+	}
+	// mustRecover waits until the same store claims a fresh key again, and
+	// checks the claim landed in Redis.
+	mustRecover := func(t *testing.T, srv *redistest.Server, s *redis.Store) {
+		t.Helper()
+		k := uniqueKey(t)
+		waitFor(t, 5*time.Second, "store answers after the outage", func() error {
+			_, err := s.Claim(context.Background(), k, "tok-after", time.Minute)
+			return err
+		})
+		if v, _ := MustGet(t, srv.MustClient(t, 0), "outage:"+k); v != "pending:tok-after" {
+			t.Fatalf("after recovery, key holds %q, want pending:tok-after", v)
+		}
+	}
+
+	t.Run("Killed", func(t *testing.T) {
+		srv := redistest.MustStart(t)
+		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: timeout})
+		storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute) // a live connection to break
+		srv.Kill(t)
+		mustFailFast(t, s)
+		srv.Restart(t)
+		mustRecover(t, srv, s)
+	})
+
+	t.Run("Unresponsive", func(t *testing.T) {
+		srv := redistest.MustStart(t)
+		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: timeout})
+		storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute)
+		srv.Pause(t)
+		t.Cleanup(func() { srv.Resume(t) })
+		mustFailFast(t, s)
+		srv.Resume(t)
+		mustRecover(t, srv, s)
+	})
+
+	t.Run("CallerCancelBeatsTimeout", func(t *testing.T) {
+		// A caller that gives up early is not held until the store timeout.
+		srv := redistest.MustStart(t)
+		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: 2 * time.Second})
+		storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute)
+		srv.Pause(t)
+		t.Cleanup(func() { srv.Resume(t) })
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		start := time.Now()
+		_, err := s.Claim(ctx, uniqueKey(t), "tok", time.Minute)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Claim: err %v, want context.Canceled", err)
+		}
+		if took := time.Since(start); took > 20*time.Millisecond+margin {
+			t.Fatalf("Claim took %v after a cancel at 20ms", took)
+		}
+	})
+}
+
+func TestACLAndDatabase(t *testing.T) {
+	srv := redistest.MustStart(t)
+	admin := srv.MustClient(t, 0)
+	ctx := testCtx(t)
+	// The least the store needs on a standalone server, as its package
+	// comment documents; the key pattern confines it to its prefix.
+	setuser := admin.B().Arbitrary("ACL", "SETUSER", "worker").Args(
+		"reset", "on", ">s3cret-pw", "~acl:*", "+@connection", "+select", "+set", "+get", "+del", "+evalsha", "+eval", "+ping",
+	).Build()
+	if err := admin.Do(ctx, setuser).Error(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	url := fmt.Sprintf("redis://worker:s3cret-pw@%s/3", srv.Addr())
+
+	t.Run("OK", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: url, KeyPrefix: "acl:"}), uniqueKey(t)
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
+		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
+		if v, _ := MustGet(t, srv.MustClient(t, 3), "acl:"+k); v != "pending:tok-a" {
+			t.Fatalf("db 3 holds %q, want pending:tok-a", v)
+		}
+		if _, ok := MustGet(t, admin, "acl:"+k); ok {
+			t.Fatalf("key landed in db 0, want db 3")
+		}
+		if err := s.Release(ctx, k, "tok-a"); err != nil {
+			t.Fatalf("Release (Lua) as the ACL user: %v", err)
+		}
+		if _, ok := MustGet(t, srv.MustClient(t, 3), "acl:"+k); ok {
+			t.Fatalf("key still present after Release")
+		}
+		if err := s.Record(ctx, k, ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+	})
+
+	t.Run("KeyOutsideACL", func(t *testing.T) {
+		// Proves the store really runs as "worker", not the default user.
+		s := MustStore(t, redis.Config{URL: url, KeyPrefix: "not-acl:"})
+		if _, err := s.Claim(ctx, uniqueKey(t), "tok", time.Minute); err == nil {
+			t.Fatalf("Claim outside the user's key pattern: no error")
+		}
+	})
+
+	t.Run("WrongPassword", func(t *testing.T) {
+		s, err := redis.New(redis.Config{URL: fmt.Sprintf("redis://worker:wrong-pw@%s/3", srv.Addr())})
+		if err == nil {
+			s.Close()
+			t.Fatalf("New with a wrong password: no error")
+		}
+		if strings.Contains(err.Error(), "wrong-pw") {
+			t.Fatalf("error %q carries the password", err)
+		}
+	})
+}
+
+func TestTLS(t *testing.T) {
+	srv, ca := redistest.MustStartTLS(t)
+
+	t.Run("OK", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "tls:", TLSConfig: &tls.Config{RootCAs: ca}}), uniqueKey(t)
+		storetest.MustClaim(t, s, testCtx(t), k, "tok-a", time.Minute)
+		if v, _ := MustGet(t, srv.MustClient(t, 0), "tls:"+k); v != "pending:tok-a" {
+			t.Fatalf("key holds %q, want pending:tok-a", v)
+		}
+	})
+
+	t.Run("UnknownCA", func(t *testing.T) {
+		s, err := redis.New(redis.Config{URL: srv.URL()})
+		if err == nil {
+			s.Close()
+			t.Fatalf("New against a certificate from an unknown CA: no error")
+		}
+	})
+}
+
+func TestNewInvalidConfig(t *testing.T) {
+	for name, cfg := range map[string]redis.Config{
+		"EmptyURL":            {},
+		"BadScheme":           {URL: "http://127.0.0.1:6379"},
+		"NegativeTimeout":     {URL: "redis://127.0.0.1:6379", Timeout: -time.Second},
+		"TLSConfigOnPlainURL": {URL: "redis://127.0.0.1:6379", TLSConfig: &tls.Config{}},
+		"BadDBNumber":         {URL: "redis://u:hunter2@127.0.0.1:6379/x"},
+		"Unparsable":          {URL: "redis://u:hunter2@[::1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := redis.New(cfg)
+			if err == nil {
+				s.Close()
+				t.Fatalf("New(%+v): no error", cfg)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("error %q carries the password", err)
+			}
+		})
+	}
+}
