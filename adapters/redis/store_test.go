@@ -220,7 +220,10 @@ func TestForeignValue(t *testing.T) {
 func TestOutage(t *testing.T) {
 	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
 	calls := map[string]func(s *redis.Store, k string) error{
-		"Claim":   func(s *redis.Store, k string) error { _, err := s.Claim(context.Background(), k, "tok", time.Minute); return err },
+		"Claim": func(s *redis.Store, k string) error {
+			_, err := s.Claim(context.Background(), k, "tok", time.Minute)
+			return err
+		},
 		"Record":  func(s *redis.Store, k string) error { return s.Record(context.Background(), k, receipt, time.Hour) },
 		"Release": func(s *redis.Store, k string) error { return s.Release(context.Background(), k, "tok") },
 		"Ping":    func(s *redis.Store, _ string) error { return s.Ping(context.Background()) },
