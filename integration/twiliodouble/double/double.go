@@ -1,0 +1,305 @@
+// Package double is an HTTP test double of the one Twilio endpoint the worker
+// calls, POST /2010-04-01/Accounts/{sid}/Messages.json, with a read-back API
+// and scriptable provider failures. Tests use it in-process
+// (httptest.NewServer(double.New(sid, token))) or as the twilio-double
+// container (integration/twiliodouble), over the same HTTP surface.
+//
+// Control API, besides the Twilio endpoint:
+//
+//	GET    /messages  every accepted message, oldest first (JSON list of Message)
+//	DELETE /messages  forget the messages (faults stay)
+//	GET    /attempts  every send request, accepted or failed (JSON list of Attempt)
+//	POST   /faults    add a Fault (JSON body)
+//	DELETE /faults    remove every fault
+//	GET    /healthz   200 once serving
+package double
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Message is one SMS the double accepted.
+type Message struct {
+	SID        string    `json:"sid"`
+	AccountSID string    `json:"account_sid"`
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	Body       string    `json:"body"`
+	Created    time.Time `json:"date_created"`
+}
+
+// Attempt is one send request as the double answered it. Status is the HTTP
+// status it returned; Code the Twilio error code, zero on success.
+type Attempt struct {
+	Message
+	Status int `json:"status"`
+	Code   int `json:"code,omitempty"`
+}
+
+// Fault scripts a provider failure. Faults are matched in the order they were
+// added; the first one that matches a send answers it.
+type Fault struct {
+	// To limits the fault to sends to this number; empty matches every send.
+	To string `json:"to,omitempty"`
+	// Count is how many sends the fault answers before it is used up; zero
+	// means until DELETE /faults.
+	Count int `json:"count,omitempty"`
+	// Status is the HTTP status to answer (503, 429, 400...). Zero with a
+	// Delay means "accept, but slowly".
+	Status int `json:"status,omitempty"`
+	// Code is Twilio's error code in the body (21211: invalid To number).
+	Code int `json:"code,omitempty"`
+	// Message is the error text in the body; a default is derived from Code.
+	Message string `json:"message,omitempty"`
+	// Delay holds the answer back, e.g. to make the worker's client time
+	// out. JSON: nanoseconds, or a string such as "2s".
+	Delay Duration `json:"delay,omitempty"`
+}
+
+// Duration is a time.Duration that reads "2s" as well as nanoseconds from JSON.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a number of nanoseconds or a time.ParseDuration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		*d = Duration(v)
+		return err
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration: want a number of nanoseconds or a string like \"2s\": %s", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// Double is the fake Twilio. It is an http.Handler and safe for concurrent use.
+type Double struct {
+	accountSID string
+	authToken  string
+	mux        *http.ServeMux
+
+	mu       sync.Mutex
+	messages []Message
+	attempts []Attempt
+	faults   []*Fault
+}
+
+// New returns a Double that accepts requests authenticated as accountSID
+// with authToken, the way Twilio's API does (HTTP basic auth).
+func New(accountSID, authToken string) *Double {
+	d := &Double{accountSID: accountSID, authToken: authToken, mux: http.NewServeMux()}
+	d.mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", d.createMessage)
+	d.mux.HandleFunc("GET /messages", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Messages()) })
+	d.mux.HandleFunc("DELETE /messages", func(w http.ResponseWriter, _ *http.Request) { d.Reset(); w.WriteHeader(http.StatusNoContent) })
+	d.mux.HandleFunc("GET /attempts", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Attempts()) })
+	d.mux.HandleFunc("POST /faults", d.addFault)
+	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
+	d.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return d
+}
+
+// ServeHTTP serves the Twilio endpoint and the control API.
+func (d *Double) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
+
+// Messages returns a copy of the accepted messages, oldest first.
+func (d *Double) Messages() []Message {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Message{}, d.messages...)
+}
+
+// Attempts returns a copy of every send request, oldest first.
+func (d *Double) Attempts() []Attempt {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Attempt{}, d.attempts...)
+}
+
+// Fail adds a fault; see Fault for how it matches.
+func (d *Double) Fail(f Fault) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faults = append(d.faults, &f)
+}
+
+// ClearFaults removes every fault: sends succeed again.
+func (d *Double) ClearFaults() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faults = nil
+}
+
+// Reset forgets messages and attempts; faults stay.
+func (d *Double) Reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.messages, d.attempts = nil, nil
+}
+
+func (d *Double) addFault(w http.ResponseWriter, r *http.Request) {
+	var f Fault
+	if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
+		http.Error(w, "fault: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if f.Status == 0 && f.Delay == 0 {
+		http.Error(w, "fault: set status, delay or both", http.StatusBadRequest)
+		return
+	}
+	d.Fail(f)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// takeFault returns a copy of the first fault matching to and uses one of
+// its Count, or nil when no fault matches.
+func (d *Double) takeFault(to string) *Fault {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, f := range d.faults {
+		if f.To != "" && f.To != to {
+			continue
+		}
+		found := *f
+		if f.Count > 0 {
+			f.Count--
+			if f.Count == 0 {
+				d.faults = append(d.faults[:i], d.faults[i+1:]...)
+			}
+		}
+		return &found
+	}
+	return nil
+}
+
+func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
+	user, pass, ok := r.BasicAuth()
+	// Constant-time compare, as a habit: the double's token is not a secret.
+	if !ok || subtle.ConstantTimeCompare([]byte(user), []byte(d.accountSID)) != 1 ||
+		subtle.ConstantTimeCompare([]byte(pass), []byte(d.authToken)) != 1 {
+		writeError(w, http.StatusUnauthorized, 20003, "Authenticate")
+		return
+	}
+	if sid := r.PathValue("sid"); sid != d.accountSID {
+		writeError(w, http.StatusNotFound, 20404, fmt.Sprintf("The requested resource /2010-04-01/Accounts/%s/Messages.json was not found", sid))
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, 21100, "Invalid form: "+err.Error())
+		return
+	}
+	m := Message{
+		AccountSID: d.accountSID,
+		From:       r.PostForm.Get("From"),
+		To:         r.PostForm.Get("To"),
+		Body:       r.PostForm.Get("Body"),
+		Created:    time.Now().UTC(),
+	}
+	// The real API's own validation, so a worker bug that drops a field
+	// fails here as it would in production.
+	switch {
+	case m.To == "":
+		d.answer(w, m, http.StatusBadRequest, 21604, "A 'To' phone number is required.")
+		return
+	case m.Body == "":
+		d.answer(w, m, http.StatusBadRequest, 21602, "Message body is required.")
+		return
+	case m.From == "" && r.PostForm.Get("MessagingServiceSid") == "":
+		d.answer(w, m, http.StatusBadRequest, 21603, "A 'From' phone number is required.")
+		return
+	}
+
+	if f := d.takeFault(m.To); f != nil {
+		if f.Delay > 0 {
+			select {
+			case <-time.After(time.Duration(f.Delay)):
+			case <-r.Context().Done():
+				// The client gave up; record what it saw: nothing.
+				d.record(Attempt{Message: m, Status: 0})
+				return
+			}
+		}
+		if f.Status >= 300 {
+			msg := f.Message
+			if msg == "" {
+				msg = defaultMessage(f.Code, m.To)
+			}
+			d.answer(w, m, f.Status, f.Code, msg)
+			return
+		}
+	}
+
+	m.SID = newSID()
+	d.mu.Lock()
+	d.messages = append(d.messages, m)
+	d.attempts = append(d.attempts, Attempt{Message: m, Status: http.StatusCreated})
+	d.mu.Unlock()
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"sid":          m.SID,
+		"account_sid":  m.AccountSID,
+		"from":         m.From,
+		"to":           m.To,
+		"body":         m.Body,
+		"status":       "queued",
+		"direction":    "outbound-api",
+		"api_version":  "2010-04-01",
+		"num_segments": "1",
+		"date_created": m.Created.Format(time.RFC1123Z),
+		"uri":          "/2010-04-01/Accounts/" + m.AccountSID + "/Messages/" + m.SID + ".json",
+	})
+}
+
+// answer records a failed attempt and writes Twilio's error body.
+func (d *Double) answer(w http.ResponseWriter, m Message, status, code int, msg string) {
+	d.record(Attempt{Message: m, Status: status, Code: code})
+	writeError(w, status, code, msg)
+}
+
+func (d *Double) record(a Attempt) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.attempts = append(d.attempts, a)
+}
+
+func defaultMessage(code int, to string) string {
+	switch code {
+	case 21211:
+		return fmt.Sprintf("The 'To' number %s is not a valid phone number.", to)
+	case 20429:
+		return "Too Many Requests"
+	}
+	return "Service Unavailable"
+}
+
+// writeError writes the JSON error body twilio-go decodes into
+// *client.TwilioRestError (Status and Code come from here, not the header).
+func writeError(w http.ResponseWriter, status, code int, msg string) {
+	writeJSON(w, status, map[string]any{
+		"code":      code,
+		"message":   msg,
+		"more_info": fmt.Sprintf("https://www.twilio.com/docs/errors/%d", code),
+		"status":    status,
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// newSID returns "SM" and 32 hex digits, the shape of a real message SID.
+func newSID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "SM" + hex.EncodeToString(b[:])
+}
