@@ -1,0 +1,240 @@
+// Package breaker is a circuit breaker around any ports.IdempotencyStore.
+// When the store keeps failing, every call fails at once instead of waiting
+// the store's timeout, so the domain applies its failure mode (fail open:
+// send anyway) without adding that timeout to every notification; a
+// background probe closes the circuit when the store answers again.
+//
+// It knows no technology: it decorates the port and imports ports only.
+package breaker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var _ ports.IdempotencyStore = (*Breaker)(nil)
+
+// ErrOpen is wrapped by every call made while the circuit is open: the store
+// was not asked. For the domain it is a store error like any other.
+var ErrOpen = errors.New("breaker: store circuit open")
+
+// Defaults applied by New to zero (or negative) Config fields.
+const (
+	DefaultFailures = 5
+	DefaultCooldown = time.Second
+)
+
+// States reported by Breaker.State.
+const (
+	StateClosed = "closed"
+	StateOpen   = "open"
+)
+
+// Config configures New.
+type Config struct {
+	// Failures is how many consecutive store failures open the circuit.
+	// Zero: DefaultFailures.
+	Failures int
+	// Cooldown is, while the circuit is open, the interval between probes;
+	// each probe also gets Cooldown as its deadline, so a hung store cannot
+	// stall the prober. Zero: DefaultCooldown.
+	Cooldown time.Duration
+	// Probe asks the store whether it answers again, e.g. the Redis store's
+	// Ping. Nil: a Release of a random key that does not exist, which costs
+	// one round trip and, by the port's contract, changes nothing. (A Claim
+	// would write a key, and the probe would have to clean it up.)
+	Probe func(ctx context.Context) error
+	// Now is the clock stamped on the "open since" of ErrOpen errors. Nil:
+	// time.Now. Probing itself runs on real timers.
+	Now func() time.Time
+}
+
+// Breaker is a ports.IdempotencyStore that fails fast while its store is
+// down. It is safe for concurrent use.
+//
+// A call that fails counts towards opening the circuit, unless the caller's
+// own context was done by then (the caller gave up; that says nothing about
+// the store). A call that succeeds resets the count. While open, calls return
+// an error wrapping ErrOpen without calling the store; only a successful
+// probe closes the circuit again.
+type Breaker struct {
+	store    ports.IdempotencyStore
+	failures int
+	cooldown time.Duration
+	probe    func(ctx context.Context) error
+	now      func() time.Time
+
+	mu          sync.Mutex
+	open        bool
+	openedAt    time.Time
+	consecutive int
+
+	tripped chan struct{} // one pending "opened" signal for the prober
+	stop    context.CancelFunc
+	stopped chan struct{} // closed when the prober has returned
+	ctx     context.Context
+}
+
+// New returns a closed Breaker around store and starts its prober, which
+// idles until the circuit opens. Call Close to stop it.
+func New(store ports.IdempotencyStore, cfg Config) *Breaker {
+	if cfg.Failures <= 0 {
+		cfg.Failures = DefaultFailures
+	}
+	if cfg.Cooldown <= 0 {
+		cfg.Cooldown = DefaultCooldown
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Probe == nil {
+		cfg.Probe = releaseAbsentKey(store)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	b := &Breaker{
+		store:    store,
+		failures: cfg.Failures,
+		cooldown: cfg.Cooldown,
+		probe:    cfg.Probe,
+		now:      cfg.Now,
+		tripped:  make(chan struct{}, 1),
+		stop:     stop,
+		stopped:  make(chan struct{}),
+		ctx:      ctx,
+	}
+	go b.runProber()
+	return b
+}
+
+// State returns StateClosed or StateOpen.
+func (b *Breaker) State() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open {
+		return StateOpen
+	}
+	return StateClosed
+}
+
+// Close stops the prober and waits for it, cancelling a probe in progress.
+// It is safe to call more than once. Calls keep going through the Breaker
+// after Close, but a circuit that is open stays open: call Close only when
+// done with the store.
+func (b *Breaker) Close() {
+	b.stop()
+	<-b.stopped
+}
+
+// Claim implements ports.IdempotencyStore.
+func (b *Breaker) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+	if err := b.admit(); err != nil {
+		return ports.Claim{}, fmt.Errorf("claim %s: %w", key, err)
+	}
+	c, err := b.store.Claim(ctx, key, token, ttl)
+	b.observe(ctx, err)
+	return c, err
+}
+
+// Record implements ports.IdempotencyStore.
+func (b *Breaker) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	if err := b.admit(); err != nil {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	err := b.store.Record(ctx, key, r, ttl)
+	b.observe(ctx, err)
+	return err
+}
+
+// Release implements ports.IdempotencyStore.
+func (b *Breaker) Release(ctx context.Context, key, token string) error {
+	if err := b.admit(); err != nil {
+		return fmt.Errorf("release %s: %w", key, err)
+	}
+	err := b.store.Release(ctx, key, token)
+	b.observe(ctx, err)
+	return err
+}
+
+// admit returns an error wrapping ErrOpen while the circuit is open.
+func (b *Breaker) admit() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open {
+		return nil
+	}
+	return fmt.Errorf("%w (since %s)", ErrOpen, b.openedAt.Format(time.RFC3339Nano))
+}
+
+// observe counts the outcome of one store call.
+func (b *Breaker) observe(ctx context.Context, err error) {
+	if err != nil && ctx.Err() != nil {
+		return // the caller gave up or was cancelled: not the store's fault
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.consecutive = 0
+		return
+	}
+	b.consecutive++
+	if b.open || b.consecutive < b.failures {
+		return
+	}
+	b.open, b.openedAt = true, b.now()
+	select {
+	case b.tripped <- struct{}{}:
+	default: // a signal is already pending
+	}
+}
+
+// runProber waits for the circuit to open, then probes until it closes.
+func (b *Breaker) runProber() {
+	defer close(b.stopped)
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.tripped:
+		}
+		b.probeUntilClosed()
+	}
+}
+
+func (b *Breaker) probeUntilClosed() {
+	tick := time.NewTicker(b.cooldown)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, b.cooldown)
+		err := b.probe(ctx)
+		cancel()
+		if err == nil {
+			b.mu.Lock()
+			b.open, b.consecutive = false, 0
+			b.mu.Unlock()
+			return
+		}
+	}
+}
+
+// releaseAbsentKey is the default probe: a Release of a key nobody uses,
+// which goes to the store and back but, by the port's contract, is a no-op.
+func releaseAbsentKey(store ports.IdempotencyStore) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var b [16]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		id := hex.EncodeToString(b[:])
+		return store.Release(ctx, "breaker-probe:"+id, "breaker-probe:"+id)
+	}
+}
