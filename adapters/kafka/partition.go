@@ -296,6 +296,10 @@ func (p *partition) isStopping() bool {
 // the session commits next.
 func (p *partition) stop() {
 	close(p.stopping)
+	p.mu.Lock()
+	inHand := p.tracker.inHand()
+	p.mu.Unlock()
+	p.log.Debug("partition_stopping", "in_hand", inHand)
 	done := make(chan struct{})
 	go func() {
 		p.wg.Wait()
@@ -307,7 +311,7 @@ func (p *partition) stop() {
 	case <-done:
 	case <-timeout.C:
 		p.mu.Lock()
-		inHand := p.tracker.inHand()
+		inHand = p.tracker.inHand()
 		p.mu.Unlock()
 		p.log.Warn("shutdown_timeout_exceeded", "in_hand", inHand, "timeout", p.run.cfg.ShutdownTimeout)
 		p.cancelHandler()

@@ -1,0 +1,421 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var nameSeq atomic.Int64
+
+// uniqueName returns a topic or group name no other test uses.
+func uniqueName(tb testing.TB, prefix string) string {
+	tb.Helper()
+	n := strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(tb.Name())
+	return fmt.Sprintf("%s-%s-%d", prefix, n, nameSeq.Add(1))
+}
+
+// MustStartEmbedded starts an embedded broker, closed when the test ends.
+func MustStartEmbedded(tb testing.TB, partitions int32, topics ...string) *kafka.Embedded {
+	tb.Helper()
+	e, err := kafka.StartEmbedded(partitions, topics...)
+	if err != nil {
+		tb.Fatalf("StartEmbedded: %v", err)
+	}
+	tb.Cleanup(e.Close)
+	return e
+}
+
+// commitObserver sees every OffsetCommit request the broker receives, so a
+// test can assert that no commit ever passed an offset, not only that the
+// last one did not.
+type commitObserver struct {
+	mu      sync.Mutex
+	commits int
+	max     map[int32]int64 // highest offset ever committed, per partition
+	last    map[int32]int64
+}
+
+func (o *commitObserver) observe(req kmsg.Request) (kmsg.Response, error, bool) {
+	r := req.(*kmsg.OffsetCommitRequest)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.commits++
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			if cur, ok := o.max[p.Partition]; !ok || p.Offset > cur {
+				o.max[p.Partition] = p.Offset
+			}
+			o.last[p.Partition] = p.Offset
+		}
+	}
+	return nil, nil, false // observe only: the broker handles it as usual
+}
+
+// snapshot returns the commit count, the highest and the last offset
+// committed for partition (-1 when none).
+func (o *commitObserver) snapshot(partition int32) (commits int, maxOff, last int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	maxOff, last = -1, -1
+	if v, ok := o.max[partition]; ok {
+		maxOff = v
+	}
+	if v, ok := o.last[partition]; ok {
+		last = v
+	}
+	return o.commits, maxOff, last
+}
+
+// MustStartObservedBroker starts a kfake cluster like StartEmbedded's, with
+// a commitObserver on it.
+func MustStartObservedBroker(tb testing.TB, partitions int32, topics ...string) ([]string, *commitObserver) {
+	tb.Helper()
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(partitions, topics...),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(int(partitions)),
+	)
+	if err != nil {
+		tb.Fatalf("kfake: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	obs := &commitObserver{max: map[int32]int64{}, last: map[int32]int64{}}
+	c.ControlKey(int16(kmsg.OffsetCommit), obs.observe)
+	return c.ListenAddrs(), obs
+}
+
+// logBuffer collects JSON log lines, for asserting on events and on what
+// must never be logged.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// fakeMetrics counts what the consumer reports.
+type fakeMetrics struct {
+	mu           sync.Mutex
+	deadLettered map[ports.Kind]int
+	panics       int
+	lag          map[int32]int64
+}
+
+func newFakeMetrics() *fakeMetrics {
+	return &fakeMetrics{deadLettered: map[ports.Kind]int{}, lag: map[int32]int64{}}
+}
+
+func (m *fakeMetrics) RecordDeadLettered(_ string, kind ports.Kind) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.deadLettered[kind]++
+}
+
+func (m *fakeMetrics) HandlerPanicked(string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.panics++
+}
+
+func (m *fakeMetrics) ConsumerLag(_ string, partition int32, lag int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lag[partition] = lag
+}
+
+// testConfig is a consumer config with timings small enough for tests.
+func testConfig(brokers []string, topic string) (kafka.Config, *logBuffer) {
+	logs := &logBuffer{}
+	return kafka.Config{
+		Brokers:             brokers,
+		Topic:               topic,
+		GroupID:             topic + "-group",
+		DLQTopic:            topic + ".dlq",
+		MaxInFlight:         8,
+		RetryMaxAttempts:    3,
+		RetryInitialBackoff: 5 * time.Millisecond,
+		RetryMaxBackoff:     20 * time.Millisecond,
+		CommitInterval:      50 * time.Millisecond,
+		ShutdownTimeout:     2 * time.Second,
+		SessionTimeout:      2 * time.Second,
+		HeartbeatInterval:   100 * time.Millisecond,
+		Logger:              slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, logs
+}
+
+// MustPublish writes msgs to topic and fails the test on error.
+func MustPublish(tb testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
+	tb.Helper()
+	p, err := kafka.NewPublisher(kafka.Config{Brokers: brokers})
+	if err != nil {
+		tb.Fatalf("NewPublisher: %v", err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, topic, msgs...); err != nil {
+		tb.Fatalf("Publish: %v", err)
+	}
+}
+
+// keysOn returns n distinct keys that the Publisher's partitioner sends to
+// partition p of a topic with the given partition count.
+func keysOn(tb testing.TB, topic string, p, partitions int32, n int) []string {
+	tb.Helper()
+	partitioner := sarama.NewHashPartitioner(topic)
+	var keys []string
+	for i := 0; len(keys) < n && i < 100*n; i++ {
+		k := fmt.Sprintf("SHP-%d", i)
+		got, err := partitioner.Partition(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(k)}, partitions)
+		if err != nil {
+			tb.Fatalf("Partition: %v", err)
+		}
+		if got == p {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < n {
+		tb.Fatalf("found only %d keys for partition %d", len(keys), p)
+	}
+	return keys
+}
+
+// numbered returns n messages with values "<prefix>-<i>" and keys from key(i).
+func numbered(n int, prefix string, key func(i int) string) []kafka.Message {
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Key: []byte(key(i)), Value: []byte(fmt.Sprintf("%s-%d", prefix, i))}
+	}
+	return msgs
+}
+
+// runningConsumer is a Consumer.Run in the background.
+type runningConsumer struct {
+	c      *kafka.Consumer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// MustRun starts c.Run(h) and stops it when the test ends.
+func MustRun(tb testing.TB, cfg kafka.Config, h ports.Handler) *runningConsumer {
+	tb.Helper()
+	c, err := kafka.NewConsumer(cfg)
+	if err != nil {
+		tb.Fatalf("NewConsumer: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := &runningConsumer{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { rc.done <- c.Run(ctx, h) }()
+	tb.Cleanup(func() { _ = rc.stop(30 * time.Second) })
+	return rc
+}
+
+// stop cancels Run and waits for it to return, at most timeout.
+func (rc *runningConsumer) stop(timeout time.Duration) error {
+	rc.cancel()
+	select {
+	case err := <-rc.done:
+		rc.done <- err // later calls see the same result
+		return err
+	case <-time.After(timeout):
+		return errors.New("Run did not return in time")
+	}
+}
+
+// MustStop stops the consumer and fails unless Run returned nil.
+func (rc *runningConsumer) MustStop(tb testing.TB, timeout time.Duration) {
+	tb.Helper()
+	if err := rc.stop(timeout); err != nil {
+		tb.Fatalf("Run: %v", err)
+	}
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// committedOffsets reads the group's committed offsets back from the broker
+// (-1: none committed).
+func committedOffsets(tb testing.TB, brokers []string, group, topic string, partitions int32) map[int32]int64 {
+	tb.Helper()
+	admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
+	if err != nil {
+		tb.Fatalf("NewClusterAdmin: %v", err)
+	}
+	defer admin.Close()
+	ps := make([]int32, partitions)
+	for i := range ps {
+		ps[i] = int32(i)
+	}
+	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: ps})
+	if errors.Is(err, sarama.ErrGroupIDNotFound) {
+		resp, err = &sarama.OffsetFetchResponse{}, nil // nothing committed yet
+	}
+	if err != nil {
+		tb.Fatalf("ListConsumerGroupOffsets: %v", err)
+	}
+	out := make(map[int32]int64, partitions)
+	for _, p := range ps {
+		out[p] = -1
+		if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
+			out[p] = b.Offset
+		}
+	}
+	return out
+}
+
+// waitCommitted waits until every partition's committed offset equals want.
+func waitCommitted(tb testing.TB, brokers []string, group, topic string, want map[int32]int64) {
+	tb.Helper()
+	var got map[int32]int64
+	waitFor(tb, 10*time.Second, fmt.Sprintf("committed offsets %v", want), func() bool {
+		got = committedOffsets(tb, brokers, group, topic, int32(len(want)))
+		for p, w := range want {
+			if got[p] != w {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// readTopic reads every record of topic's partitions up to their current
+// end (empty if the topic does not exist).
+func readTopic(tb testing.TB, brokers []string, topic string) []*sarama.ConsumerMessage {
+	tb.Helper()
+	client, err := sarama.NewClient(brokers, sarama.NewConfig())
+	if err != nil {
+		tb.Fatalf("NewClient: %v", err)
+	}
+	defer client.Close()
+	partitions, err := client.Partitions(topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return nil
+	}
+	if err != nil {
+		tb.Fatalf("Partitions(%s): %v", topic, err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		tb.Fatalf("NewConsumer: %v", err)
+	}
+	defer consumer.Close()
+	var out []*sarama.ConsumerMessage
+	for _, p := range partitions {
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			tb.Fatalf("GetOffset: %v", err)
+		}
+		if end == 0 {
+			continue
+		}
+		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			tb.Fatalf("ConsumePartition: %v", err)
+		}
+		timeout := time.After(10 * time.Second)
+	read:
+		for {
+			select {
+			case m := <-pc.Messages():
+				out = append(out, m)
+				if m.Offset+1 >= end {
+					break read
+				}
+			case <-timeout:
+				tb.Fatalf("reading %s/%d: timed out", topic, p)
+			}
+		}
+		_ = pc.Close()
+	}
+	return out
+}
+
+// header returns the value of the header named key, or "" and false.
+func header(m *sarama.ConsumerMessage, key string) (string, bool) {
+	for _, h := range m.Headers {
+		if string(h.Key) == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// handledLog collects what a test handler saw.
+type handledLog struct {
+	mu      sync.Mutex
+	records []ports.Record
+	calls   map[int64]int // handler calls per offset
+}
+
+func newHandledLog() *handledLog { return &handledLog{calls: map[int64]int{}} }
+
+func (l *handledLog) call(rec ports.Record) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[rec.Offset]++
+	return l.calls[rec.Offset]
+}
+
+func (l *handledLog) handled(rec ports.Record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, rec)
+}
+
+func (l *handledLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.records)
+}
+
+func (l *handledLog) offsets() map[int64]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[int64]bool, len(l.records))
+	for _, r := range l.records {
+		out[r.Offset] = true
+	}
+	return out
+}
+
+func (l *handledLog) callsFor(off int64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls[off]
+}
