@@ -144,6 +144,12 @@ func New(cfg Config) (*Store, error) {
 		opt.TLSConfig = tc
 	}
 	opt.DisableCache = true
+	// With a reader goroutine on every connection (not only on busy ones), a
+	// connection the server closed is noticed and replaced at once. Without
+	// it, after a Redis restart the first command on each idle connection
+	// met the dead socket and failed with EOF, though the server was back.
+	// It also lets a cancelled caller return early on a live connection.
+	opt.AlwaysPipelining = true
 	if opt.Dialer.Timeout == 0 {
 		// A call waits for a connection being dialed by another call, and
 		// rueidis dials some of them with its 5 s default: keep every dial
@@ -175,6 +181,11 @@ func (s *Store) Ping(ctx context.Context) error {
 // a retry would then report our own claim as someone else's. It returns an
 // error wrapping ErrForeignValue when the key holds a value this store did not
 // write.
+//
+// An error does not prove the claim was not made: a command cut short by the
+// timeout may already be on its way, and run when a slow server catches up.
+// Such a claim is harmless: the caller's Record overwrites it, or it expires
+// with ttl. (Record and Release cut short may likewise still run.)
 func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
 	k := s.prefix + key
 	if err := ctx.Err(); err != nil {
