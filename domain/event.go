@@ -23,6 +23,17 @@ const (
 	MaxEmailLen  = 254 // RFC 5321 path limit
 )
 
+// Limits on a record as a whole. A shipment event is well under 1 kB; these
+// leave room for a generous data object and for fields added by producers,
+// and turn a huge or pathologically nested record into a clear reason
+// instead of megabytes of work per replay.
+const (
+	MaxRecordBytes = 64 << 10
+	// MaxJSONDepth bounds how deeply objects and arrays nest. The event
+	// itself nests 3 deep (record, recipient or data, value).
+	MaxJSONDepth = 32
+)
+
 // Event is a shipment event, decoded and validated (DESIGN.md section 3).
 type Event struct {
 	EventID    string          `json:"event_id"`
@@ -115,11 +126,27 @@ func invalid(field, value, reason string) error {
 // Decode parses and validates a record value. The returned event is
 // normalised: phone in E.164, email a bare address, name on one line,
 // channels defaulted and de-duplicated. Any error is an *InvalidEventError.
+//
+// Besides the rules of DESIGN.md section 3, Decode refuses what two JSON
+// readers could understand differently, so that no downstream system (an
+// audit consumer, a replay tool) can disagree with this worker on who the
+// customer is: a key repeated in the record, its recipient or its data, and
+// a key that differs from a field's name only in case (encoding/json would
+// read "Event_ID" as event_id; a case-sensitive reader would not). It also
+// refuses records over MaxRecordBytes or nested deeper than MaxJSONDepth,
+// and text that is not valid UTF-8, including a lone surrogate escaped as
+// "\ud800".
 func Decode(value []byte) (Event, error) {
+	if len(value) > MaxRecordBytes {
+		return Event{}, invalid("", "", fmt.Sprintf("record is %d bytes, over the limit of %d", len(value), MaxRecordBytes))
+	}
 	if !utf8.Valid(value) {
 		// encoding/json would silently replace bad bytes with U+FFFD, and a
 		// customer would get a message with garbage in it.
 		return Event{}, invalid("", "", "not valid UTF-8")
+	}
+	if tooDeep(value, MaxJSONDepth) {
+		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
 	}
 	var ev Event
 	if err := json.Unmarshal(value, &ev); err != nil {
@@ -127,9 +154,106 @@ func Decode(value []byte) (Event, error) {
 		if errors.As(err, &te) {
 			return Event{}, invalid(te.Field, "", "want a JSON "+te.Type.String()+", got "+te.Value)
 		}
-		return Event{}, invalid("", "", "not a JSON event: "+err.Error())
+		// The error may quote the input (a bad occurred_at, say): clip it
+		// so a dead letter's reason stays readable.
+		return Event{}, invalid("", "", "not a JSON event: "+clip(err.Error(), 200))
+	}
+	if err := checkKeys(value); err != nil {
+		return Event{}, err
 	}
 	return ev, ev.normalize()
+}
+
+// tooDeep reports whether objects and arrays in b nest deeper than limit. It
+// runs before encoding/json, whose own limit (10000 levels) is far beyond any
+// event, and only counts brackets outside strings: a malformed b is left for
+// the parser to name.
+func tooDeep(b []byte, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
+}
+
+// The JSON names of Event's and Recipient's fields, for checkKeys.
+var (
+	eventFields     = []string{"event_id", "type", "occurred_at", "shipment_id", "recipient", "channels", "data"}
+	recipientFields = []string{"name", "phone", "email"}
+)
+
+// checkKeys refuses a record whose top-level, recipient or data object
+// repeats a key, or spells a field's name in another case. value is valid
+// JSON (json.Unmarshal accepted it).
+func checkKeys(value []byte) error {
+	return checkObject("", value, eventFields)
+}
+
+// checkObject checks the members of the object raw (anything else is left
+// alone: the typed decode already judged it). fields are the names
+// encoding/json matches case-insensitively; nil for a map, whose keys it
+// matches exactly.
+func checkObject(path string, raw json.RawMessage, fields []string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
+		}
+		field := join(path, key)
+		if seen[key] {
+			return invalid(field, "", "the key appears more than once: readers of the record could disagree on its value")
+		}
+		seen[key] = true
+		for _, f := range fields {
+			if key != f && strings.EqualFold(key, f) {
+				return invalid(field, "", fmt.Sprintf("field names are case-sensitive: want %q", f))
+			}
+		}
+		switch {
+		case path == "" && key == "recipient":
+			err = checkObject(field, v, recipientFields)
+		case path == "" && key == "data":
+			err = checkObject(field, v, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	key = clip(key, 64)
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 func (ev *Event) normalize() error {
@@ -141,10 +265,25 @@ func (ev *Event) normalize() error {
 		}
 	}
 
+	// encoding/json turns a lone surrogate escape ("\ud800") into U+FFFD
+	// without a word: the same garbage utf8.Valid keeps out as raw bytes.
+	if strings.ContainsRune(ev.Recipient.Name, utf8.RuneError) {
+		return invalid("recipient.name", "", badText)
+	}
+	for k, v := range ev.Data {
+		if strings.ContainsRune(k, utf8.RuneError) || strings.ContainsRune(v, utf8.RuneError) {
+			return invalid("data."+clip(k, 64), "", badText)
+		}
+	}
+
 	ev.Recipient.Name = oneLine(ev.Recipient.Name)
 	if utf8.RuneCountInString(ev.Recipient.Name) > MaxNameRunes {
 		return invalid("recipient.name", ev.Recipient.Name, fmt.Sprintf("longer than %d characters", MaxNameRunes))
 	}
+	// A blank address is no address: a producer that writes "phone": " "
+	// has no phone for the customer, and the email should still go out.
+	ev.Recipient.Phone = strings.TrimSpace(ev.Recipient.Phone)
+	ev.Recipient.Email = strings.TrimSpace(ev.Recipient.Email)
 	if ev.Recipient.Phone != "" {
 		p, err := NormalizePhone(ev.Recipient.Phone)
 		if err != nil {
@@ -188,6 +327,14 @@ func (ev *Event) normalize() error {
 	return nil
 }
 
+// badText is the reason for text holding U+FFFD, the mark of bytes that
+// were not valid UTF-8 somewhere upstream.
+const badText = "not valid UTF-8 text (holds U+FFFD or a lone surrogate escape)"
+
+// checkID checks an identifier: it goes into idempotency keys, log fields,
+// headers and messages, so it must be short, on one line, and printable. A
+// format character (a bidi override, a zero-width space) is refused too: it
+// would make two ids that print alike differ, or one print misleadingly.
 func checkID(field, v string) error {
 	switch {
 	case strings.TrimSpace(v) == "":
@@ -196,18 +343,23 @@ func checkID(field, v string) error {
 		return invalid(field, v, fmt.Sprintf("longer than %d bytes", MaxIDBytes))
 	}
 	for _, r := range v {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
-			return invalid(field, v, "must not contain spaces or control characters")
+		if r == utf8.RuneError {
+			return invalid(field, "", badText)
+		}
+		if unicode.IsSpace(r) || !unicode.IsGraphic(r) {
+			return invalid(field, v, "must not contain spaces, control or format characters")
 		}
 	}
 	return nil
 }
 
 // NormalizePhone returns p in E.164 ("+" and 8 to 15 digits, no leading
-// zero), after dropping the separators people write: spaces, dots, dashes and
-// parentheses. A leading "00" is not taken for "+": without a known dialing
-// country it is ambiguous, so it is an error.
+// zero), after dropping surrounding white space and the separators people
+// write: spaces, dots, dashes and parentheses. A leading "00" is not taken
+// for "+": without a known dialing country it is ambiguous, so it is an
+// error. Its output is a fixed point: NormalizePhone(out) returns out.
 func NormalizePhone(p string) (string, error) {
+	p = strings.TrimSpace(p)
 	var b strings.Builder
 	for i, r := range p {
 		switch {
@@ -244,7 +396,9 @@ func normalizeEmail(e string) (string, error) {
 		return "", errors.New("want a bare address, without a display name")
 	}
 	for _, r := range a.Address {
-		if r < 0x21 || r == 0x7f {
+		// net/mail takes any non-ASCII rune in an atom; an address that goes
+		// into a header must not hold white space, controls or U+FFFD.
+		if r == utf8.RuneError || unicode.IsSpace(r) || !unicode.IsGraphic(r) {
 			return "", errors.New("not an email address")
 		}
 	}

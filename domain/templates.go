@@ -12,6 +12,7 @@ import (
 	"strings"
 	texttemplate "text/template"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -20,8 +21,11 @@ import (
 // Limits applied to rendered text. Twilio refuses a body over 1600
 // characters; rather than lose the notification, the body is cut at that
 // length with an ellipsis (a template that overflows is a template bug, and
-// the customer still learns what happened). A subject is one line of at most
-// MaxSubjectRunes.
+// the customer still learns what happened). Twilio counts an emoji or any
+// other character outside the Basic Multilingual Plane as two, so the SMS
+// rule counts UTF-16 code units: a body is at most MaxSMSRunes of them,
+// hence at most MaxSMSRunes runes whatever its script. A subject is one line
+// of at most MaxSubjectRunes.
 const (
 	MaxSMSRunes     = 1600
 	MaxSubjectRunes = 200
@@ -152,22 +156,25 @@ func (t *Templates) Render(ev Event, ch ports.Channel) (ports.Message, error) {
 	if !ok {
 		return ports.Message{}, fmt.Errorf("%w %q", ErrUnknownEventType, ev.Type)
 	}
+	// Decode already put the name on one line; an Event built by other
+	// means gets the same treatment, since ToName goes into a mail header.
+	name := oneLine(ev.Recipient.Name)
 	v := view{
 		EventID: ev.EventID, Type: ev.Type, ShipmentID: ev.ShipmentID,
-		OccurredAt: ev.OccurredAt, Name: ev.Recipient.Name, Data: ev.Data,
+		OccurredAt: ev.OccurredAt, Name: name, Data: ev.Data,
 	}
 	m := ports.Message{
 		IdempotencyKey: NotificationKey(ev.EventID, ch),
 		EventID:        ev.EventID,
 		Channel:        ch,
 		To:             ev.Recipient.Address(ch),
-		ToName:         ev.Recipient.Name,
+		ToName:         name,
 	}
 	var err error
 	switch ch {
 	case ports.ChannelSMS:
 		m.Text, err = execText(tt, "sms", v)
-		m.Text = truncate(strings.TrimSpace(m.Text), MaxSMSRunes)
+		m.Text = truncateUTF16(strings.TrimSpace(m.Text), MaxSMSRunes)
 	case ports.ChannelEmail:
 		var subject string
 		if subject, err = execText(tt, "subject", v); err == nil {
@@ -200,4 +207,24 @@ func truncate(s string, n int) string {
 	}
 	runes := []rune(s)
 	return string(runes[:n-1]) + "…"
+}
+
+// truncateUTF16 cuts s to at most n UTF-16 code units, the last one an
+// ellipsis when cut (the ellipsis is one unit). It never splits a rune.
+func truncateUTF16(s string, n int) string {
+	units := 0
+	for _, r := range s {
+		units += utf16.RuneLen(r)
+	}
+	if units <= n {
+		return s
+	}
+	units = 0
+	for i, r := range s {
+		if units+utf16.RuneLen(r) > n-1 {
+			return s[:i] + "…"
+		}
+		units += utf16.RuneLen(r)
+	}
+	return s // unreachable: s has more than n units
 }

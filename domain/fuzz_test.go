@@ -1,0 +1,366 @@
+package domain_test
+
+// Fuzz targets for every path a record's bytes take through the domain. Each
+// asserts properties, not only "no panic"; scripts/fuzz.sh runs them all for
+// a bounded time (make fuzz), and plain `go test` runs their seed corpora
+// plus any crasher committed under testdata/fuzz/.
+
+import (
+	"encoding/json"
+	"errors"
+	"net/mail"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+var e164 = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
+
+// seedRecords are records the fuzzers start from: valid ones of every shape,
+// and the hostile ones of the abuse tests.
+var seedRecords = []string{
+	`{"event_id":"7f1c9a52-3d4e-4b8a-9f0e-2c6d1e8b5a43","type":"shipment.out_for_delivery","occurred_at":"2026-04-02T09:14:00Z","shipment_id":"SHP-100234","recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},"channels":["sms","email"],"data":{"eta":"14:00-16:00","tracking_url":"https://track.example/SHP-100234"}}`,
+	`{"event_id":"e1","type":"shipment.delayed","shipment_id":"S","recipient":{"phone":"+44 (0)20 7946 0958"},"data":{"reason":"storm","n":3,"ok":true,"x":null}}`,
+	`{"event_id":"e2","type":"shipment.created","shipment_id":"S","recipient":{"name":" Zoë\r\nBcc: evil@example.com ","email":" ada@example.com "},"channels":["email","email"]}`,
+	`{"event_id":"e3","type":"t","shipment_id":"s","recipient":{"phone":"   ","email":"a@b.example"}}`,
+	`{"event_id":"e","EVENT_ID":"f","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`,
+	`{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567","phone":"+15557654321"}}`,
+	`{"event_id":"e","type":"t","shipment_id":"s","recipient":{"name":"\ud800","phone":"+15551234567"}}`,
+	`{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+	`{"event_id":"e","type":"t","shipment_id":"s","recipient":{},"channels":[]}`,
+	`{"event_id":"e\u202e","type":"t","shipment_id":"s","recipient":{"email":"\"a b\"@example.com"}}`,
+	`{"event_id":"e","type":"t","shipment_id":"s","occurred_at":"not a time","recipient":{"email":"Ada <ada@example.com>"}}`,
+	`{"event_id":"e","type":"t","shipment_id":"s","recipient":{"email":"ada@example.com"},"data":{"a":{"b":1}}}`,
+	`[]`, `null`, `"x"`, `{`, `{"event_id":"e"}garbage`, "\xff\xfe",
+}
+
+// FuzzDecode: Decode either returns an *InvalidEventError with a short,
+// printable reason, or an event that holds every invariant the rest of the
+// worker relies on, and that decodes to itself when encoded again.
+func FuzzDecode(f *testing.F) {
+	for _, s := range seedRecords {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		ev, err := domain.Decode(value)
+		if err != nil {
+			var ie *domain.InvalidEventError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Decode error %T %v, want *InvalidEventError", err, err)
+			}
+			checkReason(t, err.Error())
+			return
+		}
+		checkEventInvariants(t, ev)
+
+		// Normalisation is a fixed point: what Decode returns, encoded,
+		// decodes to the same event. A value Decode would change twice is
+		// one two readers could see differently.
+		b, merr := json.Marshal(ev)
+		if merr != nil || len(b) > domain.MaxRecordBytes {
+			return // a year past 9999, or HTML-escaping grew it past the limit
+		}
+		again, err := domain.Decode(b)
+		if err != nil {
+			t.Fatalf("Decode(%s) = %v; it decoded from %q", b, err, value)
+		}
+		if !again.OccurredAt.Equal(ev.OccurredAt) {
+			t.Fatalf("occurred_at %v became %v", ev.OccurredAt, again.OccurredAt)
+		}
+		again.OccurredAt, ev.OccurredAt = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(again, ev) {
+			t.Fatalf("not a fixed point:\n first %#v\nsecond %#v", ev, again)
+		}
+	})
+}
+
+// checkReason: a dead letter's reason is read by a person. It is short, one
+// line, valid UTF-8, and never quotes a whole hostile value.
+func checkReason(t *testing.T, reason string) {
+	t.Helper()
+	if len(reason) > 512 {
+		t.Fatalf("reason of %d bytes: %.80q...", len(reason), reason)
+	}
+	if !utf8.ValidString(reason) {
+		t.Fatalf("reason %q is not valid UTF-8", reason)
+	}
+	for _, r := range reason {
+		if unicode.IsControl(r) {
+			t.Fatalf("reason %q holds a control character", reason)
+		}
+	}
+}
+
+func checkEventInvariants(t *testing.T, ev domain.Event) {
+	t.Helper()
+	for field, id := range map[string]string{"event_id": ev.EventID, "type": ev.Type, "shipment_id": ev.ShipmentID} {
+		if id == "" || len(id) > domain.MaxIDBytes || !utf8.ValidString(id) {
+			t.Fatalf("%s %q: empty, too long or not UTF-8", field, id)
+		}
+		for _, r := range id {
+			if unicode.IsSpace(r) || !unicode.IsGraphic(r) || r == utf8.RuneError {
+				t.Fatalf("%s %q holds %U", field, id, r)
+			}
+		}
+	}
+	rc := ev.Recipient
+	if rc.Phone == "" && rc.Email == "" {
+		t.Fatal("recipient without phone or email")
+	}
+	if rc.Phone != "" {
+		if !e164.MatchString(rc.Phone) {
+			t.Fatalf("phone %q is not E.164", rc.Phone)
+		}
+		if p, err := domain.NormalizePhone(rc.Phone); err != nil || p != rc.Phone {
+			t.Fatalf("phone %q re-normalises to %q, %v", rc.Phone, p, err)
+		}
+	}
+	if rc.Email != "" {
+		a, err := mail.ParseAddress(rc.Email)
+		if err != nil || a.Name != "" || a.Address != rc.Email || len(rc.Email) > domain.MaxEmailLen {
+			t.Fatalf("email %q is not a bare address (%v)", rc.Email, err)
+		}
+		for _, r := range rc.Email {
+			if unicode.IsSpace(r) || !unicode.IsGraphic(r) || r == utf8.RuneError {
+				t.Fatalf("email %q holds %U", rc.Email, r)
+			}
+		}
+	}
+	checkOneLine(t, "name", rc.Name, domain.MaxNameRunes)
+	if len(ev.Channels) == 0 {
+		t.Fatal("no channels")
+	}
+	seen := map[ports.Channel]bool{}
+	for _, ch := range ev.Channels {
+		if !ch.Valid() || seen[ch] || rc.Address(ch) == "" {
+			t.Fatalf("channels %v: %q unknown, repeated or without an address", ev.Channels, ch)
+		}
+		seen[ch] = true
+	}
+	for k, v := range ev.Data {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) || strings.ContainsRune(k+v, utf8.RuneError) {
+			t.Fatalf("data %q: %q is not clean UTF-8", k, v)
+		}
+	}
+}
+
+// checkOneLine: s can go into a mail header or an SMS as is.
+func checkOneLine(t *testing.T, what, s string, maxRunes int) {
+	t.Helper()
+	if !utf8.ValidString(s) || strings.ContainsRune(s, utf8.RuneError) {
+		t.Fatalf("%s %q is not clean UTF-8", what, s)
+	}
+	if n := utf8.RuneCountInString(s); n > maxRunes {
+		t.Fatalf("%s of %d runes, over %d", what, n, maxRunes)
+	}
+	if s != strings.TrimSpace(s) || strings.Contains(s, "  ") {
+		t.Fatalf("%s %q has white space at an end or doubled", what, s)
+	}
+	for _, r := range s {
+		if r != ' ' && (unicode.IsSpace(r) || unicode.IsControl(r)) {
+			t.Fatalf("%s %q holds %U", what, s, r)
+		}
+	}
+}
+
+// dataKeys are every data key the embedded templates print. URL-like keys
+// get the url argument, the others the text one.
+var (
+	urlKeys  = []string{"tracking_url", "reschedule_url"}
+	textKeys = []string{"eta", "reason", "new_eta", "delivered_to"}
+)
+
+var hrefRe = regexp.MustCompile(`(?i)href\s*=\s*"([^"]*)"`)
+
+// FuzzRender: whatever the event holds (built directly, so Decode's checks
+// do not shield Render), every embedded type renders on every channel; the
+// SMS is within the provider's limit; the subject and recipient name are one
+// line; data never adds a tag or a script URL to the HTML.
+func FuzzRender(f *testing.F) {
+	tpl, err := domain.LoadTemplates("")
+	if err != nil {
+		f.Fatal(err)
+	}
+	types := tpl.Types()
+	f.Add(uint8(0), "e1", "SHP-1", "Ada", "14:00-16:00", "https://track.example/SHP-1")
+	f.Add(uint8(1), "e2", "SHP-<b>", `<script>alert("x")</script>`, `"'><script>alert(1)</script>`, "javascript:alert(1)")
+	f.Add(uint8(2), "e3", "S\r\nBcc: evil@example.com", "Ada\r\nBcc: evil@example.com", "a\nb", " JaVaScRiPt:alert(1)")
+	f.Add(uint8(3), "e4", "S", strings.Repeat("😀", 700), strings.Repeat("😀", 1000), strings.Repeat("x", 2000))
+	f.Add(uint8(4), "e5", strings.Repeat("S", 300), "Zoë 山田", "\u2028\u0085\x00", "data:text/html,<script>")
+	f.Add(uint8(0), "", "", "", "", "")
+	f.Fuzz(func(t *testing.T, typ uint8, eventID, shipmentID, name, text, url string) {
+		ev := domain.Event{
+			EventID: eventID, Type: types[int(typ)%len(types)], ShipmentID: shipmentID,
+			Recipient: domain.Recipient{Name: name, Phone: "+15551234567", Email: "ada@example.com"},
+			Data:      domain.Data{},
+		}
+		// The same event with every fuzzed value replaced by an inert one
+		// of the same emptiness: it takes the same template branches, so
+		// any extra '<' in the real render came from the data.
+		inert := ev
+		inert.ShipmentID, inert.Recipient.Name = placeholder(shipmentID), placeholder(name)
+		inert.Data = domain.Data{}
+		for _, k := range textKeys {
+			ev.Data[k], inert.Data[k] = text, placeholder(text)
+		}
+		for _, k := range urlKeys {
+			ev.Data[k], inert.Data[k] = url, placeholder(url)
+		}
+
+		for _, ch := range ports.Channels {
+			m, err := tpl.Render(ev, ch)
+			if err != nil {
+				t.Fatalf("Render %s/%s: %v", ev.Type, ch, err)
+			}
+			if m.IdempotencyKey != domain.NotificationKey(eventID, ch) || m.Channel != ch {
+				t.Fatalf("message key %q channel %q", m.IdempotencyKey, m.Channel)
+			}
+			if strings.ContainsAny(m.ToName, "\r\n") {
+				t.Fatalf("ToName %q holds a line break", m.ToName)
+			}
+			switch ch {
+			case ports.ChannelSMS:
+				if n := len(utf16.Encode([]rune(m.Text))); n > domain.MaxSMSRunes {
+					t.Fatalf("SMS of %d UTF-16 units, over %d", n, domain.MaxSMSRunes)
+				}
+				if n := utf8.RuneCountInString(m.Text); n > domain.MaxSMSRunes {
+					t.Fatalf("SMS of %d runes, over %d", n, domain.MaxSMSRunes)
+				}
+				if m.Text == "" {
+					t.Fatal("empty SMS")
+				}
+			case ports.ChannelEmail:
+				if strings.ContainsAny(m.Subject, "\r\n") {
+					t.Fatalf("subject %q holds a line break", m.Subject)
+				}
+				if n := utf8.RuneCountInString(m.Subject); n > domain.MaxSubjectRunes {
+					t.Fatalf("subject of %d runes, over %d", n, domain.MaxSubjectRunes)
+				}
+				if strings.Contains(strings.ToLower(m.HTML), "<script") {
+					t.Fatalf("HTML holds a script tag: %s", m.HTML)
+				}
+				want, err := tpl.Render(inert, ch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := strings.Count(m.HTML, "<"), strings.Count(want.HTML, "<"); got != want {
+					t.Fatalf("data added %d '<' to the HTML: %s", got-want, m.HTML)
+				}
+				for _, h := range hrefRe.FindAllStringSubmatch(m.HTML, -1) {
+					if u := strings.ToLower(strings.TrimSpace(h[1])); strings.Contains(u, "script:") || strings.HasPrefix(u, "data:") {
+						t.Fatalf("HTML links to %q", h[1])
+					}
+				}
+			}
+		}
+	})
+}
+
+func placeholder(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "x"
+}
+
+// FuzzNormalizePhone: an accepted number is E.164, keeps the input's digits
+// in order, and re-normalises to itself; an E.164 input comes back as is.
+func FuzzNormalizePhone(f *testing.F) {
+	for _, s := range []string{
+		"+15551234567", "+1 (555) 123-4567", " +44 20 7946 0958 ", "+44.20.7946.0958", "0044 20 7946 0958",
+		"555-1234", "+0123456789", "+1234567", "+1234567890123456", "++15551234567", "+1555123456７",
+		"+١٥٥٥١٢٣٤٥٦٧", "+1\u00a0555 123 4567", "+1555\n1234567", "", "+", "\xff",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		out, err := domain.NormalizePhone(p)
+		if e164.MatchString(p) && (err != nil || out != p) {
+			t.Fatalf("NormalizePhone(%q) = %q, %v; want it unchanged", p, out, err)
+		}
+		if err != nil {
+			checkReason(t, err.Error())
+			return
+		}
+		if !e164.MatchString(out) {
+			t.Fatalf("NormalizePhone(%q) = %q, not E.164", p, out)
+		}
+		if digits(out) != digits(p) {
+			t.Fatalf("NormalizePhone(%q) = %q: digits changed", p, out)
+		}
+		if again, err := domain.NormalizePhone(out); err != nil || again != out {
+			t.Fatalf("NormalizePhone(%q) = %q, %v; want the fixed point %q", out, again, err, out)
+		}
+	})
+}
+
+func digits(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, s)
+}
+
+// FuzzNotificationKey: no two different (event_id, channel) pairs share a
+// key, whatever bytes either holds: the key parses back to its pair. For an
+// event_id Decode accepts, the key on every known channel is at most
+// MaxKeyBytes and header-safe.
+func FuzzNotificationKey(f *testing.F) {
+	f.Add("e1", "sms", "e1", "email")
+	f.Add("x:e1", "sms", "e1", "sms:x")
+	f.Add("sms:e1", "email", "e1", "email:sms")
+	f.Add("", "sms", "", "sms:")
+	f.Add("%3Ae", "a", "e", "a:")
+	f.Add("\xff\x00:\r\n", "sms", strings.Repeat("k", 10000), "email")
+	f.Fuzz(func(t *testing.T, id1, ch1, id2, ch2 string) {
+		k1 := domain.NotificationKey(id1, ports.Channel(ch1))
+		k2 := domain.NotificationKey(id2, ports.Channel(ch2))
+		if (id1 != id2 || ch1 != ch2) && k1 == k2 {
+			t.Fatalf("(%q, %q) and (%q, %q) share the key %q", id1, ch1, id2, ch2, k1)
+		}
+		if gotID, gotCh := parseKey(t, k1); gotID != id1 || gotCh != ch1 {
+			t.Fatalf("key %q parses back to (%q, %q), want (%q, %q)", k1, gotID, gotCh, id1, ch1)
+		}
+
+		rec, _ := json.Marshal(map[string]any{
+			"event_id": id1, "type": "shipment.created", "shipment_id": "S",
+			"recipient": map[string]string{"phone": "+15551234567", "email": "ada@example.com"},
+		})
+		ev, err := domain.Decode(rec)
+		if err != nil {
+			return
+		}
+		for _, ch := range ports.Channels {
+			k := domain.NotificationKey(ev.EventID, ch)
+			if len(k) > domain.MaxKeyBytes || !utf8.ValidString(k) {
+				t.Fatalf("key %q: %d bytes (max %d) or not UTF-8", k, len(k), domain.MaxKeyBytes)
+			}
+			for _, r := range k {
+				if unicode.IsSpace(r) || !unicode.IsGraphic(r) {
+					t.Fatalf("key %q holds %U: unsafe in a header", k, r)
+				}
+			}
+		}
+	})
+}
+
+// parseKey inverts NotificationKey: the first colon ends the channel, whose
+// '%' and ':' were percent-encoded.
+func parseKey(t *testing.T, key string) (eventID, ch string) {
+	t.Helper()
+	c, id, ok := strings.Cut(key, ":")
+	if !ok {
+		t.Fatalf("key %q has no colon", key)
+	}
+	return id, strings.NewReplacer("%3A", ":", "%25", "%").Replace(c)
+}
