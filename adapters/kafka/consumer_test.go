@@ -282,16 +282,22 @@ func TestConsumer_RetryBudget(t *testing.T) {
 		const outage = 8 // attempts, four times the retry budget
 		log := newHandledLog()
 		rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-			if attempt := log.call(rec); rec.Offset == 1 && attempt <= outage {
+			attempt := log.call(rec)
+			if rec.Offset == 1 && attempt <= outage {
 				return ports.MarkUnavailable(errors.New("idempotency store: connection refused"))
+			}
+			if rec.Offset == 1 && attempt == outage+1 {
+				// One retryable failure after the outage: the outage must
+				// not have used up the retry budget.
+				return errors.New("provider timeout")
 			}
 			log.handled(rec)
 			return nil
 		}))
 		waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 4})
 		rc.MustStop(t, 10*time.Second)
-		if got := log.callsFor(1); got != outage+1 {
-			t.Errorf("record 1 tried %d times, want %d", got, outage+1)
+		if got := log.callsFor(1); got != outage+2 {
+			t.Errorf("record 1 tried %d times, want %d", got, outage+2)
 		}
 		if !log.offsets()[1] {
 			t.Error("record 1 never handled")

@@ -153,8 +153,11 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		Value:     msg.Value,
 		Timestamp: msg.Timestamp,
 	}
+	// retryable counts only Retryable failures: an outage answered with
+	// Unavailable must not eat the record's retry budget.
+	retryable := 0
 	for attempt := 1; ; attempt++ {
-		err, panicked := p.call(rec)
+		panicked, err := p.call(rec)
 		switch {
 		case err == nil:
 			return true
@@ -172,8 +175,11 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		if kind == ports.Permanent {
 			return p.deadLetter(msg, kind, err.Error())
 		}
-		if kind == ports.Retryable && attempt >= cfg.RetryMaxAttempts {
-			return p.deadLetter(msg, kind, fmt.Sprintf("retries exhausted after %d attempts: %v", attempt, err))
+		if kind == ports.Retryable {
+			retryable++
+			if retryable >= cfg.RetryMaxAttempts {
+				return p.deadLetter(msg, kind, fmt.Sprintf("retries exhausted after %d attempts: %v", retryable, err))
+			}
 		}
 		wait := backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
 		p.log.Warn("record_retry_scheduled", "offset", msg.Offset, "attempt", attempt,
@@ -188,18 +194,18 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 // panic into an error ("panic: ...") so one bad record does not kill the
 // worker. It returns errStopping when the partition stopped before the
 // handler could start.
-func (p *partition) call(rec ports.Record) (err error, panicked bool) {
+func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 	if !p.acquire() {
-		return errStopping, false
+		return false, errStopping
 	}
 	defer p.release()
 	defer func() {
 		if r := recover(); r != nil {
-			err, panicked = fmt.Errorf("panic: %v", r), true
+			panicked, err = true, fmt.Errorf("panic: %v", r)
 			p.log.Error("handler_panicked", "offset", rec.Offset, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
-	return p.run.handler.Handle(p.handlerCtx, rec), false
+	return false, p.run.handler.Handle(p.handlerCtx, rec)
 }
 
 // deadLetter writes msg to the dead letter topic, retrying with backoff
