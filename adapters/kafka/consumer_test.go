@@ -511,3 +511,41 @@ func TestConsumer_OversizedRecordDeadLettered(t *testing.T) {
 		t.Errorf("reason = %q, want it to say too large", reason)
 	}
 }
+
+func TestConsumer_Run(t *testing.T) {
+	t.Parallel()
+	t.Run("ErrNoBroker", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := testConfig([]string{"127.0.0.1:1"}, "t")
+		c, err := kafka.NewConsumer(cfg)
+		if err != nil {
+			t.Fatalf("NewConsumer: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(context.Background(), ports.HandlerFunc(func(context.Context, ports.Record) error { return nil })) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("Run without a broker returned nil")
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run without a broker did not return")
+		}
+	})
+	t.Run("ReadyAndErrAlreadyRunning", func(t *testing.T) {
+		t.Parallel()
+		topic := uniqueName(t, "ready")
+		brokers := MustStartEmbedded(t, 1, topic).Brokers()
+		cfg, _ := testConfig(brokers, topic)
+		h := ports.HandlerFunc(func(context.Context, ports.Record) error { return nil })
+		rc := MustRun(t, cfg, h)
+		waitFor(t, 10*time.Second, "Ready", rc.c.Ready)
+		if err := rc.c.Run(context.Background(), h); !errors.Is(err, kafka.ErrAlreadyRunning) {
+			t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
+		}
+		rc.MustStop(t, 10*time.Second)
+		if rc.c.Ready() {
+			t.Error("Ready after Run returned")
+		}
+	})
+}
