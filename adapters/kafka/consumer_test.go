@@ -522,7 +522,9 @@ func TestConsumer_Run(t *testing.T) {
 			t.Fatalf("NewConsumer: %v", err)
 		}
 		done := make(chan error, 1)
-		go func() { done <- c.Run(context.Background(), ports.HandlerFunc(func(context.Context, ports.Record) error { return nil })) }()
+		go func() {
+			done <- c.Run(context.Background(), ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
+		}()
 		select {
 		case err := <-done:
 			if err == nil {
