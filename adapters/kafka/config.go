@@ -1,8 +1,3 @@
-// Package kafka is the Kafka side of the worker: a Sarama consumer group that
-// implements ports.EventSource (key-ordered concurrent handling, offsets
-// committed only up to the lowest unfinished record, retries and a dead letter
-// topic), a Publisher for the demo and tests, and an embedded in-process
-// broker (franz-go's kfake) for runs without infrastructure.
 package kafka
 
 import (

@@ -534,6 +534,27 @@ func TestConsumer_Run(t *testing.T) {
 			t.Fatal("Run without a broker did not return")
 		}
 	})
+	t.Run("KeylessRecordsHandled", func(t *testing.T) {
+		t.Parallel()
+		topic := uniqueName(t, "keyless")
+		brokers := MustStartEmbedded(t, 1, topic).Brokers()
+		msgs := numbered(5, "v", distinctKeys)
+		for i := range msgs {
+			msgs[i].Key = nil
+		}
+		MustPublish(t, brokers, topic, msgs...)
+		cfg, _ := testConfig(brokers, topic)
+		log := newHandledLog()
+		rc := MustRun(t, cfg, ports.HandlerFunc(func(_ context.Context, rec ports.Record) error {
+			log.handled(rec)
+			return nil
+		}))
+		waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 5})
+		rc.MustStop(t, 10*time.Second)
+		if got := log.count(); got != 5 {
+			t.Errorf("%d records handled, want 5", got)
+		}
+	})
 	t.Run("ReadyAndErrAlreadyRunning", func(t *testing.T) {
 		t.Parallel()
 		topic := uniqueName(t, "ready")

@@ -1,0 +1,41 @@
+// Package kafka is the Kafka side of the worker: a Sarama consumer group that
+// implements ports.EventSource (key-ordered concurrent handling, offsets
+// committed only up to the lowest unfinished record, retries and a dead letter
+// topic), a Publisher for the demo and tests, and an embedded in-process
+// broker (franz-go's kfake) for runs without infrastructure.
+//
+// # Choices an operator should know
+//
+//   - At-least-once, never at-most-once: a record is marked for commit only
+//     after the handler returned nil for it or it was written to the dead
+//     letter topic. Marks are committed every CommitInterval, when the
+//     group rebalances (every rebalance ends the session: eager, range
+//     assignment) and at shutdown. A crash replays what was not committed;
+//     the idempotency store makes that harmless.
+//   - A new consumer group starts at the oldest record of each partition.
+//     A brand-new group id on a topic with long retention therefore replays
+//     history older than the idempotency TTL: reuse the group id.
+//   - Records with the same key run one after another in offset order;
+//     records without a key have no order to keep and run independently.
+//     At most MaxInFlight handler calls run at once per worker, and at most
+//     4*MaxInFlight records are fetched and unfinished; past that the fetch
+//     waits.
+//   - Retryable errors are tried up to RetryMaxAttempts times, then dead-lettered;
+//     Unavailable errors are retried for as long as the partition is held and
+//     do not count against that budget; Permanent errors, panics and records
+//     over MaxRecordBytes are dead-lettered at once. A failed dead letter
+//     write is retried too: the record is never marked without it.
+//   - On shutdown or revoke, no new record starts; records in hand get
+//     ShutdownTimeout to finish with a live context, then their context is
+//     cancelled and whatever did not finish is left for replay.
+//   - Ready is false between sessions (during a rebalance) and before the
+//     first assignment.
+//
+// # Logs
+//
+// Stable msg names: consumer_started, consumer_stopped, partitions_assigned,
+// partitions_released, partition_stopping, record_retry_scheduled,
+// event_dead_lettered, dead_letter_failed, handler_panicked,
+// shutdown_timeout_exceeded, handlers_abandoned, consume_failed,
+// consumer_error. Record values are never logged: they hold customer data.
+package kafka
