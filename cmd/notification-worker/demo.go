@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/console"
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Demo sizes: 14 events fan out to 24 notifications, plus one poison record.
+const (
+	demoEvents  = 14
+	demoTimeout = 2 * time.Minute
+)
+
+// runDemo replays the 2026-04-02 incident with no infrastructure: sample
+// events go to an embedded broker, a worker sends each notification to the
+// console, then the group's offsets are deleted and a new worker replays
+// the partitions from offset 0, as the rebalance did. The in-memory store
+// stands in for Redis, which outlives the restart. It fails if any
+// notification was sent twice or any was never handled.
+func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{
+		Level: cfg.LogLevel,
+		// Keep the demo's output to what it shows: no timestamps, no
+		// configuration dump.
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if (len(groups) == 0 && a.Key == slog.TimeKey) || (len(groups) > 0 && groups[0] == "config") {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+
+	emb, err := kafka.StartEmbedded(embeddedPartitions, cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
+	if err != nil {
+		return err
+	}
+	defer emb.Close()
+	cfg.Kafka.Brokers = emb.Brokers()
+
+	events, notifications := sampleEvents(demoEvents)
+	msgs := make([]kafka.Message, 0, len(events)+1)
+	for _, ev := range events {
+		msgs = append(msgs, kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json()})
+	}
+	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
+	pub, err := kafka.NewPublisher(kafka.Config{Brokers: cfg.Kafka.Brokers})
+	if err != nil {
+		return err
+	}
+	err = pub.Publish(ctx, cfg.Kafka.Topic, msgs...)
+	pub.Close()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "== published %d shipment events (%d notifications) and 1 malformed record to %s\n",
+		len(events), notifications, cfg.Kafka.Topic)
+
+	store := memory.New(nil)
+	sends := &countingNotifier{next: console.New(stdout), perKey: map[string]int{}}
+	var totals [2]tally
+	for phase, title := range []string{
+		"first delivery",
+		"the consumer group restarts from offset 0, as on 2026-04-02",
+	} {
+		fmt.Fprintf(stdout, "== phase %d: %s\n", phase+1, title)
+		if phase == 1 {
+			if err := deleteGroup(ctx, cfg); err != nil {
+				return err
+			}
+		}
+		t := &totals[phase]
+		m := &Main{
+			Config: cfg, Stdout: stdout, Logger: log, Store: store,
+			Notifiers:       map[ports.Channel]ports.Notifier{ports.ChannelSMS: sends, ports.ChannelEmail: sends},
+			Observer:        t,
+			ConsumerMetrics: t,
+		}
+		if err := runUntil(ctx, m, func() bool { return t.handled() >= notifications && t.deadLettered.Load() >= 1 }); err != nil {
+			return fmt.Errorf("phase %d: %w", phase+1, err)
+		}
+		fmt.Fprintf(stdout, "== phase %d: sent %d, duplicates suppressed %d, dead-lettered %d\n",
+			phase+1, t.outcome(ports.OutcomeSent), t.outcome(ports.OutcomeDuplicate), t.deadLettered.Load())
+	}
+
+	sent := totals[0].outcome(ports.OutcomeSent) + totals[1].outcome(ports.OutcomeSent)
+	suppressed := totals[0].outcome(ports.OutcomeDuplicate) + totals[1].outcome(ports.OutcomeDuplicate)
+	dup := sends.duplicates()
+	fmt.Fprintf(stdout, "sent %d, duplicates suppressed %d, duplicate sends %d\n", sent, suppressed, dup)
+	switch {
+	case dup > 0:
+		return fmt.Errorf("%d notifications were sent more than once", dup)
+	case sent != notifications:
+		return fmt.Errorf("sent %d notifications, want %d", sent, notifications)
+	}
+	return nil
+}
+
+// runUntil opens m, runs it until done reports true, then stops it the way
+// SIGTERM would, so it commits what it handled.
+func runUntil(ctx context.Context, m *Main, done func() bool) error {
+	defer m.Close()
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- m.Run(runCtx) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !done() {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("worker stopped early: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("not every record was handled in time: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+	stop()
+	return <-errc
+}
+
+// deleteGroup deletes the group's committed offsets once its last member has
+// left (the broker may need a moment to see the leave).
+func deleteGroup(ctx context.Context, cfg config.Config) error {
+	kcfg := kafka.Config{Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, GroupID: cfg.Kafka.GroupID}
+	var err error
+	for range 50 {
+		if err = kafka.DeleteGroup(ctx, kcfg); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// tally counts what one phase observed.
+type tally struct {
+	mu           sync.Mutex
+	outcomes     map[ports.Outcome]int
+	deadLettered atomic.Int64
+}
+
+func (t *tally) Observe(_ ports.Channel, o ports.Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.outcomes == nil {
+		t.outcomes = map[ports.Outcome]int{}
+	}
+	t.outcomes[o]++
+}
+
+func (t *tally) outcome(o ports.Outcome) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.outcomes[o]
+}
+
+// handled counts notifications that reached an end: sent or suppressed.
+func (t *tally) handled() int {
+	return t.outcome(ports.OutcomeSent) + t.outcome(ports.OutcomeDuplicate)
+}
+
+func (t *tally) RecordDeadLettered(string, ports.Kind) { t.deadLettered.Add(1) }
+func (t *tally) HandlerPanicked(string)                {}
+func (t *tally) ConsumerLag(string, int32, int64)      {}
+
+// countingNotifier counts what reached the provider, per idempotency key:
+// the demo's proof that nothing was sent twice.
+type countingNotifier struct {
+	next ports.Notifier
+
+	mu     sync.Mutex
+	perKey map[string]int
+}
+
+func (c *countingNotifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	r, err := c.next.Send(ctx, m)
+	if err == nil {
+		c.mu.Lock()
+		c.perKey[m.IdempotencyKey]++
+		c.mu.Unlock()
+	}
+	return r, err
+}
+
+func (c *countingNotifier) duplicates() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.perKey {
+		n += k - 1
+	}
+	return n
+}

@@ -1,0 +1,85 @@
+// Command notification-worker consumes shipment events from Kafka and sends
+// each customer notification once, however often the event is replayed.
+//
+//	notification-worker            run the worker (configured by environment)
+//	notification-worker demo       the 2026-04-02 incident, replayed on an embedded broker
+//	notification-worker publish    publish events (JSON lines, or -sample N) to KAFKA_BROKERS
+//
+// main only handles signals and exit codes; the work is in Main.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/harborlight/notification-worker/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run returns the process exit code: 0 success, 1 a failure at run time,
+// 2 bad usage or configuration.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "worker"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	cfg, err := config.Load(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	switch cmd {
+	case "worker", "run":
+		err = runWorker(ctx, cfg, stdout)
+	case "demo":
+		err = runDemo(ctx, cfg, stdout)
+	case "publish":
+		err = runPublish(ctx, cfg, args, stdin, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n%s\n", cmd, usage)
+		return 2
+	}
+	var usageErr *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usageErr):
+		fmt.Fprintf(stderr, "%v\n%s\n", err, usage)
+		return 2
+	}
+	fmt.Fprintln(stderr, "notification-worker:", err)
+	return 1
+}
+
+const usage = `usage:
+  notification-worker [worker]        run the worker, configured by environment (see README)
+  notification-worker demo            replay the 2026-04-02 incident on an embedded broker
+  notification-worker publish [flags] [file]
+                                      publish events to KAFKA_BROKERS: JSON lines from file
+                                      or stdin, or -sample N generated sample events`
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func runWorker(ctx context.Context, cfg config.Config, stdout io.Writer) error {
+	m := &Main{Config: cfg, Stdout: stdout}
+	defer m.Close()
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	return m.Run(ctx)
+}

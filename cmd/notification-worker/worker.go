@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/harborlight/notification-worker/adapters/breaker"
+	"github.com/harborlight/notification-worker/adapters/console"
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// embeddedPartitions is the partition count of the embedded broker's topics:
+// enough for key-ordered concurrency and a rebalance to be visible.
+const embeddedPartitions = 4
+
+// Main is the worker: Open builds the adapters the configuration names,
+// Run consumes until its context is done, Close releases what Open built.
+// The demo and the end-to-end tests use it as main does.
+type Main struct {
+	Config config.Config
+	// Stdout receives the JSON logs and, where no provider is configured,
+	// the console notifier's lines.
+	Stdout io.Writer
+	// Logger overrides the logger built from Config (nil: built).
+	Logger *slog.Logger
+	// Store overrides the store built from Config. The demo passes one store
+	// to two workers: it stands in for Redis, which outlives a restart.
+	Store ports.IdempotencyStore
+	// Notifiers overrides the notifiers built from Config, per channel.
+	Notifiers map[ports.Channel]ports.Notifier
+	// Observer and ConsumerMetrics, when set, are told what the domain and
+	// the consumer report, besides the worker's own metrics.
+	Observer        ports.Observer
+	ConsumerMetrics kafka.Metrics
+
+	logger   *slog.Logger
+	consumer *kafka.Consumer
+	handler  ports.Handler
+	closers  []func()
+}
+
+// Open builds every adapter and the domain service. On error, what was
+// built so far is closed by Close.
+func (m *Main) Open(ctx context.Context) error {
+	cfg := m.Config
+	m.logger = m.Logger
+	if m.logger == nil {
+		m.logger = newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat)
+	}
+	wired := map[string]string{}
+
+	brokers := cfg.Kafka.Brokers
+	if len(brokers) == 0 {
+		emb, err := kafka.StartEmbedded(embeddedPartitions, cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
+		if err != nil {
+			return err
+		}
+		m.closers = append(m.closers, emb.Close)
+		brokers = emb.Brokers()
+		wired["kafka"] = "embedded in-process broker (KAFKA_BROKERS is empty; nothing survives a restart)"
+	} else {
+		wired["kafka"] = "sarama"
+	}
+
+	store, err := m.openStore(ctx, wired)
+	if err != nil {
+		return err
+	}
+	notifiers, err := m.openNotifiers(wired)
+	if err != nil {
+		return err
+	}
+	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
+	if err != nil {
+		return err
+	}
+	svc, err := domain.NewService(domain.Config{
+		Store:        store,
+		Notifiers:    notifiers,
+		Templates:    templates,
+		TTL:          cfg.Idempotency.TTL,
+		ClaimTTL:     cfg.Idempotency.ClaimTTL,
+		StoreTimeout: cfg.Idempotency.Timeout,
+		SendTimeout:  cfg.SendTimeout,
+		FailureMode:  domain.FailureMode(cfg.Idempotency.FailureMode),
+		Logger:       m.logger,
+		Observer:     m.Observer,
+	})
+	if err != nil {
+		return err
+	}
+	m.handler = svc
+
+	kcfg, err := m.kafkaConfig(brokers)
+	if err != nil {
+		return err
+	}
+	m.consumer, err = kafka.NewConsumer(kcfg)
+	if err != nil {
+		return err
+	}
+
+	m.logger.Info("worker_starting", slog.Any("config", cfg), slog.Any("adapters", wired))
+	return nil
+}
+
+// Run consumes until ctx is done, then returns once the consumer has
+// committed what was handled.
+func (m *Main) Run(ctx context.Context) error {
+	if m.consumer == nil {
+		return errors.New("worker: Run before Open")
+	}
+	err := m.consumer.Run(ctx, m.handler)
+	m.logger.Info("worker_stopped")
+	return err
+}
+
+// Ready reports whether the worker has joined its group and holds partitions.
+func (m *Main) Ready() bool { return m.consumer != nil && m.consumer.Ready() }
+
+// Close releases everything Open built, in reverse order.
+func (m *Main) Close() {
+	for i := len(m.closers) - 1; i >= 0; i-- {
+		m.closers[i]()
+	}
+	m.closers = nil
+}
+
+func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.IdempotencyStore, error) {
+	cfg := m.Config.Idempotency
+	switch {
+	case m.Store != nil:
+		wired["store"] = "given"
+		return m.Store, nil
+	case cfg.RedisURL == "":
+		wired["store"] = "memory (REDIS_URL is empty; forgets on restart)"
+		return memory.New(nil), nil
+	}
+	rs, err := redis.New(redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	m.closers = append(m.closers, rs.Close)
+	wired["store"] = "redis"
+	if cfg.BreakerFailures == 0 {
+		return rs, nil
+	}
+	b := breaker.New(rs, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Probe: rs.Ping})
+	m.closers = append(m.closers, b.Close)
+	wired["store"] = "redis, behind a circuit breaker"
+	return b, nil
+}
+
+func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.Notifier, error) {
+	cfg := m.Config
+	var con ports.Notifier = console.New(m.Stdout)
+	n := map[ports.Channel]ports.Notifier{ports.ChannelSMS: con, ports.ChannelEmail: con}
+	wired["sms"], wired["email"] = "console", "console"
+	if cfg.TwilioEnabled() {
+		tw, err := twilio.New(twilio.Config{
+			AccountSID:          cfg.Twilio.AccountSID,
+			AuthToken:           cfg.Twilio.AuthToken.Reveal(),
+			From:                cfg.Twilio.FromNumber,
+			MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
+			APIURL:              cfg.Twilio.APIURL,
+			Timeout:             cfg.SendTimeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+		n[ports.ChannelSMS], wired["sms"] = tw, "twilio"
+	}
+	if cfg.SMTPEnabled() {
+		sm, err := smtp.New(smtp.Config{
+			Host:      cfg.SMTP.Host,
+			Port:      cfg.SMTP.Port,
+			Username:  cfg.SMTP.Username,
+			Password:  cfg.SMTP.Password.Reveal(),
+			From:      cfg.SMTP.From,
+			TLSPolicy: cfg.SMTP.TLSPolicy,
+			Timeout:   cfg.SendTimeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+		n[ports.ChannelEmail], wired["email"] = sm, "smtp"
+	}
+	for ch, given := range m.Notifiers {
+		n[ch], wired[string(ch)] = given, "given"
+	}
+	return n, nil
+}
+
+func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
+	k := m.Config.Kafka
+	kcfg := kafka.Config{
+		Brokers:             brokers,
+		Topic:               k.Topic,
+		GroupID:             k.GroupID,
+		DLQTopic:            k.DLQTopic,
+		MaxInFlight:         k.MaxInFlight,
+		MaxRecordBytes:      k.MaxRecordBytes,
+		RetryMaxAttempts:    k.RetryMaxAttempts,
+		RetryInitialBackoff: k.RetryInitialBackoff,
+		RetryMaxBackoff:     k.RetryMaxBackoff,
+		ShutdownTimeout:     m.Config.ShutdownTimeout,
+		SASLMechanism:       k.SASLMechanism,
+		SASLUsername:        k.SASLUsername,
+		SASLPassword:        k.SASLPassword.Reveal(),
+		Logger:              m.logger,
+		Metrics:             m.ConsumerMetrics,
+	}
+	tlsCfg, err := kafkaTLS(m.Config)
+	if err != nil {
+		return kafka.Config{}, err
+	}
+	kcfg.TLS = tlsCfg
+	return kcfg, nil
+}
+
+// kafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask for,
+// or nil for plaintext.
+func kafkaTLS(cfg config.Config) (*tls.Config, error) {
+	if !cfg.Kafka.TLS {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f := cfg.Kafka.TLSCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("KAFKA_TLS_CA_FILE: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("KAFKA_TLS_CA_FILE %s: no PEM certificate in it", f)
+		}
+		t.RootCAs = pool
+	}
+	return t, nil
+}
+
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the host packages the tests need on a fresh Debian machine (as
+# root): redis-server for the store's tests. Idempotent and quick when
+# everything is there. The Docker engine is scripts/docker-up.sh's job.
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: missing ${need[*]}; run as root or install them yourself" >&2
+    exit 1
+  fi
+  echo "deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # Debian starts a redis-server on 6379 on install; the tests start their
+  # own on free ports and do not need it.
+fi
+echo "deps: ok ($(redis-server --version | cut -d' ' -f3))"
