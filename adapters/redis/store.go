@@ -89,8 +89,9 @@ type Config struct {
 	// KeyPrefix is put before every key. Empty: DefaultKeyPrefix.
 	KeyPrefix string
 	// Timeout bounds every call, on top of the caller's context. Zero:
-	// DefaultTimeout. It also bounds dialing a connection, unless the URL
-	// sets dial_timeout.
+	// DefaultTimeout. Connecting in New is bounded by rueidis' dial timeout
+	// instead (5s, or the URL's dial_timeout), so a slow start-up handshake
+	// does not stop the service from starting.
 	Timeout time.Duration
 	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
 	// private CA, a client certificate). Its ServerName defaults to the URL's
@@ -114,7 +115,7 @@ type Store struct {
 
 // New connects to the server in cfg.URL and returns a Store. It fails if the
 // URL or Config is invalid, or if the server cannot be reached (and
-// authenticated) within a few seconds. Client-side caching is off: the store
+// authenticated) within the dial timeout. Errors never carry the password. Client-side caching is off: the store
 // never reads a key twice, and CLIENT TRACKING would need extra ACL rights.
 func New(cfg Config) (*Store, error) {
 	if cfg.KeyPrefix == "" {
@@ -150,12 +151,6 @@ func New(cfg Config) (*Store, error) {
 	// met the dead socket and failed with EOF, though the server was back.
 	// It also lets a cancelled caller return early on a live connection.
 	opt.AlwaysPipelining = true
-	if opt.Dialer.Timeout == 0 {
-		// A call waits for a connection being dialed by another call, and
-		// rueidis dials some of them with its 5 s default: keep every dial
-		// within our bound so no call waits longer than Timeout.
-		opt.Dialer.Timeout = cfg.Timeout
-	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
