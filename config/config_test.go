@@ -186,7 +186,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword, config.Secret("")},
 		{"MAX_IN_FLIGHT", c.Kafka.MaxInFlight, 64},
 		{"MAX_RECORD_BYTES", c.Kafka.MaxRecordBytes, 1048576},
-		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 5},
+		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 12},
 		{"RETRY_INITIAL_BACKOFF", c.Kafka.RetryInitialBackoff, 200 * time.Millisecond},
 		{"RETRY_MAX_BACKOFF", c.Kafka.RetryMaxBackoff, 10 * time.Second},
 		{"REDIS_URL", c.Idempotency.RedisURL, config.Secret("")},

@@ -19,7 +19,7 @@ import (
 const (
 	DefaultMaxInFlight         = 64
 	DefaultMaxRecordBytes      = 1 << 20
-	DefaultRetryMaxAttempts    = 5
+	DefaultRetryMaxAttempts    = 12
 	DefaultRetryInitialBackoff = 200 * time.Millisecond
 	DefaultRetryMaxBackoff     = 10 * time.Second
 	DefaultCommitInterval      = time.Second
@@ -58,7 +58,7 @@ type Config struct {
 	MaxRecordBytes int
 
 	// RetryMaxAttempts is how many times a record failing with a Retryable
-	// error is tried before it is dead-lettered; default 5.
+	// error is tried before it is dead-lettered; default 12: with the default backoff, about a minute of provider errors before a record is dead-lettered.
 	RetryMaxAttempts int
 	// RetryInitialBackoff and RetryMaxBackoff shape the capped exponential
 	// backoff (with jitter) between attempts, and between attempts to write
