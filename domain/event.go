@@ -388,6 +388,9 @@ func normalizeEmail(e string) (string, error) {
 	if len(e) > MaxEmailLen {
 		return "", fmt.Errorf("longer than %d bytes", MaxEmailLen)
 	}
+	if strings.ContainsRune(e, utf8.RuneError) {
+		return "", errors.New(badText)
+	}
 	a, err := mail.ParseAddress(e)
 	if err != nil {
 		return "", errors.New("not an email address")
