@@ -12,7 +12,7 @@ PKGS    := ./...
 export TESTCONTAINERS_RYUK_DISABLED := true
 export TESTCONTAINERS_HOST_OVERRIDE := 127.0.0.1
 
-.PHONY: build run test test-unit test-integration lint bench fuzz image images docker-up deps clean
+.PHONY: build run test test-unit test-integration lint bench fuzz check-deploy image images docker-up deps clean
 
 build: ## static binary into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/notification-worker
@@ -45,6 +45,15 @@ lint: ## gofmt and go vet, as CI runs them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: not formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration ./integration/...
+
+fuzz: ## every fuzz target for FUZZTIME each (default 15s), on top of its seed corpus
+	scripts/fuzz.sh
+
+bench: ## throughput and capacity, as ratios against baselines measured in the same run
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 10m ./integration/bench/
+
+check-deploy: ## deploy/compose.yaml and deploy/k8s validated offline
+	scripts/check-deploy.sh
 
 clean:
 	rm -rf bin
