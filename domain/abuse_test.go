@@ -408,3 +408,36 @@ func jsonString(s string) string {
 	}
 	return string(b)
 }
+
+func TestAbusePanickingNotifier(t *testing.T) {
+	w := newWorld(t, domain.FailOpen)
+	w.sms.FailFunc = func(ports.Message) error { panic("provider SDK bug") }
+
+	t.Run("PanicReachesTheEventSource", func(t *testing.T) {
+		// The consumer recovers it, counts it and dead-letters the record;
+		// swallowing it here would hide a bug as an ordinary failure.
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = w.handle(t, event("e1", "sms"))
+		}()
+		if got != "provider SDK bug" {
+			t.Fatalf("recovered %v, want the notifier's panic", got)
+		}
+	})
+	t.Run("ClaimReleased", func(t *testing.T) {
+		// A claim left pending would hold off a replay for the claim TTL.
+		if st := w.claimState(t, domain.NotificationKey("e1", ports.ChannelSMS)); st != ports.Claimed {
+			t.Fatalf("key after the panic: %v, want free", st)
+		}
+	})
+	t.Run("ReplaySends", func(t *testing.T) {
+		w.sms.FailFunc = nil
+		if err := w.handle(t, event("e1", "sms")); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("%d SMS sent on replay, want 1", n)
+		}
+	})
+}

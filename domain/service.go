@@ -216,9 +216,7 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 		return ports.OutcomeDuplicate, nil
 	}
 
-	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
-	receipt, err := s.cfg.Notifiers[m.Channel].Send(sendCtx, m)
-	cancel()
+	receipt, err := s.send(ctx, log, m, res, token)
 	if err != nil {
 		if res == claimed {
 			s.release(ctx, log, m.IdempotencyKey, token)
@@ -251,6 +249,24 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 		slog.String("provider_id", receipt.ProviderID),
 		slog.Bool("idempotency_checked", res == claimed))
 	return ports.OutcomeSent, nil
+}
+
+// send calls the channel's notifier. Should the notifier panic, it gives
+// the claim back before letting the panic go on to the event source (which
+// recovers and dead-letters the record): otherwise the pending claim would
+// hold off every replay of the record for the whole claim TTL.
+func (s *Service) send(ctx context.Context, log *slog.Logger, m ports.Message, res claimResult, token string) (ports.Receipt, error) {
+	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			if res == claimed {
+				s.release(ctx, log, m.IdempotencyKey, token)
+			}
+			panic(r)
+		}
+	}()
+	return s.cfg.Notifiers[m.Channel].Send(sendCtx, m)
 }
 
 // claim takes the key, or finds it sent, or waits while another worker holds
