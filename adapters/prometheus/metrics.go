@@ -1,0 +1,250 @@
+// Package prometheus keeps the worker's metrics in the Prometheus format
+// (client_golang) and serves them. Metrics is told what happened by the
+// domain (as its ports.Observer) and by the consumer (as its metrics sink),
+// and measures the store and the notifiers by decorating their ports, so no
+// metric call lives in the domain.
+//
+// Every Metrics has its own registry, never the global one: two workers in
+// one process (the demo, the end-to-end tests) keep separate counts.
+package prometheus
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Namespace prefixes every metric the worker exports.
+const Namespace = "notification_worker"
+
+// Store operations, the values of the "operation" label.
+const (
+	OpClaim   = "claim"
+	OpRecord  = "record"
+	OpRelease = "release"
+)
+
+// Store health, as StoreStatus reports it.
+const (
+	// StoreUnknown: no store call has finished yet.
+	StoreUnknown = "unknown"
+	// StoreOK: the latest store call succeeded.
+	StoreOK = "ok"
+	// StoreFailing: the latest store call failed or timed out (or was
+	// refused by a circuit breaker in front of the store).
+	StoreFailing = "failing"
+)
+
+// Buckets, in seconds. The store's are around its 200ms timeout, where the
+// failure mode starts to apply; the sends' reach past the 10s send timeout.
+var (
+	storeBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .15, .2, .25, .5, 1}
+	sendBuckets  = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30}
+)
+
+// Metrics holds the worker's metrics. It implements ports.Observer and the
+// kafka adapter's Metrics interface (structurally: adapters do not import
+// each other). Every method is safe for concurrent use and does not block.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	notifications    *prometheus.CounterVec
+	duplicates       prometheus.Counter
+	storeUnavailable *prometheus.CounterVec
+	deadLettered     *prometheus.CounterVec
+	storeDuration    *prometheus.HistogramVec
+	sendDuration     *prometheus.HistogramVec
+	lag              *prometheus.GaugeVec
+	panics           prometheus.Counter
+
+	// storeState is the StoreStatus value, swapped by every store call.
+	storeState atomic.Value
+}
+
+var _ ports.Observer = (*Metrics)(nil)
+
+// New returns a Metrics on a fresh registry, which also carries the Go
+// runtime and process collectors. Every (channel, outcome) pair of
+// ports.Channels and ports.Outcomes, and every store operation, is exported
+// at 0 from the start: a rate() over a series that appears only at its
+// first increment misses that increment.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "notifications_total",
+			Help: "Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent).",
+		}, []string{"channel", "outcome"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "duplicates_suppressed_total",
+			Help: "Replayed notifications not sent because the idempotency store held a sent record.",
+		}),
+		storeUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "store_unavailable_total",
+			Help: "Idempotency store calls that failed or timed out, including those refused by an open circuit breaker.",
+		}, []string{"operation"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "records_dead_lettered_total",
+			Help: "Records written to the dead letter topic, by source topic and kind (permanent, retryable).",
+		}, []string{"topic", "kind"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "store_call_duration_seconds",
+			Help:    "Latency of each idempotency store call, by operation (claim, record, release).",
+			Buckets: storeBuckets,
+		}, []string{"operation"}),
+		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "send_duration_seconds",
+			Help:    "Latency of each provider call, by channel, whatever its result.",
+			Buckets: sendBuckets,
+		}, []string{"channel"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "consumer_lag",
+			Help: "Records between a partition's high-water mark and this worker's position, for the partitions it consumed.",
+		}, []string{"topic", "partition"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "handler_panics_total",
+			Help: "Records whose handling panicked (each is dead-lettered as permanent).",
+		}),
+	}
+	m.storeState.Store(StoreUnknown)
+	m.reg.MustRegister(
+		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
+		m.storeDuration, m.sendDuration, m.lag, m.panics,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	for _, ch := range ports.Channels {
+		for _, o := range ports.Outcomes {
+			m.notifications.WithLabelValues(string(ch), string(o))
+		}
+	}
+	for _, op := range []string{OpClaim, OpRecord, OpRelease} {
+		m.storeUnavailable.WithLabelValues(op)
+		m.storeDuration.WithLabelValues(op)
+	}
+	return m
+}
+
+// Registry returns the registry the metrics live on, for a caller that
+// wants to add collectors of its own or gather without HTTP.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// KnowTopic exports the dead letter counters of topic at 0 for both kinds a
+// record can be dead-lettered with, so an alert on their increase sees the
+// first dead letter. The topic is only known once configured, hence not in
+// New.
+func (m *Metrics) KnowTopic(topic string) {
+	for _, k := range []ports.Kind{ports.Permanent, ports.Retryable} {
+		m.deadLettered.WithLabelValues(topic, k.String())
+	}
+}
+
+// Observe implements ports.Observer: it counts how a notification ended.
+func (m *Metrics) Observe(ch ports.Channel, o ports.Outcome) {
+	m.notifications.WithLabelValues(string(ch), string(o)).Inc()
+	if o == ports.OutcomeDuplicate {
+		m.duplicates.Inc()
+	}
+}
+
+// RecordDeadLettered counts a record written to the dead letter topic.
+func (m *Metrics) RecordDeadLettered(topic string, kind ports.Kind) {
+	m.deadLettered.WithLabelValues(topic, kind.String()).Inc()
+}
+
+// HandlerPanicked counts a record whose handling panicked. The topic is not
+// a label: the contract (docs/runbook.md) exports one series.
+func (m *Metrics) HandlerPanicked(string) { m.panics.Inc() }
+
+// ConsumerLag sets the lag of one partition. A negative lag (a high-water
+// mark read before the record's own offset was) is reported as 0.
+func (m *Metrics) ConsumerLag(topic string, partition int32, lag int64) {
+	m.lag.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(max(lag, 0)))
+}
+
+// StoreStatus returns StoreUnknown, StoreOK or StoreFailing, from the latest
+// call through a store returned by InstrumentStore. It is the signal a
+// readiness body shows: a store outage does not make the worker unready (it
+// fails open), but the operator should see it.
+func (m *Metrics) StoreStatus() string { return m.storeState.Load().(string) }
+
+// InstrumentStore returns s measured: the latency of every call, and the
+// calls that failed. A call that failed because its caller cancelled it
+// (shutdown) says nothing about the store and is neither counted as
+// unavailable nor changes StoreStatus; one that ran out of its deadline is
+// the store being slow, and counts.
+func (m *Metrics) InstrumentStore(s ports.IdempotencyStore) ports.IdempotencyStore {
+	return &instrumentedStore{next: s, m: m}
+}
+
+type instrumentedStore struct {
+	next ports.IdempotencyStore
+	m    *Metrics
+}
+
+func (s *instrumentedStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+	start := time.Now()
+	c, err := s.next.Claim(ctx, key, token, ttl)
+	s.m.storeCall(ctx, OpClaim, start, err)
+	return c, err
+}
+
+func (s *instrumentedStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	start := time.Now()
+	err := s.next.Record(ctx, key, r, ttl)
+	s.m.storeCall(ctx, OpRecord, start, err)
+	return err
+}
+
+func (s *instrumentedStore) Release(ctx context.Context, key, token string) error {
+	start := time.Now()
+	err := s.next.Release(ctx, key, token)
+	s.m.storeCall(ctx, OpRelease, start, err)
+	return err
+}
+
+func (m *Metrics) storeCall(ctx context.Context, op string, start time.Time, err error) {
+	m.storeDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		m.storeState.Store(StoreOK)
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller gave up: not the store's failure.
+	default:
+		m.storeUnavailable.WithLabelValues(op).Inc()
+		m.storeState.Store(StoreFailing)
+	}
+}
+
+// InstrumentNotifier returns n measured: the latency of every Send on
+// channel ch, whatever its result. Outcomes are counted by Observe, where
+// the domain has classified them.
+func (m *Metrics) InstrumentNotifier(ch ports.Channel, n ports.Notifier) ports.Notifier {
+	return &instrumentedNotifier{next: n, hist: m.sendDuration.WithLabelValues(string(ch))}
+}
+
+type instrumentedNotifier struct {
+	next ports.Notifier
+	hist prometheus.Observer
+}
+
+func (n *instrumentedNotifier) Send(ctx context.Context, msg ports.Message) (ports.Receipt, error) {
+	start := time.Now()
+	r, err := n.next.Send(ctx, msg)
+	n.hist.Observe(time.Since(start).Seconds())
+	return r, err
+}

@@ -1,0 +1,240 @@
+package prometheus_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// fakeStore is a ports.IdempotencyStore whose answers the test chooses.
+type fakeStore struct {
+	ClaimFunc   func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error)
+	RecordFunc  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
+	ReleaseFunc func(ctx context.Context, key, token string) error
+}
+
+func (f *fakeStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+	return f.ClaimFunc(ctx, key, token, ttl)
+}
+
+func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	return f.RecordFunc(ctx, key, r, ttl)
+}
+
+func (f *fakeStore) Release(ctx context.Context, key, token string) error {
+	return f.ReleaseFunc(ctx, key, token)
+}
+
+// fakeNotifier is a ports.Notifier whose answer the test chooses.
+type fakeNotifier struct {
+	SendFunc func(ctx context.Context, m ports.Message) (ports.Receipt, error)
+}
+
+func (f *fakeNotifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	return f.SendFunc(ctx, m)
+}
+
+// mustScrape serves m over HTTP, as the worker does, and reads it back.
+func mustScrape(tb testing.TB, m *prometheus.Metrics) promtest.Samples {
+	tb.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	return promtest.MustScrape(tb, srv.URL)
+}
+
+func wantSample(tb testing.TB, s promtest.Samples, series string, want float64) {
+	tb.Helper()
+	got, ok := s.Get(series)
+	switch {
+	case !ok:
+		tb.Errorf("%s not exported", series)
+	case got != want:
+		tb.Errorf("%s = %v, want %v", series, got, want)
+	}
+}
+
+func TestMetrics_Observe(t *testing.T) {
+	t.Run("EveryChannelAndOutcomeStartsAtZero", func(t *testing.T) {
+		s := mustScrape(t, prometheus.New())
+		for _, ch := range ports.Channels {
+			for _, o := range ports.Outcomes {
+				wantSample(t, s, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, 0)
+			}
+		}
+		wantSample(t, s, "notification_worker_duplicates_suppressed_total", 0)
+		wantSample(t, s, "notification_worker_handler_panics_total", 0)
+		for _, op := range []string{"claim", "record", "release"} {
+			wantSample(t, s, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
+			wantSample(t, s, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 0)
+		}
+	})
+	t.Run("CountsByChannelAndOutcome", func(t *testing.T) {
+		m := prometheus.New()
+		m.Observe(ports.ChannelSMS, ports.OutcomeSent)
+		m.Observe(ports.ChannelSMS, ports.OutcomeSent)
+		m.Observe(ports.ChannelEmail, ports.OutcomeFailedPermanent)
+		m.Observe(ports.ChannelEmail, ports.OutcomeDuplicate)
+		m.Observe(ports.ChannelSMS, ports.OutcomeDuplicate)
+		s := mustScrape(t, m)
+		wantSample(t, s, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 2)
+		wantSample(t, s, `notification_worker_notifications_total{channel="email",outcome="failed_permanent"}`, 1)
+		wantSample(t, s, `notification_worker_notifications_total{channel="email",outcome="sent"}`, 0)
+		wantSample(t, s, "notification_worker_duplicates_suppressed_total", 2)
+	})
+	t.Run("RegistriesAreIndependent", func(t *testing.T) {
+		a, b := prometheus.New(), prometheus.New()
+		a.Observe(ports.ChannelSMS, ports.OutcomeSent)
+		wantSample(t, mustScrape(t, a), `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 1)
+		wantSample(t, mustScrape(t, b), `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 0)
+	})
+}
+
+func TestMetrics_Consumer(t *testing.T) {
+	t.Run("DeadLettersByTopicAndKind", func(t *testing.T) {
+		m := prometheus.New()
+		m.KnowTopic("shipments")
+		s := mustScrape(t, m)
+		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 0)
+		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 0)
+
+		m.RecordDeadLettered("shipments", ports.Permanent)
+		m.RecordDeadLettered("shipments", ports.Permanent)
+		m.RecordDeadLettered("shipments", ports.Retryable)
+		s = mustScrape(t, m)
+		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 2)
+		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 1)
+	})
+	t.Run("Panics", func(t *testing.T) {
+		m := prometheus.New()
+		m.HandlerPanicked("shipments")
+		wantSample(t, mustScrape(t, m), "notification_worker_handler_panics_total", 1)
+	})
+	t.Run("LagPerPartitionLatestWins", func(t *testing.T) {
+		m := prometheus.New()
+		m.ConsumerLag("shipments", 0, 40)
+		m.ConsumerLag("shipments", 0, 7)
+		m.ConsumerLag("shipments", 3, 12)
+		m.ConsumerLag("shipments", 2, -1)
+		s := mustScrape(t, m)
+		wantSample(t, s, `notification_worker_consumer_lag{partition="0",topic="shipments"}`, 7)
+		wantSample(t, s, `notification_worker_consumer_lag{partition="3",topic="shipments"}`, 12)
+		wantSample(t, s, `notification_worker_consumer_lag{partition="2",topic="shipments"}`, 0)
+		if _, ok := s.Get(`notification_worker_consumer_lag{partition="1",topic="shipments"}`); ok {
+			t.Error("lag exported for partition 1, which reported none")
+		}
+	})
+}
+
+func TestMetrics_InstrumentStore(t *testing.T) {
+	errDown := errors.New("connection refused")
+	t.Run("OK", func(t *testing.T) {
+		m := prometheus.New()
+		want := ports.Claim{State: ports.AlreadySent, Receipt: ports.Receipt{ProviderID: "SM1"}}
+		s := m.InstrumentStore(&fakeStore{
+			ClaimFunc:   func(context.Context, string, string, time.Duration) (ports.Claim, error) { return want, nil },
+			RecordFunc:  func(context.Context, string, ports.Receipt, time.Duration) error { return nil },
+			ReleaseFunc: func(context.Context, string, string) error { return nil },
+		})
+		if m.StoreStatus() != prometheus.StoreUnknown {
+			t.Errorf("StoreStatus before any call = %q, want %q", m.StoreStatus(), prometheus.StoreUnknown)
+		}
+		ctx := context.Background()
+		got, err := s.Claim(ctx, "k", "t", time.Minute)
+		if err != nil || got != want {
+			t.Fatalf("Claim = %+v, %v; want %+v, nil", got, err, want)
+		}
+		if err := s.Record(ctx, "k", ports.Receipt{}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, "k", "t"); err != nil {
+			t.Fatal(err)
+		}
+		sm := mustScrape(t, m)
+		for _, op := range []string{"claim", "record", "release"} {
+			wantSample(t, sm, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 1)
+			wantSample(t, sm, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
+		}
+		if m.StoreStatus() != prometheus.StoreOK {
+			t.Errorf("StoreStatus = %q, want %q", m.StoreStatus(), prometheus.StoreOK)
+		}
+	})
+	t.Run("FailuresAndTimeoutsCountCancellationsDoNot", func(t *testing.T) {
+		m := prometheus.New()
+		s := m.InstrumentStore(&fakeStore{
+			ClaimFunc: func(ctx context.Context, _, _ string, _ time.Duration) (ports.Claim, error) {
+				if ctx.Err() != nil {
+					return ports.Claim{}, ctx.Err()
+				}
+				return ports.Claim{}, errDown
+			},
+			RecordFunc:  func(context.Context, string, ports.Receipt, time.Duration) error { return errDown },
+			ReleaseFunc: func(ctx context.Context, _, _ string) error { return ctx.Err() },
+		})
+		if _, err := s.Claim(context.Background(), "k", "t", time.Minute); !errors.Is(err, errDown) {
+			t.Fatalf("Claim error = %v, want the store's", err)
+		}
+		if err := s.Record(context.Background(), "k", ports.Receipt{}, time.Minute); !errors.Is(err, errDown) {
+			t.Fatalf("Record error = %v, want the store's", err)
+		}
+		expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel()
+		if _, err := s.Claim(expired, "k", "t", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Claim error = %v, want DeadlineExceeded", err)
+		}
+		if m.StoreStatus() != prometheus.StoreFailing {
+			t.Errorf("StoreStatus = %q, want %q", m.StoreStatus(), prometheus.StoreFailing)
+		}
+		cancelled, cancel2 := context.WithCancel(context.Background())
+		cancel2()
+		if err := s.Release(cancelled, "k", "t"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Release error = %v, want Canceled", err)
+		}
+		sm := mustScrape(t, m)
+		wantSample(t, sm, `notification_worker_store_unavailable_total{operation="claim"}`, 2)
+		wantSample(t, sm, `notification_worker_store_unavailable_total{operation="record"}`, 1)
+		wantSample(t, sm, `notification_worker_store_unavailable_total{operation="release"}`, 0)
+		// Latency is measured whatever the result.
+		wantSample(t, sm, `notification_worker_store_call_duration_seconds_count{operation="release"}`, 1)
+		if m.StoreStatus() != prometheus.StoreFailing {
+			t.Errorf("StoreStatus after a cancelled call = %q, want it unchanged (%q)", m.StoreStatus(), prometheus.StoreFailing)
+		}
+	})
+}
+
+func TestMetrics_InstrumentNotifier(t *testing.T) {
+	m := prometheus.New()
+	errRejected := ports.MarkPermanent(errors.New("550 no such user"))
+	sms := m.InstrumentNotifier(ports.ChannelSMS, &fakeNotifier{SendFunc: func(context.Context, ports.Message) (ports.Receipt, error) {
+		return ports.Receipt{ProviderID: "SM1"}, nil
+	}})
+	email := m.InstrumentNotifier(ports.ChannelEmail, &fakeNotifier{SendFunc: func(context.Context, ports.Message) (ports.Receipt, error) {
+		return ports.Receipt{}, errRejected
+	}})
+	t.Run("ZeroBeforeAnySend", func(t *testing.T) {
+		s := mustScrape(t, m)
+		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="sms"}`, 0)
+		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="email"}`, 0)
+	})
+	t.Run("PassesResultsThroughAndMeasuresEach", func(t *testing.T) {
+		for range 2 {
+			if r, err := sms.Send(context.Background(), ports.Message{}); err != nil || r.ProviderID != "SM1" {
+				t.Fatalf("sms Send = %+v, %v; want SM1, nil", r, err)
+			}
+		}
+		if _, err := email.Send(context.Background(), ports.Message{}); ports.KindOf(err) != ports.Permanent {
+			t.Fatalf("email Send error = %v, want the notifier's permanent error", err)
+		}
+		s := mustScrape(t, m)
+		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="sms"}`, 2)
+		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="email"}`, 1)
+		if v, _ := s.Get(`notification_worker_send_duration_seconds_bucket{channel="sms",le="+Inf"}`); v != 2 {
+			t.Errorf("sms +Inf bucket = %v, want 2", v)
+		}
+	})
+}
