@@ -50,6 +50,9 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	}
 	defer emb.Close()
 	cfg.Kafka.Brokers = emb.Brokers()
+	// The demo's workers serve no probes: two of them run in turn, and the
+	// default :8080 may be taken on a developer's machine.
+	cfg.HTTPAddr = ""
 
 	events, notifications := sampleEvents(demoEvents)
 	msgs := make([]kafka.Message, 0, len(events)+1)

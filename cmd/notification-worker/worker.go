@@ -9,11 +9,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/console"
+	"github.com/harborlight/notification-worker/adapters/httpapi"
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
@@ -25,6 +29,21 @@ import (
 // embeddedPartitions is the partition count of the embedded broker's topics:
 // enough for key-ordered concurrency and a rebalance to be visible.
 const embeddedPartitions = 4
+
+// httpShutdownTimeout bounds how long Close waits for a scrape or a probe
+// in progress; they take milliseconds, and Close must not hang on a client.
+const httpShutdownTimeout = 5 * time.Second
+
+// The consumer's state, as /readyz shows it.
+const (
+	consumerAssigned   = "assigned"   // in the group, holding partitions: ready
+	consumerUnassigned = "unassigned" // running, but joining, rebalancing, or given no partition
+	consumerStopped    = "stopped"    // Run not started, or returned
+)
+
+// storeOpenCircuit is /readyz's "store" while the circuit breaker refuses
+// calls; otherwise it shows prometheus.StoreStatus.
+const storeOpenCircuit = "open-circuit"
 
 // Main is the worker: Open builds the adapters the configuration names,
 // Run consumes until its context is done, Close releases what Open built.
@@ -45,10 +64,18 @@ type Main struct {
 	// the consumer report, besides the worker's own metrics.
 	Observer        ports.Observer
 	ConsumerMetrics kafka.Metrics
+	// Metrics overrides the metrics built by Open (nil: a fresh set). Tests
+	// pass one to two workers in turn, as they pass one Store, to read
+	// counts that span a restart.
+	Metrics *prometheus.Metrics
 
 	logger   *slog.Logger
+	metrics  *prometheus.Metrics
+	breaker  *breaker.Breaker // nil without Redis or with the breaker off
 	consumer *kafka.Consumer
 	handler  ports.Handler
+	http     *httpapi.Server // nil when HTTP_ADDR is off
+	running  atomic.Bool     // Run is consuming
 	closers  []func()
 }
 
@@ -61,6 +88,11 @@ func (m *Main) Open(ctx context.Context) error {
 		m.logger = newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat)
 	}
 	wired := map[string]string{}
+	m.metrics = m.Metrics
+	if m.metrics == nil {
+		m.metrics = prometheus.New()
+	}
+	m.metrics.KnowTopic(cfg.Kafka.Topic)
 
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
@@ -79,9 +111,14 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Outside the breaker, so its refusals count as the store unavailable.
+	store = m.metrics.InstrumentStore(store)
 	notifiers, err := m.openNotifiers(wired)
 	if err != nil {
 		return err
+	}
+	for ch, n := range notifiers {
+		notifiers[ch] = m.metrics.InstrumentNotifier(ch, n)
 	}
 	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
 	if err != nil {
@@ -97,7 +134,7 @@ func (m *Main) Open(ctx context.Context) error {
 		SendTimeout:  cfg.SendTimeout,
 		FailureMode:  domain.FailureMode(cfg.Idempotency.FailureMode),
 		Logger:       m.logger,
-		Observer:     m.Observer,
+		Observer:     observers(m.metrics, m.Observer),
 	})
 	if err != nil {
 		return err
@@ -113,8 +150,61 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 
+	if err := m.openHTTP(wired); err != nil {
+		return err
+	}
 	m.logger.Info("worker_starting", slog.Any("config", cfg), slog.Any("adapters", wired))
 	return nil
+}
+
+// openHTTP starts /healthz, /readyz and /metrics on HTTP_ADDR, last in Open:
+// the handlers read what Open built, and Close stops the server first.
+func (m *Main) openHTTP(wired map[string]string) error {
+	if m.Config.HTTPAddr == "" {
+		wired["http"] = "off (HTTP_ADDR is off: no probes, no /metrics)"
+		return nil
+	}
+	h := httpapi.Handler(httpapi.Config{Ready: m.Ready, Status: m.status, Metrics: m.metrics.Handler()})
+	srv, err := httpapi.Listen(m.Config.HTTPAddr, h, m.logger)
+	if err != nil {
+		return err
+	}
+	m.http = srv
+	m.closers = append(m.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			m.logger.Warn("http_shutdown_incomplete", slog.String("error", err.Error()))
+		}
+	})
+	wired["http"] = "http://" + srv.Addr().String() + " (/healthz, /readyz, /metrics: prometheus)"
+	return nil
+}
+
+// HTTPAddr returns the address the HTTP server is bound to, or "" when
+// HTTP_ADDR is off or Open has not started it.
+func (m *Main) HTTPAddr() string {
+	if m.http == nil {
+		return ""
+	}
+	return m.http.Addr().String()
+}
+
+// status is /readyz's body: what the consumer and the store are doing. A
+// store outage shows here without making the worker unready: it fails open.
+func (m *Main) status() map[string]string {
+	consumer := consumerStopped
+	switch {
+	case m.Ready():
+		consumer = consumerAssigned
+	case m.running.Load():
+		consumer = consumerUnassigned
+	}
+	store := m.metrics.StoreStatus()
+	if m.breaker != nil && m.breaker.State() == breaker.StateOpen {
+		store = storeOpenCircuit
+	}
+	return map[string]string{"consumer": consumer, "store": store}
 }
 
 // Run consumes until ctx is done, then returns once the consumer has
@@ -123,7 +213,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.consumer == nil {
 		return errors.New("worker: Run before Open")
 	}
+	m.running.Store(true)
 	err := m.consumer.Run(ctx, m.handler)
+	m.running.Store(false)
 	m.logger.Info("worker_stopped")
 	return err
 }
@@ -160,6 +252,7 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 	}
 	b := breaker.New(rs, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Probe: rs.Ping})
 	m.closers = append(m.closers, b.Close)
+	m.breaker = b
 	wired["store"] = "redis, behind a circuit breaker"
 	return b, nil
 }
@@ -221,7 +314,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		SASLUsername:        k.SASLUsername,
 		SASLPassword:        k.SASLPassword.Reveal(),
 		Logger:              m.logger,
-		Metrics:             m.ConsumerMetrics,
+		Metrics:             consumerMetrics(m.metrics, m.ConsumerMetrics),
 	}
 	tlsCfg, err := kafkaTLS(m.Config)
 	if err != nil {
@@ -258,4 +351,54 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// observers returns an Observer telling each non-nil one in turn.
+func observers(obs ...ports.Observer) ports.Observer {
+	var all multiObserver
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	return all
+}
+
+type multiObserver []ports.Observer
+
+func (all multiObserver) Observe(ch ports.Channel, o ports.Outcome) {
+	for _, x := range all {
+		x.Observe(ch, o)
+	}
+}
+
+// consumerMetrics returns a kafka.Metrics telling each non-nil one in turn.
+func consumerMetrics(ms ...kafka.Metrics) kafka.Metrics {
+	var all multiMetrics
+	for _, m := range ms {
+		if m != nil {
+			all = append(all, m)
+		}
+	}
+	return all
+}
+
+type multiMetrics []kafka.Metrics
+
+func (all multiMetrics) RecordDeadLettered(topic string, kind ports.Kind) {
+	for _, m := range all {
+		m.RecordDeadLettered(topic, kind)
+	}
+}
+
+func (all multiMetrics) HandlerPanicked(topic string) {
+	for _, m := range all {
+		m.HandlerPanicked(topic)
+	}
+}
+
+func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
+	for _, m := range all {
+		m.ConsumerLag(topic, partition, lag)
+	}
 }

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// The worker's metrics satisfy the consumer's interface without the adapters
+// importing each other; cmd, which wires them, is where that is checked.
+var _ kafka.Metrics = (*prometheus.Metrics)(nil)
+
+// panickingNotifier stands in for a notifier with a bug.
+type panickingNotifier struct{}
+
+func (panickingNotifier) Send(context.Context, ports.Message) (ports.Receipt, error) {
+	panic("notifier bug")
+}
+
+// TestMain_MetricsAcrossAReplay runs events through two workers in turn, on
+// the embedded broker with one store between them, as the 2026-04-02
+// incident did: the second starts from offset 0. It reads every metric of
+// the runbook's contract back from /metrics over HTTP, and the probes'
+// answers through the worker's life.
+func TestMain_MetricsAcrossAReplay(t *testing.T) {
+	topic, group := uniqueName("metrics"), uniqueName("group")
+	emb := MustStartEmbedded(t, topic)
+	cfg := MustLoadConfig(t, map[string]string{
+		"KAFKA_BROKERS":         emb.Brokers()[0],
+		"KAFKA_TOPIC":           topic,
+		"KAFKA_GROUP_ID":        group,
+		"HTTP_ADDR":             "127.0.0.1:0",
+		"SHUTDOWN_TIMEOUT":      "5s",
+		"RETRY_INITIAL_BACKOFF": "10ms",
+		"RETRY_MAX_BACKOFF":     "50ms",
+	})
+
+	events, n := sampleEvents(14)
+	var perChannel = map[ports.Channel]float64{}
+	for _, ev := range events {
+		chs := ev.Channels
+		if len(chs) == 0 {
+			chs = []string{"sms", "email"}
+		}
+		for _, ch := range chs {
+			perChannel[ports.Channel(ch)]++
+		}
+	}
+	poison := kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)}
+	MustPublish(t, emb.Brokers(), topic, append(eventMessages(events), poison)...)
+
+	// One store and one set of metrics for both workers: the store stands
+	// in for Redis, and the metrics let the counts span the restart.
+	store, metrics := memory.New(nil), prometheus.New()
+	var out syncBuffer
+
+	first := &Main{Config: cfg, Stdout: &out, Store: store, Metrics: metrics}
+	if first.Ready() {
+		t.Fatal("Ready before Open")
+	}
+	MustOpen(t, first)
+	base := "http://" + first.HTTPAddr()
+	t.Run("ReadyzBeforeRun", func(t *testing.T) {
+		code, body := readyz(t, first)
+		if code != http.StatusServiceUnavailable || body["ready"] != false || body["consumer"] != consumerStopped {
+			t.Errorf("/readyz = %d %v, want 503 with consumer stopped", code, body)
+		}
+	})
+	stop := MustRun(t, first)
+
+	t.Run("Healthz", func(t *testing.T) {
+		if code, _, err := httpGet(base + "/healthz"); err != nil || code != http.StatusOK {
+			t.Fatalf("/healthz = %d, %v; want 200", code, err)
+		}
+	})
+	t.Run("ReadyzWhileAssigned", func(t *testing.T) {
+		waitFor(t, "/readyz 200 once partitions are assigned", func() (bool, string) {
+			code, body := readyz(t, first)
+			return code == http.StatusOK && body["ready"] == true && body["consumer"] == consumerAssigned,
+				fmt.Sprintf("%d %v", code, body)
+		})
+	})
+	waitFor(t, "first delivery", func() (bool, string) {
+		s := scrape(t, first)
+		sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
+		dl := sumOf(s, "notification_worker_records_dead_lettered_total{")
+		return sent == float64(n) && dl == 1, fmt.Sprintf("sent %v of %d, dead-lettered %v of 1", sent, n, dl)
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("first Run: %v", err)
+	}
+	t.Run("ReadyzAfterRunReturned", func(t *testing.T) {
+		code, body := readyz(t, first)
+		if code != http.StatusServiceUnavailable || body["ready"] != false || body["consumer"] != consumerStopped {
+			t.Errorf("/readyz = %d %v, want 503 with consumer stopped", code, body)
+		}
+		if code, _, err := httpGet(base + "/healthz"); err != nil || code != http.StatusOK {
+			t.Errorf("/healthz after Run = %d, %v; want 200: the process is alive", code, err)
+		}
+	})
+	first.Close()
+	t.Run("NothingListensAfterClose", func(t *testing.T) {
+		if _, _, err := httpGet(base + "/readyz"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("GET /readyz after Close: %v, want connection refused", err)
+		}
+	})
+
+	// The replay: offsets gone, a new worker reads from offset 0. One new
+	// event goes to a notifier that panics; every replayed notification
+	// must be suppressed before any notifier is called.
+	ctx, cancel := context.WithTimeout(context.Background(), waitWithin)
+	defer cancel()
+	if err := deleteGroup(ctx, cfg); err != nil {
+		t.Fatalf("delete group: %v", err)
+	}
+	extra, _ := sampleEvents(1)
+	extra[0].Channels = []string{"email"}
+	MustPublish(t, emb.Brokers(), topic, eventMessages(extra)...)
+
+	second := &Main{
+		Config: cfg, Stdout: &out, Store: store, Metrics: metrics,
+		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelEmail: panickingNotifier{}},
+	}
+	MustOpen(t, second)
+	stop = MustRun(t, second)
+	waitFor(t, "replay", func() (bool, string) {
+		s := scrape(t, second)
+		dup := sumOf(s, "notification_worker_notifications_total{", `outcome="duplicate"`)
+		dl := sumOf(s, "notification_worker_records_dead_lettered_total{")
+		p := sumOf(s, "notification_worker_handler_panics_total")
+		return dup == float64(n) && dl == 3 && p == 1, fmt.Sprintf("duplicates %v of %d, dead-lettered %v of 3, panics %v of 1", dup, n, dl, p)
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("second Run: %v", err)
+	}
+	s := scrape(t, second)
+
+	t.Run("NotificationsByChannelAndOutcome", func(t *testing.T) {
+		for _, ch := range ports.Channels {
+			want := map[ports.Outcome]float64{
+				ports.OutcomeSent:            perChannel[ch],
+				ports.OutcomeDuplicate:       perChannel[ch],
+				ports.OutcomeFailedRetryable: 0,
+				ports.OutcomeFailedPermanent: 0,
+			}
+			for o, w := range want {
+				wantSample(t, s, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, w)
+			}
+		}
+	})
+	t.Run("DuplicatesSuppressed", func(t *testing.T) {
+		wantSample(t, s, "notification_worker_duplicates_suppressed_total", float64(n))
+	})
+	t.Run("StoreUnavailable", func(t *testing.T) {
+		for _, op := range []string{"claim", "record", "release"} {
+			wantSample(t, s, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
+		}
+	})
+	t.Run("RecordsDeadLettered", func(t *testing.T) {
+		// The poison record in each run, and the record whose notifier
+		// panicked.
+		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="permanent",topic="`+topic+`"}`, 3)
+		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="retryable",topic="`+topic+`"}`, 0)
+	})
+	t.Run("HandlerPanics", func(t *testing.T) {
+		wantSample(t, s, "notification_worker_handler_panics_total", 1)
+	})
+	t.Run("StoreCallDuration", func(t *testing.T) {
+		// A claim per notification per run, plus the panicking one's; a
+		// record per send.
+		claims, _ := s.Get(`notification_worker_store_call_duration_seconds_count{operation="claim"}`)
+		if claims < float64(2*n+1) {
+			t.Errorf("claim calls measured = %v, want at least %d", claims, 2*n+1)
+		}
+		wantSample(t, s, `notification_worker_store_call_duration_seconds_count{operation="record"}`, float64(n))
+		if v, _ := s.Get(`notification_worker_store_call_duration_seconds_bucket{operation="claim",le="+Inf"}`); v != claims {
+			t.Errorf("claim +Inf bucket = %v, want the count %v", v, claims)
+		}
+	})
+	t.Run("SendDuration", func(t *testing.T) {
+		for _, ch := range ports.Channels {
+			wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="`+string(ch)+`"}`, perChannel[ch])
+		}
+	})
+	t.Run("ConsumerLagPerPartition", func(t *testing.T) {
+		for p := range embeddedPartitions {
+			series := `notification_worker_consumer_lag{partition="` + strconv.Itoa(p) + `",topic="` + topic + `"}`
+			v, ok := s.Get(series)
+			if !ok {
+				t.Errorf("%s not exported", series)
+			} else if v < 0 {
+				t.Errorf("%s = %v, want >= 0", series, v)
+			}
+		}
+	})
+}
+
+func wantSample(tb testing.TB, s promtest.Samples, series string, want float64) {
+	tb.Helper()
+	got, ok := s.Get(series)
+	switch {
+	case !ok:
+		tb.Errorf("%s not exported", series)
+	case got != want:
+		tb.Errorf("%s = %v, want %v", series, got, want)
+	}
+}
