@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -213,5 +214,86 @@ func wantSample(tb testing.TB, s promtest.Samples, series string, want float64) 
 		tb.Errorf("%s not exported", series)
 	case got != want:
 		tb.Errorf("%s = %v, want %v", series, got, want)
+	}
+}
+
+// TestMain_ReadyzShowsStoreOutage kills Redis under a running worker. The
+// worker fails open, so /readyz must stay 200 while its body names the
+// outage, and the outage must show in store_unavailable_total; once Redis is
+// back, the body says so.
+func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures string // IDEMPOTENCY_BREAKER_FAILURES
+		outage   string // /readyz's "store" while Redis is down
+	}{
+		{"BehindTheBreaker", "2", storeOpenCircuit},
+		{"WithoutBreaker", "0", prometheus.StoreFailing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redisSrv := redistest.MustStart(t)
+			topic := uniqueName("outage")
+			emb := MustStartEmbedded(t, topic)
+			cfg := MustLoadConfig(t, map[string]string{
+				"KAFKA_BROKERS":                emb.Brokers()[0],
+				"KAFKA_TOPIC":                  topic,
+				"KAFKA_GROUP_ID":               uniqueName("group"),
+				"REDIS_URL":                    redisSrv.URL(),
+				"IDEMPOTENCY_KEY_PREFIX":       uniqueName("idem") + ":",
+				"IDEMPOTENCY_BREAKER_FAILURES": tc.failures,
+				"IDEMPOTENCY_BREAKER_COOLDOWN": "100ms",
+				"HTTP_ADDR":                    "127.0.0.1:0",
+				"SHUTDOWN_TIMEOUT":             "5s",
+			})
+			m := &Main{Config: cfg, Stdout: &syncBuffer{}}
+			MustOpen(t, m)
+			MustRun(t, m)
+
+			// send publishes one SMS-only event and waits until the worker
+			// has sent it.
+			sent := 0
+			send := func(what string) {
+				t.Helper()
+				ev, _ := sampleEvents(1)
+				ev[0].Channels = []string{"sms"}
+				MustPublish(t, emb.Brokers(), topic, eventMessages(ev)...)
+				sent++
+				waitFor(t, what, func() (bool, string) {
+					got := sumOf(scrape(t, m), "notification_worker_notifications_total{", `outcome="sent"`)
+					return got == float64(sent), fmt.Sprintf("sent %v of %d", got, sent)
+				})
+			}
+			send("a send with Redis up")
+			if code, body := readyz(t, m); code != http.StatusOK || body["store"] != prometheus.StoreOK {
+				t.Fatalf("/readyz with Redis up = %d %v, want 200 with store ok", code, body)
+			}
+
+			redisSrv.Kill(t)
+			// Keep sending: each send fails its claim and its record (the
+			// breaker counts only failures that beat the caller's deadline,
+			// so how many sends open it is not fixed).
+			var body map[string]any
+			waitFor(t, "/readyz 200 naming the outage", func() (bool, string) {
+				send("a send with Redis down (fail-open)")
+				var code int
+				code, body = readyz(t, m)
+				return code == http.StatusOK && body["ready"] == true && body["store"] == tc.outage, fmt.Sprintf("%d %v", code, body)
+			})
+			if body["consumer"] != consumerAssigned {
+				t.Errorf("consumer = %v, want %s", body["consumer"], consumerAssigned)
+			}
+			if got := sumOf(scrape(t, m), "notification_worker_store_unavailable_total{"); got < 1 {
+				t.Errorf("store_unavailable_total = %v during the outage, want > 0", got)
+			}
+
+			redisSrv.Restart(t)
+			// The next call finds the store again (after the breaker's
+			// probe, if there is one).
+			waitFor(t, "/readyz store ok once Redis is back", func() (bool, string) {
+				send("a send after Redis came back")
+				_, body := readyz(t, m)
+				return body["store"] == prometheus.StoreOK, fmt.Sprintf("%v", body)
+			})
+		})
 	}
 }
