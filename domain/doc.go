@@ -6,7 +6,8 @@
 //
 // Every byte of a record is hostile until Decode has judged it. Decode
 // refuses, with an *InvalidEventError the consumer dead-letters, a record:
-// over MaxRecordBytes or nested deeper than MaxJSONDepth; not valid UTF-8
+// nested deeper than MaxJSONDepth (its size is the event source's to bound,
+// by the operator's MAX_RECORD_BYTES); not valid UTF-8
 // (raw, or as a lone surrogate escape that encoding/json would turn into
 // U+FFFD); whose top-level, recipient or data object repeats a key, or
 // spells a field's name in another case (encoding/json matches names

@@ -23,16 +23,12 @@ const (
 	MaxEmailLen  = 254 // RFC 5321 path limit
 )
 
-// Limits on a record as a whole. A shipment event is well under 1 kB; these
-// leave room for a generous data object and for fields added by producers,
-// and turn a huge or pathologically nested record into a clear reason
-// instead of megabytes of work per replay.
-const (
-	MaxRecordBytes = 64 << 10
-	// MaxJSONDepth bounds how deeply objects and arrays nest. The event
-	// itself nests 3 deep (record, recipient or data, value).
-	MaxJSONDepth = 32
-)
+// MaxJSONDepth bounds how deeply objects and arrays nest in a record. The
+// event itself nests 3 deep (record, recipient or data, value); the rest is
+// room for fields producers add. The record's size is bounded before it gets
+// here, by the event source (the consumer's MAX_RECORD_BYTES, an operator's
+// setting), so Decode does not impose a second, hidden size limit.
+const MaxJSONDepth = 32
 
 // Event is a shipment event, decoded and validated (DESIGN.md section 3).
 type Event struct {
@@ -133,13 +129,9 @@ func invalid(field, value, reason string) error {
 // customer is: a key repeated in the record, its recipient or its data, and
 // a key that differs from a field's name only in case (encoding/json would
 // read "Event_ID" as event_id; a case-sensitive reader would not). It also
-// refuses records over MaxRecordBytes or nested deeper than MaxJSONDepth,
-// and text that is not valid UTF-8, including a lone surrogate escaped as
-// "\ud800".
+// refuses records nested deeper than MaxJSONDepth, and text that is not
+// valid UTF-8, including a lone surrogate escaped as "\ud800".
 func Decode(value []byte) (Event, error) {
-	if len(value) > MaxRecordBytes {
-		return Event{}, invalid("", "", fmt.Sprintf("record is %d bytes, over the limit of %d", len(value), MaxRecordBytes))
-	}
 	if !utf8.Valid(value) {
 		// encoding/json would silently replace bad bytes with U+FFFD, and a
 		// customer would get a message with garbage in it.

@@ -101,7 +101,6 @@ func TestHostileRecordsEndToEnd(t *testing.T) {
 		{"NotJSON", `nope`, "not a JSON event"},
 		{"InvalidUTF8", strings.Replace(shipmentEvent("bad-utf8", ""), "Ada", "Ada\xff", 1), "not valid UTF-8"},
 		{"LoneSurrogateEscape", strings.Replace(shipmentEvent("bad-surrogate", ""), "Ada", `Ada\ud800`, 1), "recipient.name: not valid UTF-8"},
-		{"OverEventSizeLimit", shipmentEvent("bad-size", `,"pad":"`+strings.Repeat("x", 100<<10)+`"`), "over the limit of 65536"},
 		{"OverConsumerRecordLimit", shipmentEvent("bad-huge", `,"pad":"`+strings.Repeat("x", consumerLimit)+`"`), "record too large"},
 		{"DeeplyNested", shipmentEvent("bad-deep", `,"x":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)), "nested deeper than 32 levels"},
 		{"DuplicateRecipientKey", strings.Replace(shipmentEvent("bad-dup", ""), `"phone":"+15551234567"`, `"phone":"+15551234567","phone":"+15557654321"`, 1), "recipient.phone: the key appears more than once"},
