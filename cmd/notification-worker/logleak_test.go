@@ -1,0 +1,398 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	gosmtp "github.com/emersion/go-smtp"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+)
+
+// Customers' addresses in the leak test. Each appears in an event that goes
+// down one log path; none may appear in clear anywhere. The phone numbers
+// are checked without their "+" too, so an URL-encoded or reformatted copy
+// is caught as well.
+const (
+	phoneInvalid  = "+15550101111" // Twilio answers 400, code 21211
+	phoneDown     = "+15550102222" // Twilio answers 503
+	phoneOK       = "+15550103333"
+	phonePoison   = "+15550104444"                      // in a record that does not decode
+	phoneOutage   = "+15550107777"                      // sent while Redis is down
+	emailRejected = "grace.hopper.rejected@example.com" // SMTP answers 550
+	emailOK       = "ada.lovelace@example.com"
+	emailPoison   = "linus.torvalds@example.com"
+	emailInvalid  = "margaret.hamilton@@example.com" // fails validation
+	emailOutage   = "barbara.liskov@example.com"
+	twilioSID     = "ACleaktest"
+	smtpUser      = "worker"
+	smtpFrom      = "noreply@harborlight.example"
+	twilioFrom    = "+15559990000" // the company's own number, not a customer's
+)
+
+// TestLogs_NoSecretOrAddressLeaks feeds real-looking secrets and customer
+// addresses down every log path of the worker (start-up, sent, every failed
+// send, dead letters, retries, the store failing open) and greps everything
+// it wrote: its logs, anything written through the default logger, the
+// errors it returned and, through run, stderr. No secret may appear; phone
+// numbers and email addresses may appear only masked.
+func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
+	suffix := uniqueName("x")[2:]
+	secrets := map[string]string{
+		"redis password":    "r3disPass-" + suffix,
+		"twilio token":      "twilioTok" + suffix,
+		"smtp password":     "smtpPass-" + suffix,
+		"kafka sasl secret": "saslPass-" + suffix,
+	}
+	forbidden := map[string]string{}
+	for what, s := range secrets {
+		forbidden[what] = s
+	}
+	for _, p := range []string{phoneInvalid, phoneDown, phoneOK, phonePoison, phoneOutage} {
+		forbidden["phone "+p] = strings.TrimPrefix(p, "+")[1:] // "555..." catches "+1555...", "1555...", "%2B1555..."
+	}
+	for _, e := range []string{emailRejected, emailOK, emailPoison, emailInvalid, emailOutage} {
+		forbidden["email "+e] = e[:strings.IndexByte(e, '@')] // the local part, which masking drops
+	}
+
+	// Anything a library writes through the default logger is output too.
+	var stray syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&stray, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	t.Run("Worker", func(t *testing.T) {
+		redisSrv := redistest.MustStart(t)
+		// Set after start: redistest's readiness PING goes unauthenticated.
+		admin := redisSrv.MustClient(t, 0)
+		if err := admin.Do(context.Background(), admin.B().ConfigSet().ParameterValue().ParameterValue("requirepass", secrets["redis password"]).Build()).Error(); err != nil {
+			t.Fatalf("CONFIG SET requirepass: %v", err)
+		}
+		twilioAPI := startTwilioDouble(t, secrets["twilio token"])
+		smtpSrv := startSMTPServer(t, secrets["smtp password"])
+		topic := uniqueName("leak")
+		emb := MustStartEmbedded(t, topic)
+		cfg := MustLoadConfig(t, map[string]string{
+			"KAFKA_BROKERS":                emb.Brokers()[0],
+			"KAFKA_TOPIC":                  topic,
+			"KAFKA_GROUP_ID":               uniqueName("group"),
+			"REDIS_URL":                    "redis://:" + secrets["redis password"] + "@" + redisSrv.Addr(),
+			"IDEMPOTENCY_KEY_PREFIX":       uniqueName("idem") + ":",
+			"IDEMPOTENCY_BREAKER_FAILURES": "0",
+			"TWILIO_ACCOUNT_SID":           twilioSID,
+			"TWILIO_AUTH_TOKEN":            secrets["twilio token"],
+			"TWILIO_FROM_NUMBER":           twilioFrom,
+			"TWILIO_API_URL":               twilioAPI,
+			"SMTP_HOST":                    "127.0.0.1",
+			"SMTP_PORT":                    strconv.Itoa(smtpSrv.port),
+			"SMTP_USERNAME":                smtpUser,
+			"SMTP_PASSWORD":                secrets["smtp password"],
+			"SMTP_FROM":                    smtpFrom,
+			"SMTP_TLS_POLICY":              "none",
+			"SEND_TIMEOUT":                 "5s",
+			"RETRY_MAX_ATTEMPTS":           "2",
+			"RETRY_INITIAL_BACKOFF":        "10ms",
+			"RETRY_MAX_BACKOFF":            "20ms",
+			"SHUTDOWN_TIMEOUT":             "5s",
+			"HTTP_ADDR":                    "127.0.0.1:0",
+			"LOG_LEVEL":                    "debug",
+		})
+		var out syncBuffer
+		m := &Main{Config: cfg, Stdout: &out}
+		MustOpen(t, m)
+		stop := MustRun(t, m)
+
+		ev := func(shipment string, phone, email string, channels ...string) sampleEvent {
+			e, _ := sampleEvents(1)
+			e[0].ShipmentID = shipment
+			e[0].Recipient = sampleRecipient{Name: "Customer", Phone: phone, Email: email}
+			e[0].Channels = channels
+			return e[0]
+		}
+		invalidEmail := ev("SHP-LEAK-5", phoneOK, emailInvalid, "sms", "email")
+		msgs := eventMessages([]sampleEvent{
+			ev("SHP-LEAK-1", phoneInvalid, "", "sms"),
+			ev("SHP-LEAK-2", phoneDown, "", "sms"),
+			ev("SHP-LEAK-3", "", emailRejected, "email"),
+			ev("SHP-LEAK-4", phoneOK, emailOK, "sms", "email"),
+			invalidEmail,
+		})
+		msgs = append(msgs, kafka.Message{
+			Key:   []byte("SHP-LEAK-6"),
+			Value: []byte(`{"type":"shipment.delivered","recipient":{"phone":"` + phonePoison + `","email":"` + emailPoison + `"`),
+		})
+		MustPublish(t, emb.Brokers(), topic, msgs...)
+		waitFor(t, "every record handled", func() (bool, string) {
+			s := scrape(t, m)
+			sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
+			perm := sumOf(s, "notification_worker_records_dead_lettered_total{", `kind="permanent"`)
+			retry := sumOf(s, "notification_worker_records_dead_lettered_total{", `kind="retryable"`)
+			return sent == 2 && perm == 4 && retry == 1,
+				fmt.Sprintf("sent %v of 2, dead-lettered permanent %v of 4, retryable %v of 1", sent, perm, retry)
+		})
+
+		// The store goes away: the worker fails open and says so.
+		redisSrv.Kill(t)
+		MustPublish(t, emb.Brokers(), topic, eventMessages([]sampleEvent{ev("SHP-LEAK-7", phoneOutage, emailOutage, "sms", "email")})...)
+		waitFor(t, "sent with Redis down", func() (bool, string) {
+			s := scrape(t, m)
+			sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
+			return sent == 4, fmt.Sprintf("sent %v of 4", sent)
+		})
+		if err := stop(); err != nil {
+			assertNoLeak(t, "Run's error", err.Error(), forbidden)
+			t.Errorf("Run: %v", err)
+		}
+		m.Close()
+
+		logs := out.String()
+		assertNoLeak(t, "worker logs", logs, forbidden)
+		t.Run("EveryPathWasTaken", func(t *testing.T) {
+			// Without these the test would pass by logging nothing.
+			seen := map[string]int{}
+			for n, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+				var rec struct{ Msg, Outcome string }
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Errorf("log line %d is not JSON: %v: %s", n+1, err, line)
+					continue
+				}
+				seen[rec.Msg]++
+				if rec.Outcome != "" {
+					seen[rec.Msg+"/"+rec.Outcome]++
+				}
+			}
+			for _, msg := range []string{
+				"worker_starting", "notification_sent", "notification_failed/failed_permanent",
+				"notification_failed/failed_retryable", "record_retry_scheduled", "event_dead_lettered",
+				"idempotency_check_unavailable", "idempotency_record_failed", "worker_stopped",
+			} {
+				if seen[msg] == 0 {
+					t.Errorf("no %s line; seen %v", msg, seen)
+				}
+			}
+		})
+		t.Run("AddressesAppearMasked", func(t *testing.T) {
+			for _, want := range []string{
+				"+1555***1111", "+1555***2222", "+1555***3333", "+1555***7777",
+				"g***@example.com", "a***@example.com", "b***@example.com",
+				`"redis_url":"redis://:***@` + redisSrv.Addr() + `"`,
+				`"auth_token":"***"`, `"password":"***"`,
+			} {
+				if !strings.Contains(logs, want) {
+					t.Errorf("logs lack %s", want)
+				}
+			}
+		})
+	})
+
+	t.Run("ConfigDumpWithKafkaSASL", func(t *testing.T) {
+		// The embedded broker speaks no SASL, so the SASL password is
+		// checked where it could leak without a broker: the start-up
+		// dump, and the error when the brokers cannot be reached. It goes
+		// through run, as main does, so stderr is covered too.
+		env := map[string]string{
+			"KAFKA_BROKERS":        closedAddr(t),
+			"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+			"KAFKA_SASL_USERNAME":  "worker",
+			"KAFKA_SASL_PASSWORD":  secrets["kafka sasl secret"],
+			"TWILIO_ACCOUNT_SID":   twilioSID,
+			"TWILIO_AUTH_TOKEN":    secrets["twilio token"],
+			"TWILIO_FROM_NUMBER":   twilioFrom,
+			"REDIS_URL":            "",
+			"HTTP_ADDR":            "off",
+			"LOG_FORMAT":           "json",
+		}
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitWithin)
+		defer cancel()
+		var stdout, stderr bytes.Buffer
+		if code := run(ctx, []string{"worker"}, strings.NewReader(""), &stdout, &stderr); code != 1 {
+			t.Errorf("run = %d, want 1 (brokers unreachable); stderr: %s", code, &stderr)
+		}
+		assertNoLeak(t, "stdout", stdout.String(), forbidden)
+		assertNoLeak(t, "stderr", stderr.String(), forbidden)
+		if !strings.Contains(stdout.String(), `"sasl_password":"***"`) {
+			t.Errorf("worker_starting does not show the SASL password as ***:\n%s", &stdout)
+		}
+	})
+
+	t.Run("InvalidConfiguration", func(t *testing.T) {
+		// Each secret is malformed, so Load's one error names it.
+		env := map[string]string{
+			"KAFKA_BROKERS":       "",
+			"KAFKA_SASL_PASSWORD": secrets["kafka sasl secret"], // set without brokers
+			"TWILIO_AUTH_TOKEN":   secrets["twilio token"] + "-not-alphanumeric",
+			"REDIS_URL":           "redis://:" + secrets["redis password"] + "%zz@127.0.0.1:6379",
+			"SMTP_PASSWORD":       secrets["smtp password"], // without SMTP_HOST
+		}
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), []string{"worker"}, strings.NewReader(""), &stdout, &stderr); code != 2 {
+			t.Errorf("run = %d, want 2 (bad configuration)", code)
+		}
+		for _, v := range []string{"KAFKA_SASL_PASSWORD", "TWILIO_AUTH_TOKEN", "REDIS_URL", "SMTP_HOST"} {
+			if !strings.Contains(stderr.String(), v) {
+				t.Errorf("stderr does not name %s: %s", v, &stderr)
+			}
+		}
+		assertNoLeak(t, "stderr", stderr.String(), forbidden)
+		assertNoLeak(t, "stdout", stdout.String(), forbidden)
+	})
+
+	assertNoLeak(t, "default logger", stray.String(), forbidden)
+}
+
+// assertNoLeak fails for every line of text holding a forbidden string.
+func assertNoLeak(tb testing.TB, where, text string, forbidden map[string]string) {
+	tb.Helper()
+	for n, line := range strings.Split(text, "\n") {
+		for what, s := range forbidden {
+			if strings.Contains(line, s) {
+				tb.Errorf("%s, line %d: leaks the %s: %s", where, n+1, what, line)
+			}
+		}
+	}
+}
+
+// closedAddr returns a 127.0.0.1 address nothing listens on.
+func closedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// startTwilioDouble answers Twilio's Messages API: 400 with code 21211 for
+// phoneInvalid, 503 for phoneDown, 201 otherwise. Both errors quote the
+// number back, as Twilio's messages do, so masking is tested on them.
+func startTwilioDouble(tb testing.TB, token string) string {
+	tb.Helper()
+	var n int
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, pass, ok := r.BasicAuth(); !ok || user != twilioSID || pass != token {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_ = r.ParseForm()
+		to := r.PostForm.Get("To")
+		w.Header().Set("Content-Type", "application/json")
+		switch to {
+		case phoneInvalid:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":21211,"message":"The 'To' number %s is not a valid phone number.","more_info":"https://www.twilio.com/docs/errors/21211","status":400}`, to)
+		case phoneDown:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, `{"code":20503,"message":"Service unavailable while sending to %s","more_info":"","status":503}`, to)
+		default:
+			mu.Lock()
+			n++
+			sid := fmt.Sprintf("SM%032d", n)
+			mu.Unlock()
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"sid":%q,"status":"queued"}`, sid)
+		}
+	}))
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// smtpServer is an in-process SMTP server (go-smtp) that requires AUTH and
+// answers 550 to RCPT TO emailRejected, quoting the address back.
+type smtpServer struct{ port int }
+
+func startSMTPServer(tb testing.TB, password string) *smtpServer {
+	tb.Helper()
+	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(*gosmtp.Conn) (gosmtp.Session, error) {
+		return &smtpSession{password: password}, nil
+	}))
+	srv.Domain = "localhost"
+	srv.AllowInsecureAuth = true // loopback only, with SMTP_TLS_POLICY=none
+	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
+	srv.ErrorLog = discardLogger{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	tb.Cleanup(func() {
+		_ = srv.Close()
+		_ = ln.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			tb.Error("SMTP server did not stop within 5s")
+		}
+	})
+	return &smtpServer{port: ln.Addr().(*net.TCPAddr).Port}
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+func (discardLogger) Println(...any)        {}
+
+type smtpSession struct {
+	password string
+	authed   bool
+}
+
+func (s *smtpSession) AuthMechanisms() []string { return []string{sasl.Plain} }
+
+func (s *smtpSession) Auth(string) (sasl.Server, error) {
+	return sasl.NewPlainServer(func(_, user, pass string) error {
+		if user != smtpUser || pass != s.password {
+			return gosmtp.ErrAuthFailed
+		}
+		s.authed = true
+		return nil
+	}), nil
+}
+
+func (s *smtpSession) Mail(string, *gosmtp.MailOptions) error {
+	if !s.authed {
+		return &gosmtp.SMTPError{Code: 530, EnhancedCode: gosmtp.EnhancedCode{5, 7, 0}, Message: "Authentication required"}
+	}
+	return nil
+}
+
+func (s *smtpSession) Rcpt(to string, _ *gosmtp.RcptOptions) error {
+	if to == emailRejected {
+		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: no such user here"}
+	}
+	return nil
+}
+
+func (s *smtpSession) Data(r io.Reader) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+
+func (s *smtpSession) Reset()        {}
+func (s *smtpSession) Logout() error { return nil }
