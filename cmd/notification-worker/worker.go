@@ -45,9 +45,10 @@ const (
 // calls; otherwise it shows prometheus.StoreStatus.
 const storeOpenCircuit = "open-circuit"
 
-// Main is the worker: Open builds the adapters the configuration names,
-// Run consumes until its context is done, Close releases what Open built.
-// The demo and the end-to-end tests use it as main does.
+// Main is the worker: Open builds the adapters the configuration names and
+// starts the HTTP endpoints, Run consumes until its context is done, Close
+// stops the endpoints and releases what Open built. The demo and the
+// end-to-end tests use it as main does.
 type Main struct {
 	Config config.Config
 	// Stdout receives the JSON logs and, where no provider is configured,
@@ -79,8 +80,11 @@ type Main struct {
 	closers  []func()
 }
 
-// Open builds every adapter and the domain service. On error, what was
-// built so far is closed by Close.
+// Open builds every adapter and the domain service, each store and notifier
+// measured by the metrics, and serves /healthz, /readyz and /metrics on
+// Config.HTTPAddr (unless it is empty). /readyz answers 503 until Run has
+// joined the group. On error, what was built so far is closed by Close; a
+// port in use is such an error.
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
 	m.logger = m.Logger
@@ -223,7 +227,9 @@ func (m *Main) Run(ctx context.Context) error {
 // Ready reports whether the worker has joined its group and holds partitions.
 func (m *Main) Ready() bool { return m.consumer != nil && m.consumer.Ready() }
 
-// Close releases everything Open built, in reverse order.
+// Close releases everything Open built, in reverse order: the HTTP server
+// first (letting a scrape in progress finish, for up to
+// httpShutdownTimeout), the store and the embedded broker last.
 func (m *Main) Close() {
 	for i := len(m.closers) - 1; i >= 0; i-- {
 		m.closers[i]()
