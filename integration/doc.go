@@ -1,0 +1,26 @@
+// Package integration runs the worker end to end against real peers (Redis,
+// an SMTP server, a Twilio double, a Kafka broker) started with
+// testcontainers-go, and holds the harness that starts them.
+//
+// The test files carry the build tag `integration`, so `go test ./...`
+// stays fast and needs no Docker engine; the harness itself (this package's
+// non-test files) is untagged, so `go vet ./...` keeps it compiling. Run the
+// suite with
+//
+//	scripts/docker-up.sh && scripts/build-images.sh
+//	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
+//	  go test -tags integration -count=1 -timeout 12m ./integration/...
+//
+// Every container uses host networking and listens on a free loopback port,
+// so tests talk to 127.0.0.1 only and run in parallel without port clashes.
+//
+// Images: each peer's image is taken from an environment variable whose
+// default is the public image a developer would pull (REDIS_IMAGE=redis:7,
+// MAILPIT_IMAGE=axllent/mailpit, KAFKA_IMAGE=apache/kafka,
+// TWILIO_DOUBLE_IMAGE=notification-worker/twilio-double:dev,
+// WORKER_IMAGE=notification-worker:dev). Where no registry is reachable and
+// the default is not present locally, the harness falls back to the
+// registry-free images scripts/build-images.sh builds (notification-worker/...)
+// and says which image it used in the test log. Kafka falls back to kfake (in
+// a container, or in-process when even that image is missing).
+package integration

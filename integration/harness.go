@@ -1,0 +1,226 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// startTimeout bounds how long any peer may take to answer after its
+// container started. Generous: CI machines are shared and slow.
+const startTimeout = 60 * time.Second
+
+var (
+	dockerOnce sync.Once
+	dockerCli  *testcontainers.DockerClient
+	dockerErr  error
+)
+
+// dockerAPI returns the process-wide Docker client the harness uses for
+// what testcontainers does not wrap (image lookups, SIGKILL, logs).
+func dockerAPI() (*testcontainers.DockerClient, error) {
+	dockerOnce.Do(func() {
+		dockerCli, dockerErr = testcontainers.NewDockerClientWithOpts(context.Background())
+		if dockerErr == nil {
+			_, dockerErr = dockerCli.Ping(context.Background(), client.PingOptions{})
+		}
+	})
+	return dockerCli, dockerErr
+}
+
+// dockerClient is dockerAPI for a test: a missing engine fails the test with
+// the command that starts one.
+func dockerClient(t testing.TB) *testcontainers.DockerClient {
+	t.Helper()
+	cli, err := dockerAPI()
+	if err != nil {
+		t.Fatalf("no Docker engine (run scripts/docker-up.sh): %v", err)
+	}
+	return cli
+}
+
+// imagePresent reports whether img exists locally; the harness never pulls,
+// since no registry may be reachable.
+func imagePresent(t testing.TB, img string) bool {
+	t.Helper()
+	_, err := dockerClient(t).ImageInspect(context.Background(), img)
+	if err != nil && !errdefs.IsNotFound(err) {
+		t.Fatalf("inspect image %s: %v", img, err)
+	}
+	return err == nil
+}
+
+// pickImage chooses the image for one peer: the one named by envVar if set
+// (the developer's explicit choice, used as is), else public if present
+// locally, else local (built by scripts/build-images.sh) if present. ok is
+// false when none of them is available. The choice is logged, because a
+// fallback changes what a test proves.
+func pickImage(t testing.TB, envVar, public, local string) (img string, ok bool) {
+	t.Helper()
+	if v := os.Getenv(envVar); v != "" {
+		t.Logf("%s=%s (from the environment)", envVar, v)
+		return v, true
+	}
+	if imagePresent(t, public) {
+		t.Logf("%s: using %s", envVar, public)
+		return public, true
+	}
+	if local != "" && imagePresent(t, local) {
+		t.Logf("%s: %s is not present locally (no pull possible); using the local build %s", envVar, public, local)
+		return local, true
+	}
+	return "", false
+}
+
+// mustPickImage is pickImage for peers without an in-process fallback.
+func mustPickImage(t testing.TB, envVar, public, local string) string {
+	t.Helper()
+	img, ok := pickImage(t, envVar, public, local)
+	if !ok {
+		t.Fatalf("%s: neither %s nor %s is present locally; run scripts/build-images.sh (or set %s)", envVar, public, local, envVar)
+	}
+	return img
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Every
+// container shares the host's network, so each listens on one of these
+// instead of its usual fixed port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// hostNetwork puts a container on the host's network: dockerd runs with
+// --bridge=none here, so there is no other network to put it on.
+func hostNetwork(hc *container.HostConfig) { hc.NetworkMode = "host" }
+
+// startContainer starts req on the host network and registers its removal
+// when the test ends. It does not wait for readiness: callers do, with a
+// check that also works after a restart.
+func startContainer(t testing.TB, req testcontainers.ContainerRequest) testcontainers.Container {
+	t.Helper()
+	req.HostConfigModifier = hostNetwork
+	c, err := testcontainers.GenericContainer(context.Background(), testcontainers.GenericContainerRequest{
+		ContainerRequest: req,
+		Started:          true,
+	})
+	testcontainers.CleanupContainer(t, c)
+	if err != nil {
+		t.Fatalf("start %s: %v", req.Image, err)
+	}
+	return c
+}
+
+// waitUntil calls ready until it returns nil, the container stops running,
+// or timeout passes. The error carries the container's last log lines: a
+// peer that did not come up usually says why there.
+func waitUntil(ctx context.Context, c testcontainers.Container, timeout time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var err error
+	for {
+		if err = ready(ctx); err == nil {
+			return nil
+		}
+		if st, serr := c.State(ctx); serr == nil && !st.Running {
+			return fmt.Errorf("container exited (code %d) before it was ready: %w\n%s", st.ExitCode, err, tailLogs(c, 20))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %v: %w\n%s", timeout, err, tailLogs(c, 20))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// dialCheck is a readiness check: addr accepts TCP connections.
+func dialCheck(addr string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		conn, err := d.DialContext(dctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+}
+
+// containerOutput returns everything container id wrote to stdout and
+// stderr, interleaved as written. It works on a stopped container too, so
+// the lines a worker logs while shutting down are never lost.
+func containerOutput(ctx context.Context, id string) ([]byte, error) {
+	cli, err := dockerAPI()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	if _, err := stdcopy.StdCopy(&buf, &buf, rc); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// tailLogs returns the last n lines of c's output, for failure messages.
+func tailLogs(c testcontainers.Container, n int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := containerOutput(ctx, c.GetContainerID())
+	if err != nil {
+		return "(no logs: " + err.Error() + ")"
+	}
+	return "last log lines:\n  " + strings.Join(lastLines(splitLines(out), n), "\n  ")
+}
+
+// splitLines splits output into lines, without a trailing empty one.
+func splitLines(b []byte) []string {
+	s := strings.TrimRight(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func lastLines(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// Env merges environment maps for StartWorkerContainer and
+// StartWorkerProcess; later maps win. Each peer's Env method gives the
+// worker's variables for that peer:
+//
+//	w := StartWorkerProcess(t, Env(kafka.Env(topic), redis.Env(), smtp.Env(), sms.Env()))
+func Env(envs ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, e := range envs {
+		maps.Copy(out, e)
+	}
+	return out
+}

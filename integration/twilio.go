@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+)
+
+// The credentials the double accepts. Alphanumeric, because twilio-go
+// itself rejects anything else (21222 Invalid Username).
+const (
+	twilioAccountSID = "ACintegration"
+	twilioAuthToken  = "integrationtoken"
+	twilioFrom       = "+15550000000"
+)
+
+// Twilio is the Twilio double (package double), in a container or, when its
+// image is missing, in the test process. Both are driven over HTTP, so tests
+// read the same either way.
+type Twilio struct {
+	// URL is the base URL to give the worker as TWILIO_API_URL.
+	URL        string
+	AccountSID string
+	AuthToken  string
+	From       string
+	// Image is the image it runs, or "" when it runs in-process.
+	Image string
+}
+
+// StartTwilioDouble starts the double (TWILIO_DOUBLE_IMAGE, default
+// notification-worker/twilio-double:dev; in-process when that image is not
+// present) and waits until it answers.
+func StartTwilioDouble(t testing.TB) *Twilio {
+	t.Helper()
+	tw := &Twilio{AccountSID: twilioAccountSID, AuthToken: twilioAuthToken, From: twilioFrom}
+	const local = "notification-worker/twilio-double:dev"
+	img, ok := pickImage(t, "TWILIO_DOUBLE_IMAGE", local, "")
+	if !ok {
+		t.Logf("TWILIO_DOUBLE_IMAGE: %s is not present locally; running the double in-process", local)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: double.New(tw.AccountSID, tw.AuthToken)}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		tw.URL = "http://" + ln.Addr().String()
+		return tw
+	}
+
+	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	tw.URL, tw.Image = "http://"+addr, img
+	c := startContainer(t, testcontainers.ContainerRequest{
+		Image:        img,
+		Cmd:          []string{"-addr", addr, "-account-sid", tw.AccountSID, "-auth-token", tw.AuthToken},
+		ExposedPorts: []string{addr[len("127.0.0.1:"):] + "/tcp"},
+	})
+	err := waitUntil(context.Background(), c, startTimeout, func(ctx context.Context) error {
+		return tw.do(ctx, http.MethodGet, "/healthz", nil, nil)
+	})
+	if err != nil {
+		t.Fatalf("twilio double %s: %v", img, err)
+	}
+	return tw
+}
+
+// Env is the worker's environment for this double.
+func (tw *Twilio) Env() map[string]string {
+	return map[string]string{
+		"TWILIO_API_URL":     tw.URL,
+		"TWILIO_ACCOUNT_SID": tw.AccountSID,
+		"TWILIO_AUTH_TOKEN":  tw.AuthToken,
+		"TWILIO_FROM_NUMBER": tw.From,
+	}
+}
+
+// Messages returns the SMS the double accepted, oldest first.
+func (tw *Twilio) Messages(ctx context.Context) ([]double.Message, error) {
+	var ms []double.Message
+	return ms, tw.do(ctx, http.MethodGet, "/messages", nil, &ms)
+}
+
+// Attempts returns every send request, accepted or failed, oldest first.
+func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
+	var as []double.Attempt
+	return as, tw.do(ctx, http.MethodGet, "/attempts", nil, &as)
+}
+
+// Fail scripts a provider failure; see double.Fault. For example, the next
+// three sends answer 503:
+//
+//	tw.Fail(ctx, double.Fault{Status: 503, Count: 3})
+//
+// and one number is invalid, for good:
+//
+//	tw.Fail(ctx, double.Fault{To: "+15550001111", Status: 400, Code: 21211})
+func (tw *Twilio) Fail(ctx context.Context, f double.Fault) error {
+	return tw.do(ctx, http.MethodPost, "/faults", f, nil)
+}
+
+// ClearFaults makes every send succeed again.
+func (tw *Twilio) ClearFaults(ctx context.Context) error {
+	return tw.do(ctx, http.MethodDelete, "/faults", nil, nil)
+}
+
+// do calls the double's control API: body (if any) is sent as JSON, a 2xx
+// answer is decoded into out (if any).
+func (tw *Twilio) do(ctx context.Context, method, path string, body, out any) error {
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, tw.URL+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
