@@ -60,8 +60,10 @@ type Config struct {
 // down. It is safe for concurrent use.
 //
 // A call that fails counts towards opening the circuit, unless the caller's
-// own context was done by then (the caller gave up; that says nothing about
-// the store). A call that succeeds resets the count. While open, calls return
+// own context was cancelled by then (the caller gave up; that says nothing
+// about the store). A caller's deadline that passes does count: callers bound
+// store calls with their deadline, so that is how a hanging store shows. A
+// call that succeeds resets the count. While open, calls return
 // an error wrapping ErrOpen without calling the store; only a successful
 // probe closes the circuit again.
 type Breaker struct {
@@ -174,9 +176,13 @@ func (b *Breaker) admit() error {
 
 // observe counts the outcome of one store call.
 func (b *Breaker) observe(ctx context.Context, err error) {
-	if err != nil && ctx.Err() != nil {
-		return // the caller gave up or was cancelled: not the store's fault
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return // the caller gave up (shutdown, say): not the store's fault
 	}
+	// A deadline is different: the domain bounds every store call with
+	// IDEMPOTENCY_TIMEOUT on the context it passes, so a store that hangs
+	// shows up here as the caller's deadline passing. That is the outage
+	// the breaker exists for, and it counts.
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil {

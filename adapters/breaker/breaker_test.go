@@ -181,14 +181,27 @@ func TestOpens(t *testing.T) {
 			if err := calls["Claim"](ctx, b); !errors.Is(err, context.Canceled) {
 				t.Fatalf("call %d: err %v, want context.Canceled", i, err)
 			}
-			ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
+		}
+		if got := b.State(); got != breaker.StateClosed {
+			t.Fatalf("state %q after callers gave up, want closed", got)
+		}
+	})
+
+	t.Run("CallerDeadlineIsAFailure", func(t *testing.T) {
+		// The domain bounds each store call by IDEMPOTENCY_TIMEOUT through
+		// the context: a hanging store looks exactly like this.
+		var down, slow atomic.Bool
+		slow.Store(true)
+		b := MustBreaker(t, switchable(&down, &slow), breaker.Config{Failures: 2, Cooldown: time.Hour, Probe: never})
+		for i := range 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 			if err := calls["Record"](ctx, b); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("call %d: err %v, want context.DeadlineExceeded", i, err)
 			}
 			cancel()
 		}
-		if got := b.State(); got != breaker.StateClosed {
-			t.Fatalf("state %q after callers gave up, want closed", got)
+		if got := b.State(); got != breaker.StateOpen {
+			t.Fatalf("state %q after the store outlived two callers' deadlines, want open", got)
 		}
 	})
 
