@@ -231,3 +231,62 @@ func consumeAndCommit(ctx context.Context, t *testing.T, k *integration.Kafka, t
 		t.Fatal(err)
 	}
 }
+
+// TestHarnessWorker proves the worker helpers on both runners: one event in,
+// one SMS at the double and one email at mailpit out, a clean SIGTERM exit.
+// It also proves the worker image and binary read their whole
+// configuration from the environment the peers' Env methods give.
+func TestHarnessWorker(t *testing.T) {
+	for _, run := range []struct {
+		name  string
+		start func(testing.TB, map[string]string) *integration.Worker
+	}{
+		{"Process", integration.StartWorkerProcess},
+		{"Container", integration.StartWorkerContainer},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			k := integration.StartKafka(t)
+			r := integration.StartRedis(t)
+			m := integration.StartMailpit(t)
+			tw := integration.StartTwilioDouble(t)
+			topic := "harness-" + strings.ToLower(run.name)
+			if err := k.CreateTopic(ctx, topic, integration.DefaultPartitions); err != nil {
+				t.Fatal(err)
+			}
+
+			w := run.start(t, integration.Env(k.Env(topic, topic+"-group"), r.Env(), m.Env(), tw.Env()))
+			if err := w.WaitReady(60 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			event := `{"event_id":"7f1c9a52-3d4e-4b8a-9f0e-2c6d1e8b5a43","type":"shipment.out_for_delivery",` +
+				`"occurred_at":"2026-04-02T09:14:00Z","shipment_id":"SHP-100234",` +
+				`"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},` +
+				`"channels":["sms","email"],"data":{"eta":"14:00-16:00","tracking_url":"https://track.example/SHP-100234"}}`
+			if err := k.Publish(ctx, topic, "SHP-100234", []byte(event)); err != nil {
+				t.Fatal(err)
+			}
+
+			if _, err := w.WaitLog("notification_sent", 2, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			sms, err := tw.Messages(ctx)
+			if err != nil || len(sms) != 1 || sms[0].To != "+15551234567" {
+				t.Fatalf("sms = %+v, %v", sms, err)
+			}
+			mail, err := m.WaitMessages(ctx, 1, 10*time.Second)
+			if err != nil || len(mail) != 1 || mail[0].To[0] != "ada@example.com" {
+				t.Fatalf("mail = %+v, %v", mail, err)
+			}
+
+			if err := w.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if code, exited := w.ExitCode(); !exited || code != 0 {
+				t.Fatalf("exit = %d, %v; want 0 after SIGTERM\n%s", code, exited, strings.Join(w.Logs(), "\n"))
+			}
+		})
+	}
+}
