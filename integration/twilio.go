@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -57,12 +58,13 @@ func StartTwilioDouble(t testing.TB) *Twilio {
 		return tw
 	}
 
-	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	port := strconv.Itoa(FreePort(t))
+	addr := "127.0.0.1:" + port
 	tw.URL, tw.Image = "http://"+addr, img
 	c := startContainer(t, testcontainers.ContainerRequest{
 		Image:        img,
 		Cmd:          []string{"-addr", addr, "-account-sid", tw.AccountSID, "-auth-token", tw.AuthToken},
-		ExposedPorts: []string{addr[len("127.0.0.1:"):] + "/tcp"},
+		ExposedPorts: []string{port + "/tcp"},
 	})
 	err := waitUntil(context.Background(), c, startTimeout, func(ctx context.Context) error {
 		return tw.do(ctx, http.MethodGet, "/healthz", nil, nil)
@@ -115,15 +117,13 @@ func (tw *Twilio) ClearFaults(ctx context.Context) error {
 // do calls the double's control API: body (if any) is sent as JSON, a 2xx
 // answer is decoded into out (if any).
 func (tw *Twilio) do(ctx context.Context, method, path string, body, out any) error {
-	var rd *bytes.Reader
+	rd := io.Reader(http.NoBody)
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
 		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, tw.URL+path, rd)
 	if err != nil {

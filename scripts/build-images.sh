@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 MAILPIT_VERSION=v1.33.1
 LABEL=org.harborlight.notification-worker.inputs
-CACHE_DIR=${NW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/notification-worker}
+CACHE_DIR=${NW_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/notification-worker}
 # The legacy builder handles FROM scratch with no network and no plugin;
 # BuildKit would need the buildx plugin, which Debian's docker.io lacks.
 export DOCKER_BUILDKIT=0

@@ -30,8 +30,8 @@ if command -v docker >/dev/null 2>&1 && engine_answers; then
 fi
 
 # A docker CLI alone is not enough (some images ship the client without the
-# daemon): install the package when dockerd is missing.
-if ! command -v dockerd >/dev/null 2>&1; then
+# daemon): install the package when either is missing.
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then
     say "dockerd is not installed and this is not root: install docker.io first"
     exit 1
