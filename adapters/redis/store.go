@@ -69,6 +69,10 @@ const (
 	sentPrefix    = "sent:"
 )
 
+// maxFlushDelay is how long the pipeline may wait after a write for more
+// commands to send with the next one (see New).
+const maxFlushDelay = 250 * time.Microsecond
+
 // releaseScript deletes KEYS[1] only if it still holds our pending claim
 // (ARGV[1] = "pending:<token>"). The compare and the delete must be one atomic
 // step: between a GET and a DEL on the client, the claim could expire and
@@ -151,6 +155,14 @@ func New(cfg Config) (*Store, error) {
 	// met the dead socket and failed with EOF, though the server was back.
 	// It also lets a cancelled caller return early on a live connection.
 	opt.AlwaysPipelining = true
+	// Without a pause, the pipeline writes every command in a syscall of its
+	// own, and each write wakes the server: with 64 handlers making two calls
+	// per record, those writes were the largest CPU cost Redis added to a
+	// record (make bench, 2 cores). Letting concurrent commands gather for up
+	// to maxFlushDelay cut the worker's CPU per record from about 90 to 70 us
+	// and raised throughput by 20-30%. rueidis skips the pause when calls do
+	// not overlap, so a quiet worker's round trip is unchanged.
+	opt.MaxFlushDelay = maxFlushDelay
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
