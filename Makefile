@@ -4,7 +4,6 @@
 
 GO      ?= go
 BIN     := bin/notification-worker
-IMAGE   ?= notification-worker:dev
 PKGS    := ./...
 
 # testcontainers-go on this kind of machine: no reaper image can be pulled,
@@ -26,7 +25,7 @@ test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 test-integration: images ## end-to-end scenarios on testcontainers (needs a Docker engine)
-	$(GO) test -tags integration -count=1 -timeout 12m ./integration/...
+	$(GO) test -race -tags integration -count=1 -timeout 12m ./integration/...
 
 deps: ## install what the tests need on a fresh Debian machine (root)
 	scripts/deps.sh
@@ -37,9 +36,8 @@ docker-up: ## start a Docker engine (host networking only) if none answers
 images: docker-up ## build the local images the integration suite runs
 	scripts/build-images.sh
 
-image: ## the production image, from the Dockerfile
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o bin/notification-worker-linux-amd64 ./cmd/notification-worker
-	docker build -t $(IMAGE) .
+image: docker-up ## the production image (FROM scratch, non-root), from the Dockerfile
+	scripts/build-images.sh worker
 
 lint: ## gofmt and go vet, as CI runs them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: not formatted:"; echo "$$out"; exit 1; fi
