@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// storeRounds: these runs are CPU-bound, so the machine's other work moves
+// them most; three interleaved rounds, best kept.
+const storeRounds = 3
+
+// BenchmarkStore compares the idempotency stores with a notifier that
+// answers at once, so the store's cost is all that differs: no store (the
+// floor), the memory store, and the Redis store on a real redis-server.
+// Each store is also timed from one caller at a time, its round trip
+// without load.
+func BenchmarkStore(b *testing.B) {
+	needRedis(b)
+	const events, keys = 20000, 5000
+	br := mustBroker(b, events, keys)
+	srv := mustRedis(b)
+	admin := srv.MustClient(b, 0)
+	redisCPU := func() time.Duration {
+		var total float64
+		for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+			v, err := strconv.ParseFloat(info(b, admin, "cpu", f), 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", f, err)
+			}
+			total += v
+		}
+		return time.Duration(total * float64(time.Second))
+	}
+	through := func(open func(b *testing.B) ports.IdempotencyStore) func(b *testing.B) measurement {
+		return func(b *testing.B) measurement {
+			// redis-server's CPU is read for every store: for the others it
+			// is the idle server's, which shows it costs nothing then.
+			return run{maxInFlight: 64, store: open(b), want: events, within: time.Minute, serverCPU: redisCPU}.measure(b, br)
+		}
+	}
+	for range b.N {
+		bestOf(b, storeRounds, []variant{
+			{runNoStore, through(func(*testing.B) ports.IdempotencyStore { return passThrough{} })},
+			{runMemoryStore, through(func(*testing.B) ports.IdempotencyStore { return memory.New(nil) })},
+			{runRedisStore, through(func(b *testing.B) ports.IdempotencyStore { return mustRedisStore(b, srv) })},
+		})
+		results.put(runMemoryStore+serial, serialStoreTimes(b, memory.New(nil), 2000))
+		results.put(runRedisStore+serial, serialStoreTimes(b, mustRedisStore(b, srv), 2000))
+	}
+}
+
+// serial suffixes the name of a one-caller-at-a-time measurement.
+const serial = "/serial"
+
+var prefixSeq atomic.Int64
+
+// mustRedisStore opens the Redis store as the worker does (default timeout
+// 200ms), under a key prefix of its own so no run finds another's records.
+func mustRedisStore(b *testing.B, srv interface{ URL() string }) *redis.Store {
+	b.Helper()
+	s, err := redis.New(redis.Config{
+		URL:       srv.URL(),
+		KeyPrefix: fmt.Sprintf("%sbench%d:", redis.DefaultKeyPrefix, prefixSeq.Add(1)),
+		Timeout:   redis.DefaultTimeout,
+	})
+	if err != nil {
+		b.Fatalf("redis.New: %v", err)
+	}
+	b.Cleanup(s.Close)
+	return s
+}
