@@ -200,6 +200,14 @@ func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	g.consumer.assigned.Store(0)
 	<-g.commitDone
 	sess.Commit()
+	// This worker no longer consumes these partitions: its lag on them is
+	// nothing, and a stale value would keep a lag alert firing after a
+	// rebalance moved a backlog to another member.
+	for topic, partitions := range sess.Claims() {
+		for _, p := range partitions {
+			g.run.cfg.Metrics.ConsumerLag(topic, p, 0)
+		}
+	}
 	g.run.log.Info("partitions_released", "generation", sess.GenerationID())
 	return nil
 }
