@@ -95,8 +95,12 @@ func TestConsumer_RebalanceLosesNothingSendsNothingTwice(t *testing.T) {
 	waitFor(t, 10*time.Second, "member a handling", func() bool { return a.count() >= 20 })
 
 	rcB := MustRun(t, cfg, b)
-	// Records keep flowing while the group rebalances.
-	for i := 1; i <= 3; i++ {
+	// Records keep flowing while the group rebalances...
+	MustPublish(t, brokers, topic, batch(perBatch)...)
+	// ...and after it, so member b has work of its own however fast member
+	// a got through the first batches.
+	waitFor(t, 10*time.Second, "member b assigned", rcB.c.Ready)
+	for i := 2; i <= 3; i++ {
 		MustPublish(t, brokers, topic, batch(i*perBatch)...)
 	}
 	const total = 4 * perBatch
