@@ -236,8 +236,10 @@ func TestFailsFastWhileOpen(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
 			err := call(context.Background(), b)
-			if took := time.Since(start); took > 5*time.Millisecond {
-				t.Fatalf("took %v while open, want at most 5ms", took)
+			// The store would hold the call for 1s; a quarter of that is far
+			// above scheduling noise on a busy machine.
+			if took := time.Since(start); took > 250*time.Millisecond {
+				t.Fatalf("took %v while open, want an answer without the store", took)
 			}
 			if !errors.Is(err, breaker.ErrOpen) {
 				t.Fatalf("err %v, want ErrOpen", err)
@@ -374,9 +376,9 @@ func TestClose(t *testing.T) {
 			}
 			return ctx.Err()
 		}
-		// The probe's own deadline is the cooldown (300ms after it starts):
+		// The probe's own deadline is the cooldown (1s after it starts):
 		// a Canceled error well before that can only come from Close.
-		b := breaker.New(switchable(&down, &slow), breaker.Config{Failures: 1, Cooldown: 300 * time.Millisecond, Probe: probe})
+		b := breaker.New(switchable(&down, &slow), breaker.Config{Failures: 1, Cooldown: time.Second, Probe: probe})
 		_ = calls["Claim"](context.Background(), b)
 		select {
 		case <-started:
@@ -391,7 +393,7 @@ func TestClose(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatalf("Close did not return within 2s")
 		}
-		if took := time.Since(start); took > 150*time.Millisecond {
+		if took := time.Since(start); took > 500*time.Millisecond {
 			t.Fatalf("Close took %v, want it to cancel the probe at once", took)
 		}
 		if err := <-probeErr; !errors.Is(err, context.Canceled) {

@@ -68,8 +68,10 @@ func TestWithRedis(t *testing.T) {
 				// Open: an answer at once, not after the store's timeout.
 				start := time.Now()
 				err = b.Record(ctx, "during", ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour)
-				if took := time.Since(start); took > 5*time.Millisecond {
-					t.Fatalf("Record while open took %v, want at most 5ms", took)
+				// Half the store timeout: far above scheduling noise on a busy
+				// machine, far below what asking the dead store would cost.
+				if took := time.Since(start); took > storeTimeout/2 {
+					t.Fatalf("Record while open took %v, want well under the store timeout %v", took, storeTimeout)
 				}
 				if !errors.Is(err, breaker.ErrOpen) {
 					t.Fatalf("Record while open: err %v, want ErrOpen", err)
