@@ -1,0 +1,125 @@
+//go:build integration
+
+package integration_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/integration"
+)
+
+// TestIdempotencyTTL is scenario 7: the sent record lives for
+// IDEMPOTENCY_TTL, no more and no less. Right after a send the raw key's
+// PTTL is the configured TTL (not the claim TTL, not forever); once it
+// expired, a replay of the same event sends again. ADR-0006 accepts that
+// trade: 48 hours of protection, then the key is gone.
+func TestIdempotencyTTL(t *testing.T) {
+	t.Parallel()
+	// A TTL well above the claim TTL, so a record written with the claim's
+	// lifetime (or none) cannot pass for it. The claim TTL must exceed the
+	// send timeout (config validation); 1s is ample for the double.
+	const (
+		ttl      = 3 * time.Second
+		claimTTL = 1500 * time.Millisecond
+		// The PTTL is read within milliseconds of the record's SET; the
+		// margin covers a slow, loaded machine.
+		margin = 500 * time.Millisecond
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := startPeerStack(t, "ttl")
+	env := map[string]string{
+		"IDEMPOTENCY_TTL":       ttl.String(),
+		"IDEMPOTENCY_CLAIM_TTL": claimTTL.String(),
+		"SEND_TIMEOUT":          "1s",
+	}
+	evs := makeEvents(p.RunID, 0, 1, 1) // event 0: SMS only
+	ev := evs[0]
+	// The key format of domain.NotificationKey behind the store's prefix,
+	// spelled out here so a change to either shows.
+	key := p.KeyPrefix + "sms:" + ev.EventID
+
+	first := p.startWorker(t, integration.StartWorkerProcess, "first", env)
+	p.publish(ctx, t, evs)
+
+	// Watch the raw key until it turns from the claim into the sent record,
+	// then read its PTTL at once.
+	var val string
+	var pttl time.Duration
+	recordSeen := waitFor(t, 30*time.Second, "a sent record under "+key, func() bool {
+		v, ok, err := p.Redis.Get(ctx, key)
+		if err != nil || !ok || !strings.HasPrefix(v, "sent:") {
+			return false
+		}
+		val = v
+		pttl, _, err = p.Redis.PTTL(ctx, key)
+		return err == nil
+	})
+	t.Logf("%s = %q, PTTL %v right after the send", key, val, pttl)
+
+	t.Run("PTTLIsTheConfiguredTTL", func(t *testing.T) {
+		if pttl <= ttl-margin || pttl > ttl {
+			t.Errorf("PTTL %v right after the send, want in (%v, %v]: IDEMPOTENCY_TTL, not the claim TTL %v", pttl, ttl-margin, ttl, claimTTL)
+		}
+	})
+
+	p.waitDelivered(ctx, t, evs, 30*time.Second)
+	// Stop and rewind while the record counts down, so the replay can start
+	// the moment it expires.
+	stopWorker(ctx, t, first, "first")
+	p.rewindGroup(ctx, t)
+
+	gone := waitFor(t, ttl+10*time.Second, key+" to expire", func() bool {
+		_, exists, err := p.Redis.PTTL(ctx, key)
+		return err == nil && !exists
+	})
+	t.Run("RecordLivesForTheTTL", func(t *testing.T) {
+		// Polled every few milliseconds, so gone-recordSeen is the key's
+		// lifetime give or take the poll: it must not vanish early.
+		if lived := gone.Sub(recordSeen); lived < ttl-margin {
+			t.Errorf("the sent record was gone %v after it appeared, want about %v", lived, ttl)
+		}
+	})
+
+	second := p.startWorker(t, integration.StartWorkerProcess, "second (replay after expiry)", env)
+	p.waitCommittedToEnd(ctx, t, 30*time.Second)
+	stopWorker(ctx, t, second, "second")
+
+	t.Run("ReplayAfterExpirySendsAgain", func(t *testing.T) {
+		sms, err := p.Twilio.Messages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sms) != 2 || sms[0].To != ev.Phone || sms[1].To != ev.Phone || sms[0].Body != sms[1].Body {
+			t.Fatalf("double holds %+v; want the same SMS to %s twice (sent, expired, replayed)", sms, ev.Phone)
+		}
+		if n := second.Count("duplicate_suppressed"); n != 0 {
+			t.Errorf("the replay after expiry logged duplicate_suppressed %d times, want 0", n)
+		}
+		assertLoggedOncePer(t, []*integration.Worker{second}, "notification_sent", notifications(evs))
+		// The replay wrote a fresh record with the same lifetime.
+		v, ok, err := p.Redis.Get(ctx, key)
+		if err != nil || !ok || !strings.HasPrefix(v, "sent:") || !strings.HasSuffix(v, sms[1].SID) {
+			t.Errorf("%s = %q (exists %v, error %v), want a sent record naming %s", key, v, ok, err, sms[1].SID)
+		}
+	})
+}
+
+// waitFor polls cond every 5 ms until it holds, and returns when it first
+// did; it fails the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
