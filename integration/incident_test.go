@@ -61,7 +61,7 @@ func runIncident(t *testing.T, start workerStarter, name string, hooks incidentH
 	p.waitCommittedToEnd(ctx, t, 10*time.Second)
 
 	p.rewindGroup(ctx, t)
-	second := p.startWorker(t, start, "second (replay from offset 0)", map[string]string{"IDEMPOTENCY_KEY_PREFIX": "mutant:"})
+	second := p.startWorker(t, start, "second (replay from offset 0)")
 	// Committed to the end: the replay is over, whatever it did, and
 	// nothing of it is still in flight when the providers are read below.
 	// (Waiting for the duplicate_suppressed lines instead would make a
