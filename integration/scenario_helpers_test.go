@@ -493,7 +493,7 @@ func metricValue(exposition, name string, labels ...string) (float64, bool) {
 // scrape right after the log line may still show the old value.
 func waitMetric(ctx context.Context, t *testing.T, w *integration.Worker, want float64, name string, labels ...string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	var got float64
 	var found bool
 	for {
