@@ -82,7 +82,7 @@ func TestOverlappingConsumers(t *testing.T) {
 		p.publish(ctx, t, batch(i))
 		// The batch's first send is out: the others are in hand or queued
 		// behind it when the membership changes.
-		waitFor(t, 30*time.Second, fmt.Sprintf("a send of batch %d", i), func() bool { return sentSoFar() > before })
+		waitFor(t, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("a send of batch %d", i), func() bool { return sentSoFar() > before })
 		start := time.Now()
 		s.apply()
 		t.Logf("step %d: batch of %d published, %s (%v)", i, perBatch, s.what, time.Since(start).Round(time.Millisecond))

@@ -45,11 +45,12 @@ func TestIdempotencyTTL(t *testing.T) {
 	first := p.startWorker(t, integration.StartWorkerProcess, "first", env)
 	p.publish(ctx, t, evs)
 
-	// Watch the raw key until it turns from the claim into the sent record,
-	// then read its PTTL at once.
+	// Watch the raw key, every 5 ms, until it turns from the claim into the
+	// sent record, then read its PTTL at once: the read must follow the
+	// record's SET closely.
 	var val string
 	var pttl time.Duration
-	recordSeen := waitFor(t, 30*time.Second, "a sent record under "+key, func() bool {
+	recordSeen := waitFor(t, 30*time.Second, 5*time.Millisecond, "a sent record under "+key, func() bool {
 		v, ok, err := p.Redis.Get(ctx, key)
 		if err != nil || !ok || !strings.HasPrefix(v, "sent:") {
 			return false
@@ -72,7 +73,7 @@ func TestIdempotencyTTL(t *testing.T) {
 	stopWorker(ctx, t, first, "first")
 	p.rewindGroup(ctx, t)
 
-	gone := waitFor(t, ttl+10*time.Second, key+" to expire", func() bool {
+	gone := waitFor(t, ttl+10*time.Second, 5*time.Millisecond, key+" to expire", func() bool {
 		_, exists, err := p.Redis.PTTL(ctx, key)
 		return err == nil && !exists
 	})
@@ -108,9 +109,9 @@ func TestIdempotencyTTL(t *testing.T) {
 	})
 }
 
-// waitFor polls cond every 5 ms until it holds, and returns when it first
-// did; it fails the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Time {
+// waitFor polls cond every interval until it holds, and returns when it
+// first did; it fails the test after timeout.
+func waitFor(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -120,6 +121,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		if time.Now().After(deadline) {
 			t.Fatalf("waited %v for %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
