@@ -1,7 +1,6 @@
 package domain_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -75,44 +75,11 @@ func (p *provider) Sent() []ports.Message {
 	return append([]ports.Message(nil), p.sent...)
 }
 
-// logs captures JSON log lines.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// Lines returns the parsed log lines whose msg is msg.
-func (l *logs) Lines(t testing.TB, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 type world struct {
 	store    *fakeStore
 	sms      *provider
 	email    *provider
-	logs     *logs
+	logs     *logtest.Buffer
 	outcomes map[ports.Outcome]int
 	mu       sync.Mutex
 	svc      *domain.Service
@@ -120,7 +87,7 @@ type world struct {
 
 func newWorld(t *testing.T, mode domain.FailureMode) *world {
 	t.Helper()
-	w := &world{store: newFakeStore(), sms: &provider{}, email: &provider{}, logs: &logs{}, outcomes: map[ports.Outcome]int{}}
+	w := &world{store: newFakeStore(), sms: &provider{}, email: &provider{}, logs: &logtest.Buffer{}, outcomes: map[ports.Outcome]int{}}
 	svc, err := domain.NewService(domain.Config{
 		Store:        w.store,
 		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: w.sms, ports.ChannelEmail: w.email},
@@ -183,7 +150,7 @@ func TestService(t *testing.T) {
 		if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
 			t.Fatalf("key state %v after send, want already_sent", s)
 		}
-		if n := len(w.logs.Lines(t, "notification_sent")); n != 1 {
+		if n := len(w.logs.Events(t, "notification_sent")); n != 1 {
 			t.Fatalf("%d notification_sent lines, want 1", n)
 		}
 		if w.outcomes[ports.OutcomeSent] != 1 {
@@ -201,7 +168,7 @@ func TestService(t *testing.T) {
 		if len(w.sms.Sent()) != 1 || len(w.email.Sent()) != 1 {
 			t.Fatalf("sent %d SMS, %d email; want 1 each", len(w.sms.Sent()), len(w.email.Sent()))
 		}
-		dups := w.logs.Lines(t, "duplicate_suppressed")
+		dups := w.logs.Events(t, "duplicate_suppressed")
 		if len(dups) != 2 {
 			t.Fatalf("%d duplicate_suppressed lines, want 2", len(dups))
 		}
@@ -301,7 +268,7 @@ func TestService(t *testing.T) {
 			if len(w.sms.Sent()) != 1 {
 				t.Fatalf("sent %d, want 1 (fail open)", len(w.sms.Sent()))
 			}
-			warn := w.logs.Lines(t, "idempotency_check_unavailable")
+			warn := w.logs.Events(t, "idempotency_check_unavailable")
 			if len(warn) != 1 || warn[0]["level"] != "WARN" {
 				t.Fatalf("idempotency_check_unavailable lines %v, want one warning", warn)
 			}
@@ -352,7 +319,7 @@ func TestService(t *testing.T) {
 				if w.outcomes[tc.out] != 1 {
 					t.Fatalf("outcomes %v, want one %v", w.outcomes, tc.out)
 				}
-				if n := len(w.logs.Lines(t, "notification_failed")); n != 1 {
+				if n := len(w.logs.Events(t, "notification_failed")); n != 1 {
 					t.Fatalf("%d notification_failed lines, want 1", n)
 				}
 			})
@@ -387,7 +354,7 @@ func TestService(t *testing.T) {
 		if len(w.sms.Sent()) != 1 || w.outcomes[ports.OutcomeSent] != 1 {
 			t.Fatalf("sent %d, outcomes %v; want 1 sent", len(w.sms.Sent()), w.outcomes)
 		}
-		if n := len(w.logs.Lines(t, "idempotency_record_failed")); n != 1 {
+		if n := len(w.logs.Events(t, "idempotency_record_failed")); n != 1 {
 			t.Fatalf("%d idempotency_record_failed lines, want 1", n)
 		}
 	})

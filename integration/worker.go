@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
 // StopGrace is how long Stop lets the worker shut down after SIGTERM before
@@ -212,7 +213,7 @@ func StartWorkerProcess(t testing.TB, env map[string]string) *Worker {
 
 type processRunner struct {
 	cmd  *exec.Cmd
-	out  syncBuffer
+	out  logtest.Buffer
 	done chan struct{} // closed when cmd.Wait returned
 }
 
@@ -250,24 +251,6 @@ func (r *processRunner) exitCode(context.Context) (int, bool) {
 	default:
 		return 0, false
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }
 
 // Logs returns every line the worker wrote so far (stdout and stderr

@@ -1,9 +1,7 @@
 package breaker_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -44,38 +43,6 @@ func (n *countingNotifier) Send(context.Context, ports.Message) (ports.Receipt, 
 	return ports.Receipt{ProviderID: "SM1"}, nil
 }
 
-// jsonLines is a concurrency-safe log sink that parses its JSON lines.
-type jsonLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *jsonLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *jsonLines) with(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // openWorld is the real domain service, failing open, on a breaker held
 // open around a store that is down.
 type openWorld struct {
@@ -83,7 +50,7 @@ type openWorld struct {
 	breaker  *breaker.Breaker
 	svc      *domain.Service
 	notifier *countingNotifier
-	logs     *jsonLines
+	logs     *logtest.Buffer
 	clock    *clock
 }
 
@@ -96,7 +63,7 @@ func newOpenWorld(t *testing.T) *openWorld {
 	w := &openWorld{
 		store:    switchable(down, &atomic.Bool{}),
 		notifier: &countingNotifier{},
-		logs:     &jsonLines{},
+		logs:     &logtest.Buffer{},
 		clock:    &clock{now: time.Date(2026, 4, 2, 9, 14, 0, 0, time.UTC)},
 	}
 	w.breaker = MustBreaker(t, w.store, breaker.Config{Failures: 3, Cooldown: time.Hour, Probe: never})
@@ -157,14 +124,14 @@ func TestOpenCircuitWarningsAreRateLimited(t *testing.T) {
 		}
 		wg.Wait()
 		// The clock has not moved: one interval, one warning.
-		warns := w.logs.with(t, "idempotency_check_unavailable")
+		warns := w.logs.Events(t, "idempotency_check_unavailable")
 		if len(warns) != 1 {
 			t.Fatalf("%d idempotency_check_unavailable warnings for %d records in one interval, want 1", len(warns), workers*perWorker)
 		}
 		w.clock.Advance(logEvery)
 		w.mustHandle(t, workers*perWorker)
 
-		warns = w.logs.with(t, "idempotency_check_unavailable")
+		warns = w.logs.Events(t, "idempotency_check_unavailable")
 		if len(warns) != 2 {
 			t.Fatalf("%d warnings after the interval passed, want 2", len(warns))
 		}
@@ -197,7 +164,7 @@ func TestOpenCircuitWarningsAreRateLimited(t *testing.T) {
 		if got := w.breaker.State(); got != breaker.StateOpen {
 			t.Fatalf("breaker %q, want open: the first failures should have tripped it", got)
 		}
-		warns := w.logs.with(t, "idempotency_check_unavailable")
+		warns := w.logs.Events(t, "idempotency_check_unavailable")
 		// 300 records over 30 s of clock, one warning a second at most.
 		maxWarns := int(time.Duration(records)*step/logEvery) + 1
 		if len(warns) == 0 || len(warns) > maxWarns {

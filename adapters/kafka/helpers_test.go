@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -101,25 +101,6 @@ func MustStartObservedBroker(tb testing.TB, partitions int32, topics ...string) 
 	return c.ListenAddrs(), obs
 }
 
-// logBuffer collects JSON log lines, for asserting on events and on what
-// must never be logged.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // fakeMetrics counts what the consumer reports.
 type fakeMetrics struct {
 	mu           sync.Mutex
@@ -151,8 +132,8 @@ func (m *fakeMetrics) ConsumerLag(_ string, partition int32, lag int64) {
 }
 
 // testConfig is a consumer config with timings small enough for tests.
-func testConfig(brokers []string, topic string) (kafka.Config, *logBuffer) {
-	logs := &logBuffer{}
+func testConfig(brokers []string, topic string) (kafka.Config, *logtest.Buffer) {
+	logs := &logtest.Buffer{}
 	return kafka.Config{
 		Brokers:             brokers,
 		Topic:               topic,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,24 +20,6 @@ import (
 // waitWithin bounds every wait in these tests: joining a group on the
 // embedded broker and handling a few dozen records takes a second or two.
 const waitWithin = 60 * time.Second
-
-// syncBuffer is an io.Writer safe for the worker's concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // uniqueName returns prefix with a random suffix, so topics, groups and
 // key prefixes of one test never meet another's.

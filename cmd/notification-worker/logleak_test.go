@@ -21,6 +21,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
 // Customers' addresses in the leak test. Each appears in an event that goes
@@ -70,7 +71,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 	}
 
 	// Anything a library writes through the default logger is output too.
-	var stray syncBuffer
+	var stray logtest.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&stray, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(prev) })
@@ -111,7 +112,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"HTTP_ADDR":                    "127.0.0.1:0",
 			"LOG_LEVEL":                    "debug",
 		})
-		var out syncBuffer
+		var out logtest.Buffer
 		m := &Main{Config: cfg, Stdout: &out}
 		MustOpen(t, m)
 		stop := MustRun(t, m)

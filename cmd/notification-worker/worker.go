@@ -360,15 +360,7 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 }
 
 // observers returns an Observer telling each non-nil one in turn.
-func observers(obs ...ports.Observer) ports.Observer {
-	var all multiObserver
-	for _, o := range obs {
-		if o != nil {
-			all = append(all, o)
-		}
-	}
-	return all
-}
+func observers(obs ...ports.Observer) ports.Observer { return multiObserver(nonNil(obs)) }
 
 type multiObserver []ports.Observer
 
@@ -379,14 +371,18 @@ func (all multiObserver) Observe(ch ports.Channel, o ports.Outcome) {
 }
 
 // consumerMetrics returns a kafka.Metrics telling each non-nil one in turn.
-func consumerMetrics(ms ...kafka.Metrics) kafka.Metrics {
-	var all multiMetrics
-	for _, m := range ms {
-		if m != nil {
-			all = append(all, m)
+func consumerMetrics(ms ...kafka.Metrics) kafka.Metrics { return multiMetrics(nonNil(ms)) }
+
+// nonNil returns the elements of xs that are not nil interfaces.
+func nonNil[T comparable](xs []T) []T {
+	var zero T
+	out := make([]T, 0, len(xs))
+	for _, x := range xs {
+		if x != zero {
+			out = append(out, x)
 		}
 	}
-	return all
+	return out
 }
 
 type multiMetrics []kafka.Metrics

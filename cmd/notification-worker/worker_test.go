@@ -14,6 +14,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -63,7 +64,7 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 	// One store and one set of metrics for both workers: the store stands
 	// in for Redis, and the metrics let the counts span the restart.
 	store, metrics := memory.New(nil), prometheus.New()
-	var out syncBuffer
+	var out logtest.Buffer
 
 	first := &Main{Config: cfg, Stdout: &out, Store: store, Metrics: metrics}
 	if first.Ready() {
@@ -245,7 +246,7 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 				"HTTP_ADDR":                    "127.0.0.1:0",
 				"SHUTDOWN_TIMEOUT":             "5s",
 			})
-			m := &Main{Config: cfg, Stdout: &syncBuffer{}}
+			m := &Main{Config: cfg, Stdout: &logtest.Buffer{}}
 			MustOpen(t, m)
 			MustRun(t, m)
 
