@@ -274,17 +274,22 @@ func (s *Service) send(ctx context.Context, log *slog.Logger, m ports.Message, r
 func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string) (claimResult, error) {
 	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL)
 	wait := s.cfg.ClaimWaitMax / 16
+	sawInFlight := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		c, err := s.cfg.Store.Claim(cctx, key, token, s.cfg.ClaimTTL)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			if s.cfg.FailureMode == FailClosed {
-				return 0, ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err))
-			}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return 0, ctx.Err()
+		case err != nil && sawInFlight:
+			// We know another worker is sending this one: failing open now
+			// would send it a second time. A store that cannot answer is
+			// just one more look that told us nothing; keep waiting.
+			c.State = ports.InFlight
+		case err != nil && s.cfg.FailureMode == FailClosed:
+			return 0, ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err))
+		case err != nil:
 			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))
 			return unchecked, nil
@@ -301,6 +306,7 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string
 			// Another worker is sending it right now (a rebalance overlap).
 			// Sending too would duplicate; skipping would lose it if that
 			// send fails. Wait for its record, or for its claim to go.
+			sawInFlight = true
 		default:
 			return 0, fmt.Errorf("claim %s: store answered an unknown state %v", key, c.State)
 		}

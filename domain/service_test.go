@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,6 +242,44 @@ func TestService(t *testing.T) {
 		}
 		if len(w.sms.Sent()) != 0 {
 			t.Fatalf("sent while another worker held the claim")
+		}
+	})
+
+	// Once we have seen another worker's claim, a store that stops
+	// answering must not turn into fail-open: that worker is sending.
+	t.Run("StoreFailsWhileWaitingOnInFlightClaim", func(t *testing.T) {
+		for _, mode := range []domain.FailureMode{domain.FailOpen, domain.FailClosed} {
+			t.Run(string(mode), func(t *testing.T) {
+				w := newWorld(t, mode)
+				const key = "sms:e1"
+				if _, err := w.store.Store.Claim(context.Background(), key, "other-worker", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				var calls atomic.Int32
+				w.store.ClaimFunc = func(ctx context.Context, k, tok string, ttl time.Duration) (ports.Claim, error) {
+					switch n := calls.Add(1); {
+					case n == 1:
+						return w.store.Store.Claim(ctx, k, tok, ttl) // in flight
+					case n < 4:
+						return ports.Claim{}, errors.New("i/o timeout")
+					case n == 4:
+						// The other worker's send went through meanwhile.
+						if err := w.store.Store.Record(ctx, k, ports.Receipt{ProviderID: "other"}, time.Hour); err != nil {
+							return ports.Claim{}, err
+						}
+					}
+					return w.store.Store.Claim(ctx, k, tok, ttl)
+				}
+				if err := w.handle(t, event("e1", "sms")); err != nil {
+					t.Fatalf("Handle: %v", err)
+				}
+				if n := len(w.sms.Sent()); n != 0 {
+					t.Fatalf("sent %d while another worker held the claim", n)
+				}
+				if n := len(w.logs.Events(t, "duplicate_suppressed")); n != 1 {
+					t.Fatalf("%d duplicate_suppressed lines, want 1", n)
+				}
+			})
 		}
 	})
 
