@@ -66,6 +66,13 @@ type Config struct {
 // call that succeeds resets the count. While open, calls return
 // an error wrapping ErrOpen without calling the store; only a successful
 // probe closes the circuit again.
+//
+// One exception: a Record or Release of a key this breaker granted a claim
+// for always goes to the store, open or not. The claim is a promise to
+// record the send or give the key back; refusing that write would leave the
+// key pending, and after the claim TTL a replay would send again. Those
+// writes are few (at most one per claim in flight) and only follow a store
+// that just answered.
 type Breaker struct {
 	store    ports.IdempotencyStore
 	failures int
@@ -77,6 +84,7 @@ type Breaker struct {
 	open        bool
 	openedAt    time.Time
 	consecutive int
+	owed        map[string]int // keys claimed through us, not yet recorded or released
 
 	tripped chan struct{} // one pending "opened" signal for the prober
 	stop    context.CancelFunc
@@ -106,6 +114,7 @@ func New(store ports.IdempotencyStore, cfg Config) *Breaker {
 		cooldown: cfg.Cooldown,
 		probe:    cfg.Probe,
 		now:      cfg.Now,
+		owed:     map[string]int{},
 		tripped:  make(chan struct{}, 1),
 		stop:     stop,
 		stopped:  make(chan struct{}),
@@ -136,17 +145,22 @@ func (b *Breaker) Close() {
 
 // Claim implements ports.IdempotencyStore.
 func (b *Breaker) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
-	if err := b.admit(); err != nil {
+	if err := b.admit(key, false); err != nil {
 		return ports.Claim{}, fmt.Errorf("claim %s: %w", key, err)
 	}
 	c, err := b.store.Claim(ctx, key, token, ttl)
 	b.observe(ctx, err)
+	if err == nil && c.State == ports.Claimed {
+		b.mu.Lock()
+		b.owed[key]++
+		b.mu.Unlock()
+	}
 	return c, err
 }
 
 // Record implements ports.IdempotencyStore.
 func (b *Breaker) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
-	if err := b.admit(); err != nil {
+	if err := b.admit(key, true); err != nil {
 		return fmt.Errorf("record %s: %w", key, err)
 	}
 	err := b.store.Record(ctx, key, r, ttl)
@@ -156,7 +170,7 @@ func (b *Breaker) Record(ctx context.Context, key string, r ports.Receipt, ttl t
 
 // Release implements ports.IdempotencyStore.
 func (b *Breaker) Release(ctx context.Context, key, token string) error {
-	if err := b.admit(); err != nil {
+	if err := b.admit(key, true); err != nil {
 		return fmt.Errorf("release %s: %w", key, err)
 	}
 	err := b.store.Release(ctx, key, token)
@@ -164,10 +178,22 @@ func (b *Breaker) Release(ctx context.Context, key, token string) error {
 	return err
 }
 
-// admit returns an error wrapping ErrOpen while the circuit is open.
-func (b *Breaker) admit() error {
+// admit returns an error wrapping ErrOpen while the circuit is open, except
+// for the write that settles a claim this breaker granted (settles: a Record
+// or Release), which it lets through and forgets.
+func (b *Breaker) admit(key string, settles bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if settles {
+		if n, ok := b.owed[key]; ok {
+			if n > 1 {
+				b.owed[key] = n - 1
+			} else {
+				delete(b.owed, key)
+			}
+			return nil
+		}
+	}
 	if !b.open {
 		return nil
 	}
