@@ -3,10 +3,12 @@
 // Twilio's answers into the ports error kinds.
 //
 // Classification (see Send): Twilio's 4xx about the message (21211 invalid
-// number, 21610 unsubscribed, 21614 not a mobile number) is Permanent; 401 and 403
-// are Unavailable, because bad credentials or a suspended account are the
-// operator's to fix and must not dead-letter every SMS meanwhile; 408, 429,
-// 5xx, timeouts and connection errors are retryable.
+// number, 21610 unsubscribed, 21614 not a mobile number) is Permanent; 401,
+// 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
+// senderCodes) are Unavailable, because the operator must fix them and they
+// must not dead-letter every SMS meanwhile; 408, 429, 21611 (the sender's
+// queue is full), 5xx, timeouts and connection errors are retryable. Only a
+// 2xx counts as sent.
 package twilio
 
 import (
@@ -168,12 +170,18 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 
 	msg, err := api.NewApiService(rh).CreateMessage(params)
 	sentAt := time.Now()
-	if err == nil || (rt.status >= 200 && rt.status < 300) {
+	// Only a 2xx means Twilio took the message. twilio-go also returns
+	// without error for a 3xx whose body is JSON (a proxy, an http:// API
+	// URL): counting that as sent would record it and suppress every replay.
+	if rt.status >= 200 && rt.status < 300 {
 		var sid string
 		if msg != nil && msg.Sid != nil {
 			sid = *msg.Sid
 		}
 		return ports.Receipt{ProviderID: sid, SentAt: sentAt}, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("unexpected HTTP status %d", rt.status)
 	}
 	return ports.Receipt{}, n.classify(ctx, m, rt.status, err)
 }
@@ -282,6 +290,14 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, er
 	switch s := e.Status; {
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
 		return ports.MarkUnavailable(e)
+	case s >= 300 && s < 400:
+		// A redirect: TWILIO_API_URL points somewhere else than the API.
+		// Every send would fail alike until the operator fixes it.
+		return ports.MarkUnavailable(e)
+	case senderCodes[e.Code]:
+		return ports.MarkUnavailable(e)
+	case e.Code == codeQueueFull:
+		return e
 	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests:
 		return e
 	case s >= 400 && s < 500 && tre != nil:
@@ -292,6 +308,23 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, er
 	}
 	return e
 }
+
+// Twilio error codes that a 4xx carries but that say nothing about the
+// message: they are about our sender or account, so every SMS would fail
+// alike and dead-lettering them all would be wrong. They wait as
+// Unavailable until the operator fixes the configuration.
+var senderCodes = map[int]bool{
+	20404: true, // the account, messaging service or resource is not found
+	21212: true, // the From number is invalid
+	21606: true, // the From number cannot send SMS
+	21659: true, // the From number is not a Twilio number of this account
+	21703: true, // the messaging service has no sender for this destination
+	21704: true, // the messaging service has no phone number
+}
+
+// codeQueueFull: the sender's queue is full (21611). It drains at the
+// sender's rate limit, so it is worth retrying, not dead-lettering.
+const codeQueueFull = 21611
 
 // redirected returns raw (a URL twilio-go built) as the transport sent it.
 func (n *Notifier) redirected(raw string) string {

@@ -140,6 +140,10 @@ func TestSend(t *testing.T) {
 		{"ServiceUnavailableIsRetryable", 503, `<html>503 Service Unavailable</html>`, ports.Retryable, 0},
 		{"InternalErrorJSONIsRetryable", 500, twilioError(500, 20500, "Internal Server Error"), ports.Retryable, 20500},
 		{"ProxyNotFoundPageIsRetryable", 404, `<html>not found</html>`, ports.Retryable, 0},
+		{"RedirectIsUnavailableNotSent", 301, `{"message":"moved"}`, ports.Unavailable, 0},
+		{"InvalidFrom21212IsUnavailable", 400, twilioError(400, 21212, "The 'From' number is not a valid phone number"), ports.Unavailable, 21212},
+		{"FromCannotSMS21606IsUnavailable", 400, twilioError(400, 21606, "The 'From' phone number provided is not a valid message-capable Twilio phone number"), ports.Unavailable, 21606},
+		{"QueueFull21611IsRetryable", 400, twilioError(400, 21611, "This 'From' number has exceeded the maximum number of queued messages"), ports.Retryable, 21611},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := NewFakeTwilio(t, reply(tc.status, tc.body))
