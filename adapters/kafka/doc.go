@@ -15,6 +15,10 @@
 //   - A new consumer group starts at the oldest record of each partition.
 //     A brand-new group id on a topic with long retention therefore replays
 //     history older than the idempotency TTL: reuse the group id.
+//   - A committed offset past a partition's end (after an unclean leader
+//     election or a truncated log) is reset: the partition replays from its
+//     oldest record, and the commit follows what is handled from there.
+//     Records older than IDEMPOTENCY_TTL are then sent again.
 //   - Records with the same key run one after another in offset order;
 //     records without a key have no order to keep and run independently.
 //     At most MaxInFlight handler calls run at once per worker, and at most

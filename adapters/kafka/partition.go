@@ -131,10 +131,24 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 	p.mu.Lock()
 	commit, advanced := p.tracker.complete(msg.Offset)
 	if advanced && !p.closed {
-		p.sess.MarkOffset(p.topic, p.partition, commit, "")
+		p.markExactly(commit)
 	}
 	p.mu.Unlock()
 	p.run.cfg.Metrics.ConsumerLag(p.topic, p.partition, p.claim.HighWaterMarkOffset()-msg.Offset-1)
+}
+
+// markExactly sets the partition's offset to commit to commit, up or down.
+// MarkOffset alone only moves it forward: when the group's committed offset
+// is past the partition's end (unclean leader election, truncation; Sarama
+// #2863), Sarama fetches from the oldest record, but every mark below the
+// stale offset would be ignored, the commit would stay there, and once the
+// log grew past it a restart would skip everything in between. ResetOffset
+// only moves it back; together they set it exactly. Our marks only increase
+// within a session, so the reset never takes back a commit we made.
+// The caller holds mu.
+func (p *partition) markExactly(commit int64) {
+	p.sess.MarkOffset(p.topic, p.partition, commit, "")
+	p.sess.ResetOffset(p.topic, p.partition, commit, "")
 }
 
 // handle runs the handler with the retry policy of the error's kind and
