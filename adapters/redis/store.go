@@ -38,7 +38,9 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -167,7 +169,36 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
 	}
-	return &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout}, nil
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout}
+	if err := s.selfCheck(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis: %s: %w", redactedURL(cfg.URL), err)
+	}
+	return s, nil
+}
+
+// selfCheckTimeout bounds New's one-time check: longer than a call's
+// timeout, since it runs once and a cold connection may still be warming up.
+const selfCheckTimeout = 5 * time.Second
+
+// selfCheck claims and releases a fresh key once. A server older than Redis
+// 7 rejects SET ... NX GET, and an ACL user without +set, +get, +del or
+// +evalsha is refused; either way every Claim would fail, and the worker
+// would quietly fail open on every notification. Better to refuse to start.
+func (s *Store) selfCheck() error {
+	ctx := context.Background()
+	patient := *s
+	patient.timeout = selfCheckTimeout
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	key, token := "self-check:"+hex.EncodeToString(b[:]), hex.EncodeToString(b[:])
+	if _, err := patient.Claim(ctx, key, token, time.Minute); err != nil {
+		return fmt.Errorf("self-check claim failed (this store needs Redis >= 7.0 for SET NX GET, and an ACL allowing SET, GET, DEL, EVAL and EVALSHA on the key prefix): %w", err)
+	}
+	if err := patient.Release(ctx, key, token); err != nil {
+		return fmt.Errorf("self-check release failed (the ACL must allow EVAL and EVALSHA): %w", err)
+	}
+	return nil
 }
 
 // Close closes the connections. Calls made after Close return an error.

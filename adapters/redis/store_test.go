@@ -363,11 +363,17 @@ func TestACLAndDatabase(t *testing.T) {
 		}
 	})
 
-	t.Run("KeyOutsideACL", func(t *testing.T) {
-		// Proves the store really runs as "worker", not the default user.
-		s := MustStore(t, redis.Config{URL: url, KeyPrefix: "not-acl:"})
-		if _, err := s.Claim(ctx, uniqueKey(t), "tok", time.Minute); err == nil {
-			t.Fatalf("Claim outside the user's key pattern: no error")
+	t.Run("KeyOutsideACLRefusedAtStart", func(t *testing.T) {
+		// Proves the store really runs as "worker", not the default user,
+		// and that a prefix the ACL does not cover stops the worker at
+		// start instead of failing open on every notification.
+		s, err := redis.New(redis.Config{URL: url, KeyPrefix: "not-acl:"})
+		if err == nil {
+			s.Close()
+			t.Fatalf("New with a key prefix outside the user's ACL: no error")
+		}
+		if !strings.Contains(err.Error(), "self-check") || !strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("New: %v, want the self-check's NOPERM", err)
 		}
 	})
 
