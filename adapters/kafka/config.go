@@ -157,6 +157,14 @@ func (cfg Config) validate(consumer bool) error {
 		if cfg.Topic != "" && cfg.DLQTopic == cfg.Topic {
 			bad = append(bad, "DLQTopic must differ from Topic")
 		}
+		// Checked here, not at the first poison record: a name the broker
+		// refuses would fail every dead letter write, and the partition's
+		// commit would stop behind it.
+		if cfg.DLQTopic != "" {
+			if err := checkTopicName(cfg.DLQTopic); err != nil {
+				bad = append(bad, fmt.Sprintf("DLQTopic %q %v", cfg.DLQTopic, err))
+			}
+		}
 	}
 	positive := []struct {
 		name string
@@ -255,4 +263,25 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	// the broker's own limit still applies.
 	sc.Producer.MaxMessageBytes = int(sarama.MaxRequestSize) - 1
 	return sc
+}
+
+// maxTopicNameLen is Kafka's limit on a topic name's length.
+const maxTopicNameLen = 249
+
+// checkTopicName applies Kafka's rules for a topic name: 1 to 249
+// characters from [a-zA-Z0-9._-], and not "." or "..".
+func checkTopicName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return errors.New("is not a legal topic name")
+	case len(name) > maxTopicNameLen:
+		return fmt.Errorf("is longer than %d characters", maxTopicNameLen)
+	}
+	for _, r := range name {
+		legal := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		if !legal {
+			return fmt.Errorf("holds %q: only letters, digits, '.', '_' and '-' are allowed", r)
+		}
+	}
+	return nil
 }

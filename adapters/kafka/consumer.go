@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,9 +30,53 @@ var ErrAlreadyRunning = errors.New("kafka: consumer is already running")
 // Run may be called again after it returned; Ready is safe for concurrent
 // use at any time.
 type Consumer struct {
-	cfg      Config
-	running  atomic.Bool
-	assigned atomic.Int32 // partitions in the current session
+	cfg       Config
+	running   atomic.Bool
+	assigned  atomic.Int32 // partitions in the current session
+	dlqHealth *deadLetterHealth
+}
+
+// DeadLetterUnreadyAfter is how long a partition may keep failing to write a
+// dead letter before the consumer reports not Ready: its commit cannot pass
+// the record, so the worker is stuck on it, and only an operator can fix the
+// dead letter topic.
+const DeadLetterUnreadyAfter = 30 * time.Second
+
+// deadLetterHealth knows since when each partition has been failing to
+// write a dead letter. It is safe for concurrent use.
+type deadLetterHealth struct {
+	unreadyAfter time.Duration
+
+	mu    sync.Mutex
+	since map[*partition]time.Time // guarded by mu
+}
+
+func newDeadLetterHealth(unreadyAfter time.Duration) *deadLetterHealth {
+	return &deadLetterHealth{unreadyAfter: unreadyAfter, since: make(map[*partition]time.Time)}
+}
+
+func (h *deadLetterHealth) failing(p *partition, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.since[p] = now
+}
+
+func (h *deadLetterHealth) recovered(p *partition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.since, p)
+}
+
+// stuck reports whether some partition has been failing for unreadyAfter.
+func (h *deadLetterHealth) stuck(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.since {
+		if now.Sub(t) >= h.unreadyAfter {
+			return true
+		}
+	}
+	return false
 }
 
 // NewConsumer validates cfg and applies its defaults. It does not dial: Run
@@ -41,13 +86,17 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(true); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg}, nil
+	return &Consumer{cfg: cfg, dlqHealth: newDeadLetterHealth(DeadLetterUnreadyAfter)}, nil
 }
 
 // Ready reports whether the consumer joined its group and holds at least one
 // partition. It is false during a rebalance, which lasts about a heartbeat
-// interval plus the time records in hand take to finish.
-func (c *Consumer) Ready() bool { return c.assigned.Load() > 0 }
+// interval plus the time records in hand take to finish, and while a
+// partition has been failing to write a dead letter for
+// DeadLetterUnreadyAfter (its commit is stuck behind that record).
+func (c *Consumer) Ready() bool {
+	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now())
+}
 
 // Run joins the group and delivers records to h until ctx is cancelled; then
 // it stops fetching, lets the records in hand finish (up to
@@ -108,12 +157,13 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	gh := &groupHandler{
 		consumer: c,
 		run: &runState{
-			cfg:      cfg,
-			log:      log,
-			handler:  h,
-			dlq:      dlq,
-			handling: make(chan struct{}, cfg.MaxInFlight),
-			window:   make(chan struct{}, 4*cfg.MaxInFlight),
+			cfg:       cfg,
+			log:       log,
+			handler:   h,
+			dlq:       dlq,
+			dlqHealth: c.dlqHealth,
+			handling:  make(chan struct{}, cfg.MaxInFlight),
+			window:    make(chan struct{}, 4*cfg.MaxInFlight),
 		},
 	}
 	log.Info("consumer_started")
@@ -148,6 +198,8 @@ type runState struct {
 	log     *slog.Logger
 	handler ports.Handler
 	dlq     *Publisher
+	// dlqHealth is the Consumer's: Ready reads it.
+	dlqHealth *deadLetterHealth
 	// handling holds one token per handler call (or dead letter write) in
 	// progress: MaxInFlight worker-wide.
 	handling chan struct{}

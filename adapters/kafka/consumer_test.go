@@ -32,6 +32,16 @@ func TestNewConsumer(t *testing.T) {
 			}
 		}
 	})
+	t.Run("IllegalDLQTopic", func(t *testing.T) {
+		// A dead letter topic the broker refuses would fail every dead
+		// letter write; it is caught at start instead.
+		for _, name := range []string{"bad topic", "..", strings.Repeat("d", 250), "dlq/x"} {
+			_, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g", DLQTopic: name})
+			if !errors.Is(err, kafka.ErrInvalidConfig) || !strings.Contains(err.Error(), "DLQTopic") {
+				t.Errorf("DLQTopic %q: err = %v, want ErrInvalidConfig naming DLQTopic", name, err)
+			}
+		}
+	})
 	t.Run("OK", func(t *testing.T) {
 		c, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g"})
 		if err != nil {

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +13,58 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/ports"
 )
+
+// dlqRefuser answers produce requests to the dead letter topic with an
+// error while refusing is on, counting them.
+type dlqRefuser struct {
+	mu       sync.Mutex
+	refusing bool
+	refused  int
+}
+
+func (r *dlqRefuser) set(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refusing = on
+}
+
+func (r *dlqRefuser) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused
+}
+
+// install makes c refuse produce requests to dlqTopic with code while
+// refusing is on (at most limit of them when limit > 0).
+func (r *dlqRefuser) install(c *kfake.Cluster, dlqTopic string, code int16, limit int) {
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		pr := req.(*kmsg.ProduceRequest)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(pr.Topics) == 0 || pr.Topics[0].Topic != dlqTopic || !r.refusing || (limit > 0 && r.refused == limit) {
+			return nil, nil, false
+		}
+		r.refused++
+		c.KeepControl()
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		resp.SetVersion(pr.GetVersion())
+		for _, rt := range pr.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
 
 // A dead letter write that fails is retried while the session lives, and
 // the record is committed only once its dead letter is safe.
@@ -33,33 +84,11 @@ func TestConsumer_DeadLetterWriteRetried(t *testing.T) {
 	MustPublish(t, brokers, topic, numbered(3, "v", oneKey)...)
 
 	const failures = 2
-	var mu sync.Mutex
-	refused := 0
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		r := req.(*kmsg.ProduceRequest)
-		mu.Lock()
-		defer mu.Unlock()
-		if len(r.Topics) == 0 || r.Topics[0].Topic != topic+".dlq" || refused == failures {
-			return nil, nil, false
-		}
-		refused++
-		c.KeepControl()
-		resp := r.ResponseKind().(*kmsg.ProduceResponse)
-		resp.SetVersion(r.GetVersion())
-		for _, rt := range r.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				// Not one Sarama retries by itself: the consumer must.
-				sp.ErrorCode = kerr.MessageTooLarge.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	refuser := &dlqRefuser{refusing: true}
+	// Not one Sarama retries by itself (the consumer must), nor one that
+	// means the record can never be written (MESSAGE_TOO_LARGE has its own
+	// fallback): a dead letter topic the worker may not write to yet.
+	refuser.install(c, topic+".dlq", kerr.TopicAuthorizationFailed.Code, failures)
 
 	cfg, logs := testConfig(brokers, topic)
 	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
@@ -71,10 +100,147 @@ func TestConsumer_DeadLetterWriteRetried(t *testing.T) {
 	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
 	rc.MustStop(t, 10*time.Second)
 
-	if dlq := readTopic(t, brokers, cfg.DLQTopic); len(dlq) != 1 {
+	dlq := readTopic(t, brokers, cfg.DLQTopic)
+	if len(dlq) != 1 {
 		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
 	}
-	if got := strings.Count(logs.String(), `"msg":"dead_letter_failed"`); got != failures {
-		t.Errorf("%d dead_letter_failed logs, want %d", got, failures)
+	if string(dlq[0].Value) != "v-1" {
+		t.Errorf("dead-lettered value %q, want v-1", dlq[0].Value)
+	}
+	if got := refuser.count(); got != failures {
+		t.Errorf("%d dead letter writes refused, want %d", got, failures)
+	}
+	// Both failures came within deadLetterLogEvery: one log line says so.
+	if got := strings.Count(logs.String(), `"msg":"dead_letter_failed"`); got != 1 {
+		t.Errorf("%d dead_letter_failed logs, want 1 (rate-limited)", got)
+	}
+}
+
+// A dead letter the broker refuses as too large (the poison value plus the
+// dlq headers over max.message.bytes) would be refused forever, and the
+// partition's commit would never pass it. It is written once more without
+// the value, saying how large it was, and the partition moves on.
+func TestConsumer_DeadLetterTooLargeDropsValue(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "dlqlarge")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartEmbedded(t, 1, topic).Brokers()
+	// The dead letter topic takes smaller records than the one it serves.
+	limit := "1024"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := mustAdmin(t, brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, dlqTopic); err != nil {
+		t.Fatalf("CreateTopic(%s): %v", dlqTopic, err)
+	}
+	poison := strings.Repeat("p", 4096)
+	MustPublish(t, brokers, topic,
+		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-0")},
+		kafka.Message{Key: []byte("SHP-2"), Value: []byte(poison), Headers: map[string]string{"trace-id": "abc"}},
+		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-2")},
+	)
+
+	cfg, logs := testConfig(brokers, topic)
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset == 1 {
+			return ports.MarkPermanent(errors.New("unknown event type"))
+		}
+		return nil
+	}))
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
+	rc.MustStop(t, 10*time.Second)
+
+	dlq := readTopic(t, brokers, dlqTopic)
+	if len(dlq) != 1 {
+		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
+	}
+	m := dlq[0]
+	if len(m.Value) != 0 {
+		t.Errorf("dead letter value is %d bytes, want it dropped", len(m.Value))
+	}
+	if string(m.Key) != "SHP-2" {
+		t.Errorf("dead letter key %q, want SHP-2", m.Key)
+	}
+	want := map[string]string{
+		"trace-id":                       "abc",
+		kafka.HeaderDLQValueDropped:      strconv.Itoa(len(poison)),
+		kafka.HeaderDLQKind:              ports.Permanent.String(),
+		kafka.HeaderDLQOriginalTopic:     topic,
+		kafka.HeaderDLQOriginalPartition: "0",
+		kafka.HeaderDLQOriginalOffset:    "1",
+	}
+	for k, v := range want {
+		if got, ok := header(m, k); !ok || got != v {
+			t.Errorf("header %s = %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	if reason, _ := header(m, kafka.HeaderDLQReason); !strings.Contains(reason, "unknown event type") {
+		t.Errorf("reason = %q, want the handler's error", reason)
+	}
+	if !strings.Contains(logs.String(), `"msg":"dead_letter_value_dropped"`) {
+		t.Error("no dead_letter_value_dropped log")
+	}
+}
+
+// While a partition cannot write a dead letter (the dead letter topic is
+// down), the record is retried, not lost, and the consumer says it is not
+// Ready, so the stuck partition is noticed; dead_letter_failed is logged
+// once per interval, not once per attempt. When the topic is back, the
+// record is written, committed past, and the consumer is Ready again.
+func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "dlqdown")
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(1, topic, topic+".dlq"),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	refuser := &dlqRefuser{refusing: true}
+	refuser.install(c, topic+".dlq", kerr.TopicAuthorizationFailed.Code, 0)
+
+	cfg, logs := testConfig(brokers, topic)
+	consumer, err := kafka.NewConsumer(cfg)
+	if err != nil {
+		t.Fatalf("NewConsumer: %v", err)
+	}
+	kafka.SetDeadLetterUnreadyAfter(consumer, 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- consumer.Run(ctx, ports.HandlerFunc(func(context.Context, ports.Record) error {
+			return ports.MarkPermanent(errors.New("unknown event type"))
+		}))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+
+	waitFor(t, 10*time.Second, "Ready after assignment", consumer.Ready)
+	MustPublish(t, brokers, topic, numbered(1, "v", oneKey)...)
+	waitFor(t, 10*time.Second, "the dead letter write refused", func() bool { return refuser.count() > 0 })
+	waitFor(t, 10*time.Second, "not Ready while the dead letter fails", func() bool { return !consumer.Ready() })
+	waitFor(t, 10*time.Second, "several refused attempts", func() bool { return refuser.count() >= 10 })
+	// Ten attempts with a 20ms max backoff take well under 5s.
+	if got := strings.Count(logs.String(), `"msg":"dead_letter_failed"`); got != 1 {
+		t.Errorf("%d dead_letter_failed logs for %d failed attempts, want 1", got, refuser.count())
+	}
+	if got := committedOffsets(t, brokers, cfg.GroupID, topic, 1)[0]; got > 0 {
+		t.Fatalf("committed offset %d while the dead letter is not written", got)
+	}
+
+	refuser.set(false)
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1})
+	waitFor(t, 10*time.Second, "Ready once the dead letter is written", consumer.Ready)
+	if dlq := readTopic(t, brokers, cfg.DLQTopic); len(dlq) != 1 {
+		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
 	}
 }

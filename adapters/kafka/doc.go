@@ -28,7 +28,11 @@
 //     Unavailable errors are retried for as long as the partition is held and
 //     do not count against that budget; Permanent errors, panics and records
 //     over MaxRecordBytes are dead-lettered at once. A failed dead letter
-//     write is retried too: the record is never marked without it.
+//     write is retried too: the record is never marked without it. While a
+//     partition has been failing to write a dead letter for
+//     DeadLetterUnreadyAfter (30s), Ready is false. A dead letter the broker
+//     refuses as too large is written once more without its value, with a
+//     dlq.value_dropped header giving the value's size in bytes.
 //   - On shutdown or revoke, no new record starts; records in hand get
 //     ShutdownTimeout to finish with a live context, then their context is
 //     cancelled and whatever did not finish is left for replay.
@@ -39,7 +43,8 @@
 //
 // Stable msg names: consumer_started, consumer_stopped, partitions_assigned,
 // partitions_released, partition_stopping, record_retry_scheduled,
-// event_dead_lettered, dead_letter_failed, handler_panicked,
+// event_dead_lettered, dead_letter_value_dropped, dead_letter_failed (at most
+// once per 5s per partition, with a failures count), handler_panicked,
 // shutdown_timeout_exceeded, handlers_abandoned, consume_failed,
 // consumer_error. Record values are never logged: they hold customer data.
 package kafka

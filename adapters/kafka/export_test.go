@@ -1,5 +1,7 @@
 package kafka
 
+import "time"
+
 // OffsetTracker exposes the offset tracker to the property test in
 // kafka_test, which checks it from the outside like any caller.
 type OffsetTracker = offsetTracker
@@ -15,3 +17,10 @@ func (t *offsetTracker) Complete(off int64) (int64, bool) { return t.complete(of
 
 // CommitOffset returns the offset safe to commit (-1: none yet).
 func (t *offsetTracker) CommitOffset() int64 { return t.commitOffset() }
+
+// SetDeadLetterUnreadyAfter shortens how long a failing dead letter write
+// takes to make c not Ready, so a test need not wait DeadLetterUnreadyAfter.
+// Call it before Run.
+func SetDeadLetterUnreadyAfter(c *Consumer, d time.Duration) {
+	c.dlqHealth = newDeadLetterHealth(d)
+}

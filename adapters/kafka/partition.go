@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +27,16 @@ const (
 	HeaderDLQOriginalTopic     = "dlq.original.topic"
 	HeaderDLQOriginalPartition = "dlq.original.partition"
 	HeaderDLQOriginalOffset    = "dlq.original.offset"
+	// HeaderDLQValueDropped is set, to the original value's size in bytes,
+	// on a dead letter whose value the broker refused as too large: the
+	// record is in the topic it came from, and the other headers say where.
+	HeaderDLQValueDropped = "dlq.value_dropped"
 )
+
+// deadLetterLogEvery is the least time between two dead_letter_failed logs
+// of one partition: a dead letter topic outage retries every backoff, and a
+// log per attempt would drown everything else.
+const deadLetterLogEvery = 5 * time.Second
 
 // errStopping says a record was not started, or its retries were cut short,
 // because its partition is stopping. It never leaves this package.
@@ -57,6 +67,12 @@ type partition struct {
 	queues  map[string][]*sarama.ConsumerMessage // busy keys; guarded by mu
 	tracker *offsetTracker                       // guarded by mu
 	closed  bool                                 // no marks after stop; guarded by mu
+
+	// Dead letter writes failing now, and the rate limit of their logs;
+	// guarded by mu.
+	dlqFailing  int
+	dlqLoggedAt time.Time
+	dlqUnlogged int
 }
 
 func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
@@ -225,9 +241,22 @@ func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 // deadLetter writes msg to the dead letter topic, retrying with backoff
 // while the partition lives, and reports whether it was written: a record
 // is only marked once its dead letter is safe, so none is ever lost.
+//
+// A write the broker refuses as too large would fail the same way forever
+// and hold the partition's commit behind it, so it is retried once without
+// the value (see HeaderDLQValueDropped). Any other failure (a dead letter
+// topic outage) is retried as long as the partition is held; the consumer
+// reports not Ready once that has lasted deadLetterHealth.unreadyAfter.
 func (p *partition) deadLetter(msg *sarama.ConsumerMessage, kind ports.Kind, reason string) bool {
 	cfg := p.run.cfg
 	pm := deadLetterMessage(cfg.DLQTopic, msg, kind, reason)
+	valueDropped := false
+	failing := false
+	defer func() {
+		if failing {
+			p.deadLetterRecovered()
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		// The first write goes out even when stopping: the record is in
 		// hand and this finishes it. It takes no handling token, since the
@@ -236,15 +265,87 @@ func (p *partition) deadLetter(msg *sarama.ConsumerMessage, kind ports.Kind, rea
 		if err == nil {
 			cfg.Metrics.RecordDeadLettered(p.topic, kind)
 			p.log.Warn("event_dead_lettered", "offset", msg.Offset, "reason", reason,
-				"kind", kind.String(), "dlq_topic", cfg.DLQTopic)
+				"kind", kind.String(), "dlq_topic", cfg.DLQTopic, "value_dropped", valueDropped)
 			return true
 		}
+		if !valueDropped && isTooLarge(err) {
+			valueDropped = true
+			pm = dropValue(pm, len(msg.Value))
+			p.log.Warn("dead_letter_value_dropped", "offset", msg.Offset, "value_bytes", len(msg.Value),
+				"dlq_topic", cfg.DLQTopic, "error", err)
+			continue
+		}
+		if !failing {
+			failing = true
+			p.deadLetterFailing()
+		}
 		wait := backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
-		p.log.Error("dead_letter_failed", "offset", msg.Offset, "attempt", attempt, "backoff", wait, "error", err)
+		p.logDeadLetterFailed(msg.Offset, attempt, wait, err)
 		if !sleepCtx(p.stopping, wait) {
 			return false
 		}
 	}
+}
+
+// isTooLarge reports whether err says the message is over a size limit:
+// the broker's (MESSAGE_TOO_LARGE), or the producer's own MaxMessageBytes
+// check, which Sarama reports as a ConfigurationError before sending.
+func isTooLarge(err error) bool {
+	if errors.Is(err, sarama.ErrMessageSizeTooLarge) {
+		return true
+	}
+	var ce sarama.ConfigurationError
+	return errors.As(err, &ce) && strings.Contains(string(ce), "larger than configured Producer.MaxMessageBytes")
+}
+
+// dropValue returns pm without its value, with HeaderDLQValueDropped set to
+// the value's size; key and headers are kept.
+func dropValue(pm *sarama.ProducerMessage, size int) *sarama.ProducerMessage {
+	out := &sarama.ProducerMessage{Topic: pm.Topic, Key: pm.Key}
+	out.Headers = append(out.Headers, pm.Headers...)
+	out.Headers = append(out.Headers, sarama.RecordHeader{Key: []byte(HeaderDLQValueDropped), Value: []byte(strconv.Itoa(size))})
+	return out
+}
+
+// deadLetterFailing and deadLetterRecovered count the partition's dead
+// letter writes that are failing now, and tell the run's health when the
+// partition starts and stops failing.
+func (p *partition) deadLetterFailing() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dlqFailing++
+	if p.dlqFailing == 1 {
+		p.run.dlqHealth.failing(p, time.Now())
+	}
+}
+
+func (p *partition) deadLetterRecovered() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dlqFailing--
+	if p.dlqFailing == 0 {
+		p.run.dlqHealth.recovered(p)
+		p.dlqUnlogged = 0
+	}
+}
+
+// logDeadLetterFailed logs a failed dead letter write at most once per
+// deadLetterLogEvery for the partition, with how many failed since the last
+// log, so an outage stays visible without a log line per retry.
+func (p *partition) logDeadLetterFailed(offset int64, attempt int, wait time.Duration, err error) {
+	p.mu.Lock()
+	p.dlqUnlogged++
+	now := time.Now()
+	if !p.dlqLoggedAt.IsZero() && now.Sub(p.dlqLoggedAt) < deadLetterLogEvery {
+		p.mu.Unlock()
+		return
+	}
+	failures := p.dlqUnlogged
+	p.dlqUnlogged = 0
+	p.dlqLoggedAt = now
+	p.mu.Unlock()
+	p.log.Error("dead_letter_failed", "offset", offset, "attempt", attempt, "failures", failures,
+		"backoff", wait, "error", err)
 }
 
 // deadLetterMessage keeps the record's key, value and headers, replacing
