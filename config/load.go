@@ -64,7 +64,9 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	// be sent as 0, which Redis rejects.
 	i.TTL = l.duration("IDEMPOTENCY_TTL", time.Millisecond)
 	i.ClaimTTL = l.duration("IDEMPOTENCY_CLAIM_TTL", time.Millisecond)
-	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", positive)
+	// Below a millisecond no Redis call can answer, and the worker would
+	// fail open on every notification.
+	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
 	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
 	i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 0, 1000)
@@ -96,9 +98,13 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 
 	// Checked here, once both values are known; a zero means the value
 	// itself was bad and has been reported already.
-	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.ClaimTTL <= c.SendTimeout {
-		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT ("+c.SendTimeout.String()+
-			"): a claim must outlive a send, or another worker may claim the notification and send it again while the first send is still running")
+	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.Timeout > 0 && i.ClaimTTL <= c.SendTimeout+i.Timeout {
+		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
+			"): a claim must outlive a send and the write that records it, or another worker may claim the notification and send it again while the first send is still running")
+	}
+	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+i.Timeout {
+		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
+			"): a send in hand at shutdown must be able to finish and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
 	}
 	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
 		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+
@@ -419,6 +425,17 @@ func (l *loader) httpURL(name string) string {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		l.fail(name, "want an absolute http:// or https:// URL")
+		return ""
+	}
+	// Credentials in the URL would be printed wherever the URL is (the
+	// start-up line, provider errors), and a query or fragment would be
+	// dropped when request paths are joined on: refuse both.
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		l.fail(name, "want a URL without user info, query or fragment")
+		if u.User != nil {
+			// The user info may hold a password: do not echo it back.
+			l.problems[len(l.problems)-1].Value = masked
+		}
 		return ""
 	}
 	return v

@@ -93,8 +93,8 @@ func (c *Config) validate() error {
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		errs = append(errs, fmt.Errorf("failure mode %q: want %q or %q", c.FailureMode, FailOpen, FailClosed))
 	}
-	if c.ClaimTTL <= c.SendTimeout {
-		errs = append(errs, fmt.Errorf("claim TTL %v must exceed the send timeout %v, or a slow send loses its claim", c.ClaimTTL, c.SendTimeout))
+	if c.ClaimTTL <= c.SendTimeout+c.StoreTimeout {
+		errs = append(errs, fmt.Errorf("claim TTL %v must exceed the send timeout %v plus the store timeout %v, or a slow send loses its claim before it is recorded", c.ClaimTTL, c.SendTimeout, c.StoreTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("domain: %w", err)

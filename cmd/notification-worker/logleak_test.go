@@ -104,7 +104,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"SMTP_PASSWORD":                secrets["smtp password"],
 			"SMTP_FROM":                    smtpFrom,
 			"SMTP_TLS_POLICY":              "none",
-			"SEND_TIMEOUT":                 "5s",
+			"SEND_TIMEOUT":                 "2s",
 			"RETRY_MAX_ATTEMPTS":           "2",
 			"RETRY_INITIAL_BACKOFF":        "10ms",
 			"RETRY_MAX_BACKOFF":            "20ms",

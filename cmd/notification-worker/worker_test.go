@@ -42,6 +42,7 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 		"KAFKA_TOPIC":           topic,
 		"KAFKA_GROUP_ID":        group,
 		"HTTP_ADDR":             "127.0.0.1:0",
+		"SEND_TIMEOUT":          "2s",
 		"SHUTDOWN_TIMEOUT":      "5s",
 		"RETRY_INITIAL_BACKOFF": "10ms",
 		"RETRY_MAX_BACKOFF":     "50ms",
@@ -244,6 +245,7 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 				"IDEMPOTENCY_BREAKER_FAILURES": tc.failures,
 				"IDEMPOTENCY_BREAKER_COOLDOWN": "100ms",
 				"HTTP_ADDR":                    "127.0.0.1:0",
+				"SEND_TIMEOUT":                 "2s",
 				"SHUTDOWN_TIMEOUT":             "5s",
 			})
 			m := &Main{Config: cfg, Stdout: &logtest.Buffer{}}
