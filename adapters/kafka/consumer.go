@@ -274,6 +274,11 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	ctx := sess.Context()
 	defer p.stop()
 	for {
+		// Not reading is what pauses the fetch: Sarama's buffers fill and it
+		// stops fetching this partition.
+		if !p.waitSpan(ctx.Done()) {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil

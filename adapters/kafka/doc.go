@@ -23,7 +23,9 @@
 //     records without a key have no order to keep and run independently.
 //     At most MaxInFlight handler calls run at once per worker, and at most
 //     4*MaxInFlight records are fetched and unfinished; past that the fetch
-//     waits.
+//     waits. Behind one unfinished record, a partition takes in at most
+//     64*MaxInFlight offsets (finished ones included) before it stops
+//     reading until that record finishes.
 //   - Retryable errors are tried up to RetryMaxAttempts times, then dead-lettered;
 //     Unavailable errors are retried for as long as the partition is held and
 //     do not count against that budget; Permanent errors, panics and records
@@ -45,6 +47,7 @@
 // partitions_released, partition_stopping, record_retry_scheduled,
 // event_dead_lettered, dead_letter_value_dropped, dead_letter_failed (at most
 // once per 5s per partition, with a failures count), handler_panicked,
+// partition_dispatch_paused, partition_dispatch_resumed,
 // shutdown_timeout_exceeded, handlers_abandoned, consume_failed,
 // consumer_error. Record values are never logged: they hold customer data.
 package kafka

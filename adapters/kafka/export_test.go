@@ -24,3 +24,10 @@ func (t *offsetTracker) CommitOffset() int64 { return t.commitOffset() }
 func SetDeadLetterUnreadyAfter(c *Consumer, d time.Duration) {
 	c.dlqHealth = newDeadLetterHealth(d)
 }
+
+// Span returns how many offsets the tracker holds entries for; see span.
+func (t *offsetTracker) Span() int64 { return t.span() }
+
+// SpanPerInFlight exposes the dispatch limit's factor, so a test can check
+// the bound the consumer promises.
+const SpanPerInFlight = spanPerInFlight

@@ -38,6 +38,13 @@ const (
 // log per attempt would drown everything else.
 const deadLetterLogEvery = 5 * time.Second
 
+// spanPerInFlight times MaxInFlight is how many offsets a partition may
+// dispatch past its lowest unfinished record. The window bounds records
+// unfinished, not the tracker's span: behind one stuck record, every later
+// one that finishes still keeps a tracker entry until the stuck one does, so
+// without this limit memory would grow with the partition's backlog.
+const spanPerInFlight = 64
+
 // errStopping says a record was not started, or its retries were cut short,
 // because its partition is stopping. It never leaves this package.
 var errStopping = errors.New("partition stopping")
@@ -68,6 +75,12 @@ type partition struct {
 	tracker *offsetTracker                       // guarded by mu
 	closed  bool                                 // no marks after stop; guarded by mu
 
+	// maxSpan bounds tracker.span(): dispatch waits while it is reached.
+	maxSpan int64
+	// advanced gets a token (never blocking) each time the commit point
+	// moves, which is the only time the span shrinks.
+	advanced chan struct{}
+
 	// Dead letter writes failing now, and the rate limit of their logs;
 	// guarded by mu.
 	dlqFailing  int
@@ -89,6 +102,8 @@ func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.
 		stopping:      make(chan struct{}),
 		queues:        make(map[string][]*sarama.ConsumerMessage),
 		tracker:       newOffsetTracker(),
+		maxSpan:       int64(spanPerInFlight * run.cfg.MaxInFlight),
+		advanced:      make(chan struct{}, 1),
 	}
 }
 
@@ -110,6 +125,33 @@ func (p *partition) dispatch(msg *sarama.ConsumerMessage) {
 	p.mu.Unlock()
 	if !busy {
 		p.wg.Go(func() { p.drainKey(key) })
+	}
+}
+
+// waitSpan returns once the tracker spans fewer than maxSpan offsets, so
+// the next record may be dispatched, or false when done is closed first.
+// Only the ConsumeClaim goroutine calls it; it logs once per stall.
+func (p *partition) waitSpan(done <-chan struct{}) bool {
+	stalled := false
+	for {
+		p.mu.Lock()
+		span, lowest := p.tracker.span(), p.tracker.commitOffset()
+		p.mu.Unlock()
+		if span < p.maxSpan {
+			if stalled {
+				p.log.Info("partition_dispatch_resumed", "span", span)
+			}
+			return true
+		}
+		if !stalled {
+			stalled = true
+			p.log.Warn("partition_dispatch_paused", "lowest_unfinished", lowest, "span", span, "max_span", p.maxSpan)
+		}
+		select {
+		case <-p.advanced:
+		case <-done:
+			return false
+		}
 	}
 }
 
@@ -150,6 +192,12 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 		p.markExactly(commit)
 	}
 	p.mu.Unlock()
+	if advanced {
+		select {
+		case p.advanced <- struct{}{}:
+		default: // a wake-up is already pending; waitSpan re-checks
+		}
+	}
 	p.run.cfg.Metrics.ConsumerLag(p.topic, p.partition, p.claim.HighWaterMarkOffset()-msg.Offset-1)
 }
 

@@ -63,6 +63,16 @@ func (t *offsetTracker) commitOffset() int64 {
 	return t.next
 }
 
+// span returns how many offsets lie between the lowest unfinished record
+// and one past the last record added: what the tracker holds entries for,
+// finished or not. 0 when nothing is unfinished.
+func (t *offsetTracker) span() int64 {
+	if t.head == len(t.pending) {
+		return 0
+	}
+	return t.next - t.pending[t.head]
+}
+
 // inHand returns how many records were added and are not finished.
 func (t *offsetTracker) inHand() int {
 	n := 0
