@@ -286,6 +286,12 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			if !ok {
 				return nil
 			}
+			// select picks at random among ready cases, so a buffered
+			// message can win over a session that already ended: such a
+			// record must not start (it is not tracked, so it is replayed).
+			if ctx.Err() != nil {
+				return nil
+			}
 			select {
 			case g.run.window <- struct{}{}:
 			case <-ctx.Done():
