@@ -45,3 +45,96 @@ func TestConsumer_LagDropsWhenPartitionReleased(t *testing.T) {
 		t.Fatalf("lag after the partition was released = %d (reported %v), want 0", l, ok)
 	}
 }
+
+// Lag is what a restart would replay: from the commit point (the lowest
+// unfinished record), not from whichever record finished last. With record
+// 0 stuck and 1..9 finished, all ten are still to be committed.
+func TestConsumer_LagFromCommitPoint(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "lagcommit")
+	brokers := MustStartEmbedded(t, 1, topic).Brokers()
+	MustPublish(t, brokers, topic, numbered(10, "v", distinctKeys)...)
+
+	cfg, _ := testConfig(brokers, topic)
+	metrics := newFakeMetrics()
+	cfg.Metrics = metrics
+	log := newHandledLog()
+	release := make(chan struct{})
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset == 0 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		log.handled(rec)
+		return nil
+	}))
+	waitFor(t, 10*time.Second, "records 1..9 handled", func() bool { return log.count() == 9 })
+	lag := func() int64 {
+		metrics.mu.Lock()
+		defer metrics.mu.Unlock()
+		return metrics.lag[0]
+	}
+	if got := lag(); got != 10 {
+		t.Errorf("lag with record 0 unfinished = %d, want 10", got)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "lag 0 once all are handled", func() bool { return lag() == 0 })
+	rc.MustStop(t, 10*time.Second)
+}
+
+// A handler abandoned at shutdown that finishes after its partition was
+// released must not report lag for it: the 0 reported at release stays.
+func TestConsumer_NoLagAfterPartitionClosed(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "lagclosed")
+	brokers := MustStartEmbedded(t, 1, topic).Brokers()
+	MustPublish(t, brokers, topic, numbered(10, "v", oneKey)...)
+
+	cfg, _ := testConfig(brokers, topic)
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+	metrics := newFakeMetrics()
+	cfg.Metrics = metrics
+	started := make(chan struct{})
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset != 0 {
+			return nil
+		}
+		// Ignores its context: abandoned at shutdown, finishes later.
+		close(started)
+		defer close(returned)
+		<-release
+		return nil
+	}))
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("record 0 never started")
+	}
+	rc.MustStop(t, 10*time.Second)
+	lag := func() (int64, bool) {
+		metrics.mu.Lock()
+		defer metrics.mu.Unlock()
+		l, ok := metrics.lag[0]
+		return l, ok
+	}
+	if l, ok := lag(); !ok || l != 0 {
+		t.Fatalf("lag after release = %d (reported %v), want 0", l, ok)
+	}
+
+	close(release)
+	<-returned
+	// The late result is processed right after the handler returns; give
+	// it a bounded moment to (wrongly) report.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if l, _ := lag(); l != 0 {
+			t.Fatalf("lag %d reported after the partition was closed", l)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -188,8 +188,15 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 	}
 	p.mu.Lock()
 	commit, advanced := p.tracker.complete(msg.Offset)
-	if advanced && !p.closed {
-		p.markExactly(commit)
+	if !p.closed {
+		if advanced {
+			p.markExactly(commit)
+		}
+		// Lag is what a restart would replay, so from the commit point, not
+		// from this record. Reported under mu, and only while open: a late
+		// (abandoned) handler must not overwrite the 0 Cleanup reports for
+		// a partition this worker gave up.
+		p.run.cfg.Metrics.ConsumerLag(p.topic, p.partition, p.claim.HighWaterMarkOffset()-commit)
 	}
 	p.mu.Unlock()
 	if advanced {
@@ -198,7 +205,6 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 		default: // a wake-up is already pending; waitSpan re-checks
 		}
 	}
-	p.run.cfg.Metrics.ConsumerLag(p.topic, p.partition, p.claim.HighWaterMarkOffset()-msg.Offset-1)
 }
 
 // markExactly sets the partition's offset to commit to commit, up or down.
