@@ -48,30 +48,19 @@ func mustScrape(tb testing.TB, m *prometheus.Metrics) promtest.Samples {
 	return promtest.MustScrape(tb, srv.URL)
 }
 
-func wantSample(tb testing.TB, s promtest.Samples, series string, want float64) {
-	tb.Helper()
-	got, ok := s.Get(series)
-	switch {
-	case !ok:
-		tb.Errorf("%s not exported", series)
-	case got != want:
-		tb.Errorf("%s = %v, want %v", series, got, want)
-	}
-}
-
 func TestMetrics_Observe(t *testing.T) {
 	t.Run("EveryChannelAndOutcomeStartsAtZero", func(t *testing.T) {
 		s := mustScrape(t, prometheus.New())
 		for _, ch := range ports.Channels {
 			for _, o := range ports.Outcomes {
-				wantSample(t, s, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, 0)
+				s.Want(t, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, 0)
 			}
 		}
-		wantSample(t, s, "notification_worker_duplicates_suppressed_total", 0)
-		wantSample(t, s, "notification_worker_handler_panics_total", 0)
+		s.Want(t, "notification_worker_duplicates_suppressed_total", 0)
+		s.Want(t, "notification_worker_handler_panics_total", 0)
 		for _, op := range []string{"claim", "record", "release"} {
-			wantSample(t, s, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
-			wantSample(t, s, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 0)
+			s.Want(t, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
+			s.Want(t, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 0)
 		}
 	})
 	t.Run("CountsByChannelAndOutcome", func(t *testing.T) {
@@ -82,16 +71,16 @@ func TestMetrics_Observe(t *testing.T) {
 		m.Observe(ports.ChannelEmail, ports.OutcomeDuplicate)
 		m.Observe(ports.ChannelSMS, ports.OutcomeDuplicate)
 		s := mustScrape(t, m)
-		wantSample(t, s, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 2)
-		wantSample(t, s, `notification_worker_notifications_total{channel="email",outcome="failed_permanent"}`, 1)
-		wantSample(t, s, `notification_worker_notifications_total{channel="email",outcome="sent"}`, 0)
-		wantSample(t, s, "notification_worker_duplicates_suppressed_total", 2)
+		s.Want(t, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 2)
+		s.Want(t, `notification_worker_notifications_total{channel="email",outcome="failed_permanent"}`, 1)
+		s.Want(t, `notification_worker_notifications_total{channel="email",outcome="sent"}`, 0)
+		s.Want(t, "notification_worker_duplicates_suppressed_total", 2)
 	})
 	t.Run("RegistriesAreIndependent", func(t *testing.T) {
 		a, b := prometheus.New(), prometheus.New()
 		a.Observe(ports.ChannelSMS, ports.OutcomeSent)
-		wantSample(t, mustScrape(t, a), `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 1)
-		wantSample(t, mustScrape(t, b), `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 0)
+		mustScrape(t, a).Want(t, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 1)
+		mustScrape(t, b).Want(t, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 0)
 	})
 }
 
@@ -100,20 +89,20 @@ func TestMetrics_Consumer(t *testing.T) {
 		m := prometheus.New()
 		m.KnowTopic("shipments")
 		s := mustScrape(t, m)
-		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 0)
-		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 0)
+		s.Want(t, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 0)
+		s.Want(t, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 0)
 
 		m.RecordDeadLettered("shipments", ports.Permanent)
 		m.RecordDeadLettered("shipments", ports.Permanent)
 		m.RecordDeadLettered("shipments", ports.Retryable)
 		s = mustScrape(t, m)
-		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 2)
-		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 1)
+		s.Want(t, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 2)
+		s.Want(t, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 1)
 	})
 	t.Run("Panics", func(t *testing.T) {
 		m := prometheus.New()
 		m.HandlerPanicked("shipments")
-		wantSample(t, mustScrape(t, m), "notification_worker_handler_panics_total", 1)
+		mustScrape(t, m).Want(t, "notification_worker_handler_panics_total", 1)
 	})
 	t.Run("LagPerPartitionLatestWins", func(t *testing.T) {
 		m := prometheus.New()
@@ -122,9 +111,9 @@ func TestMetrics_Consumer(t *testing.T) {
 		m.ConsumerLag("shipments", 3, 12)
 		m.ConsumerLag("shipments", 2, -1)
 		s := mustScrape(t, m)
-		wantSample(t, s, `notification_worker_consumer_lag{partition="0",topic="shipments"}`, 7)
-		wantSample(t, s, `notification_worker_consumer_lag{partition="3",topic="shipments"}`, 12)
-		wantSample(t, s, `notification_worker_consumer_lag{partition="2",topic="shipments"}`, 0)
+		s.Want(t, `notification_worker_consumer_lag{partition="0",topic="shipments"}`, 7)
+		s.Want(t, `notification_worker_consumer_lag{partition="3",topic="shipments"}`, 12)
+		s.Want(t, `notification_worker_consumer_lag{partition="2",topic="shipments"}`, 0)
 		if _, ok := s.Get(`notification_worker_consumer_lag{partition="1",topic="shipments"}`); ok {
 			t.Error("lag exported for partition 1, which reported none")
 		}
@@ -157,8 +146,8 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 		}
 		sm := mustScrape(t, m)
 		for _, op := range []string{"claim", "record", "release"} {
-			wantSample(t, sm, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 1)
-			wantSample(t, sm, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
+			sm.Want(t, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 1)
+			sm.Want(t, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
 		}
 		if m.StoreStatus() != prometheus.StoreOK {
 			t.Errorf("StoreStatus = %q, want %q", m.StoreStatus(), prometheus.StoreOK)
@@ -196,11 +185,11 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 			t.Fatalf("Release error = %v, want Canceled", err)
 		}
 		sm := mustScrape(t, m)
-		wantSample(t, sm, `notification_worker_store_unavailable_total{operation="claim"}`, 2)
-		wantSample(t, sm, `notification_worker_store_unavailable_total{operation="record"}`, 1)
-		wantSample(t, sm, `notification_worker_store_unavailable_total{operation="release"}`, 0)
+		sm.Want(t, `notification_worker_store_unavailable_total{operation="claim"}`, 2)
+		sm.Want(t, `notification_worker_store_unavailable_total{operation="record"}`, 1)
+		sm.Want(t, `notification_worker_store_unavailable_total{operation="release"}`, 0)
 		// Latency is measured whatever the result.
-		wantSample(t, sm, `notification_worker_store_call_duration_seconds_count{operation="release"}`, 1)
+		sm.Want(t, `notification_worker_store_call_duration_seconds_count{operation="release"}`, 1)
 		if m.StoreStatus() != prometheus.StoreFailing {
 			t.Errorf("StoreStatus after a cancelled call = %q, want it unchanged (%q)", m.StoreStatus(), prometheus.StoreFailing)
 		}
@@ -218,8 +207,8 @@ func TestMetrics_InstrumentNotifier(t *testing.T) {
 	}})
 	t.Run("ZeroBeforeAnySend", func(t *testing.T) {
 		s := mustScrape(t, m)
-		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="sms"}`, 0)
-		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="email"}`, 0)
+		s.Want(t, `notification_worker_send_duration_seconds_count{channel="sms"}`, 0)
+		s.Want(t, `notification_worker_send_duration_seconds_count{channel="email"}`, 0)
 	})
 	t.Run("PassesResultsThroughAndMeasuresEach", func(t *testing.T) {
 		for range 2 {
@@ -231,8 +220,8 @@ func TestMetrics_InstrumentNotifier(t *testing.T) {
 			t.Fatalf("email Send error = %v, want the notifier's permanent error", err)
 		}
 		s := mustScrape(t, m)
-		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="sms"}`, 2)
-		wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="email"}`, 1)
+		s.Want(t, `notification_worker_send_duration_seconds_count{channel="sms"}`, 2)
+		s.Want(t, `notification_worker_send_duration_seconds_count{channel="email"}`, 1)
 		if v, _ := s.Get(`notification_worker_send_duration_seconds_bucket{channel="sms",le="+Inf"}`); v != 2 {
 			t.Errorf("sms +Inf bucket = %v, want 2", v)
 		}

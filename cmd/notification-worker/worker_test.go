@@ -12,7 +12,6 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
-	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
@@ -157,26 +156,26 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 				ports.OutcomeFailedPermanent: 0,
 			}
 			for o, w := range want {
-				wantSample(t, s, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, w)
+				s.Want(t, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, w)
 			}
 		}
 	})
 	t.Run("DuplicatesSuppressed", func(t *testing.T) {
-		wantSample(t, s, "notification_worker_duplicates_suppressed_total", float64(n))
+		s.Want(t, "notification_worker_duplicates_suppressed_total", float64(n))
 	})
 	t.Run("StoreUnavailable", func(t *testing.T) {
 		for _, op := range []string{"claim", "record", "release"} {
-			wantSample(t, s, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
+			s.Want(t, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
 		}
 	})
 	t.Run("RecordsDeadLettered", func(t *testing.T) {
 		// The poison record in each run, and the record whose notifier
 		// panicked.
-		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="permanent",topic="`+topic+`"}`, 3)
-		wantSample(t, s, `notification_worker_records_dead_lettered_total{kind="retryable",topic="`+topic+`"}`, 0)
+		s.Want(t, `notification_worker_records_dead_lettered_total{kind="permanent",topic="`+topic+`"}`, 3)
+		s.Want(t, `notification_worker_records_dead_lettered_total{kind="retryable",topic="`+topic+`"}`, 0)
 	})
 	t.Run("HandlerPanics", func(t *testing.T) {
-		wantSample(t, s, "notification_worker_handler_panics_total", 1)
+		s.Want(t, "notification_worker_handler_panics_total", 1)
 	})
 	t.Run("StoreCallDuration", func(t *testing.T) {
 		// A claim per notification per run, plus the panicking one's; a
@@ -185,14 +184,14 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 		if claims < float64(2*n+1) {
 			t.Errorf("claim calls measured = %v, want at least %d", claims, 2*n+1)
 		}
-		wantSample(t, s, `notification_worker_store_call_duration_seconds_count{operation="record"}`, float64(n))
+		s.Want(t, `notification_worker_store_call_duration_seconds_count{operation="record"}`, float64(n))
 		if v, _ := s.Get(`notification_worker_store_call_duration_seconds_bucket{operation="claim",le="+Inf"}`); v != claims {
 			t.Errorf("claim +Inf bucket = %v, want the count %v", v, claims)
 		}
 	})
 	t.Run("SendDuration", func(t *testing.T) {
 		for _, ch := range ports.Channels {
-			wantSample(t, s, `notification_worker_send_duration_seconds_count{channel="`+string(ch)+`"}`, perChannel[ch])
+			s.Want(t, `notification_worker_send_duration_seconds_count{channel="`+string(ch)+`"}`, perChannel[ch])
 		}
 	})
 	t.Run("ConsumerLagPerPartition", func(t *testing.T) {
@@ -206,17 +205,6 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 			}
 		}
 	})
-}
-
-func wantSample(tb testing.TB, s promtest.Samples, series string, want float64) {
-	tb.Helper()
-	got, ok := s.Get(series)
-	switch {
-	case !ok:
-		tb.Errorf("%s not exported", series)
-	case got != want:
-		tb.Errorf("%s = %v, want %v", series, got, want)
-	}
 }
 
 // TestMain_ReadyzShowsStoreOutage kills Redis under a running worker. The

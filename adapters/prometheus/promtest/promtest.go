@@ -24,6 +24,19 @@ func (s Samples) Get(series string) (float64, bool) {
 	return v, ok
 }
 
+// Want fails tb, without stopping it, unless series is exported with
+// value want.
+func (s Samples) Want(tb testing.TB, series string, want float64) {
+	tb.Helper()
+	got, ok := s.Get(series)
+	switch {
+	case !ok:
+		tb.Errorf("%s not exported", series)
+	case got != want:
+		tb.Errorf("%s = %v, want %v", series, got, want)
+	}
+}
+
 // WithPrefix returns the series whose name starts with prefix: every
 // series of a metric, or of one histogram's _count.
 func (s Samples) WithPrefix(prefix string) Samples {
