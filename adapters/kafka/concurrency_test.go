@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
@@ -103,17 +102,7 @@ func TestConsumer_CommitNeverPassesUnfinished_RandomCompletion(t *testing.T) {
 	// of 4*MaxInFlight, so all of them are fetched and every key with
 	// records left has one in the handler when the system settles.
 	topic := uniqueName(t, "random-completion")
-	cluster, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(partitions, topic),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(partitions),
-	)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(cluster.Close)
+	cluster := MustStartCluster(t, partitions, []string{topic})
 	brokers := cluster.ListenAddrs()
 	ledger := &completionLedger{
 		inHand:   map[recordID]held{},

@@ -71,15 +71,7 @@ func (r *dlqRefuser) install(c *kfake.Cluster, dlqTopic string, code int16, limi
 func TestConsumer_DeadLetterWriteRetried(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName(t, "dlqfail")
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(1, topic, topic+".dlq"),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
+	c := MustStartCluster(t, 1, []string{topic, topic + ".dlq"})
 	brokers := c.ListenAddrs()
 	MustPublish(t, brokers, topic, numbered(3, "v", oneKey)...)
 
@@ -189,15 +181,7 @@ func TestConsumer_DeadLetterTooLargeDropsValue(t *testing.T) {
 func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName(t, "dlqdown")
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(1, topic, topic+".dlq"),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
+	c := MustStartCluster(t, 1, []string{topic, topic + ".dlq"})
 	brokers := c.ListenAddrs()
 	refuser := &dlqRefuser{refusing: true}
 	refuser.install(c, topic+".dlq", kerr.TopicAuthorizationFailed.Code, 0)

@@ -81,21 +81,30 @@ func (o *commitObserver) snapshot(partition int32) (commits int, maxOff, last in
 	return o.commits, maxOff, last
 }
 
-// MustStartObservedBroker starts a kfake cluster like StartEmbedded's, with
-// a commitObserver on it.
-func MustStartObservedBroker(tb testing.TB, partitions int32, topics ...string) ([]string, *commitObserver) {
+// MustStartCluster starts a kfake cluster like StartEmbedded's, with extra
+// options (SASL, say), for tests that reach into the broker (ControlKey).
+// It is closed when tb ends.
+func MustStartCluster(tb testing.TB, partitions int32, topics []string, extra ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
-	c, err := kfake.NewCluster(
+	opts := append([]kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(partitions, topics...),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(partitions)),
-	)
+	}, extra...)
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		tb.Fatalf("kfake: %v", err)
 	}
 	tb.Cleanup(c.Close)
+	return c
+}
+
+// MustStartObservedBroker starts a cluster with a commitObserver on it.
+func MustStartObservedBroker(tb testing.TB, partitions int32, topics ...string) ([]string, *commitObserver) {
+	tb.Helper()
+	c := MustStartCluster(tb, partitions, topics)
 	obs := &commitObserver{max: map[int32]int64{}, last: map[int32]int64{}}
 	c.ControlKey(int16(kmsg.OffsetCommit), obs.observe)
 	return c.ListenAddrs(), obs

@@ -100,17 +100,8 @@ func TestSASL(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			t.Parallel()
 			topic := uniqueName(t, "sasl")
-			c, err := kfake.NewCluster(
-				kfake.NumBrokers(1),
-				kfake.SeedTopics(1, topic, topic+".dlq"),
-				kfake.GroupMinSessionTimeout(100*time.Millisecond),
-				kfake.EnableSASL(),
-				kfake.Superuser(mech, "worker", "s3cret=,pass"),
-			)
-			if err != nil {
-				t.Fatalf("kfake: %v", err)
-			}
-			t.Cleanup(c.Close)
+			c := MustStartCluster(t, 1, []string{topic, topic + ".dlq"},
+				kfake.EnableSASL(), kfake.Superuser(mech, "worker", "s3cret=,pass"))
 			brokers := c.ListenAddrs()
 			auth := kafka.Config{Brokers: brokers, SASLMechanism: mech, SASLUsername: "worker", SASLPassword: "s3cret=,pass"}
 
