@@ -140,6 +140,14 @@ func (m *fakeMetrics) ConsumerLag(_ string, partition int32, lag int64) {
 	m.lag[partition] = lag
 }
 
+// lagOf returns the last lag reported for partition, and whether any was.
+func (m *fakeMetrics) lagOf(partition int32) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.lag[partition]
+	return l, ok
+}
+
 // testConfig is a consumer config with timings small enough for tests.
 func testConfig(brokers []string, topic string) (kafka.Config, *logtest.Buffer) {
 	logs := &logtest.Buffer{}
@@ -408,4 +416,21 @@ func (l *handledLog) callsFor(off int64) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.calls[off]
+}
+
+// holdFirst is a handler that keeps offset 0 until release is closed (or
+// its context ends) and logs every record it finishes: the lowest record
+// stuck while the rest of the partition goes through.
+func holdFirst(release <-chan struct{}, log *handledLog) ports.Handler {
+	return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset == 0 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		log.handled(rec)
+		return nil
+	})
 }

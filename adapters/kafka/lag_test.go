@@ -19,12 +19,6 @@ func TestConsumer_LagDropsWhenPartitionReleased(t *testing.T) {
 	cfg.ShutdownTimeout = 100 * time.Millisecond
 	metrics := newFakeMetrics()
 	cfg.Metrics = metrics
-	lag := func() (int64, bool) {
-		metrics.mu.Lock()
-		defer metrics.mu.Unlock()
-		l, ok := metrics.lag[0]
-		return l, ok
-	}
 
 	// The first record goes through; the rest wait (one key: in order), so
 	// the partition has a backlog when it is released.
@@ -36,12 +30,12 @@ func TestConsumer_LagDropsWhenPartitionReleased(t *testing.T) {
 		return ctx.Err()
 	}))
 	waitFor(t, 10*time.Second, "lag reported with a backlog", func() bool {
-		l, ok := lag()
+		l, ok := metrics.lagOf(0)
 		return ok && l > 0
 	})
 	rc.MustStop(t, 10*time.Second)
 
-	if l, ok := lag(); !ok || l != 0 {
+	if l, ok := metrics.lagOf(0); !ok || l != 0 {
 		t.Fatalf("lag after the partition was released = %d (reported %v), want 0", l, ok)
 	}
 }
@@ -60,28 +54,13 @@ func TestConsumer_LagFromCommitPoint(t *testing.T) {
 	cfg.Metrics = metrics
 	log := newHandledLog()
 	release := make(chan struct{})
-	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-		if rec.Offset == 0 {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		log.handled(rec)
-		return nil
-	}))
+	rc := MustRun(t, cfg, holdFirst(release, log))
 	waitFor(t, 10*time.Second, "records 1..9 handled", func() bool { return log.count() == 9 })
-	lag := func() int64 {
-		metrics.mu.Lock()
-		defer metrics.mu.Unlock()
-		return metrics.lag[0]
-	}
-	if got := lag(); got != 10 {
+	if got, _ := metrics.lagOf(0); got != 10 {
 		t.Errorf("lag with record 0 unfinished = %d, want 10", got)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "lag 0 once all are handled", func() bool { return lag() == 0 })
+	waitFor(t, 10*time.Second, "lag 0 once all are handled", func() bool { l, _ := metrics.lagOf(0); return l == 0 })
 	rc.MustStop(t, 10*time.Second)
 }
 
@@ -116,13 +95,7 @@ func TestConsumer_NoLagAfterPartitionClosed(t *testing.T) {
 		t.Fatal("record 0 never started")
 	}
 	rc.MustStop(t, 10*time.Second)
-	lag := func() (int64, bool) {
-		metrics.mu.Lock()
-		defer metrics.mu.Unlock()
-		l, ok := metrics.lag[0]
-		return l, ok
-	}
-	if l, ok := lag(); !ok || l != 0 {
+	if l, ok := metrics.lagOf(0); !ok || l != 0 {
 		t.Fatalf("lag after release = %d (reported %v), want 0", l, ok)
 	}
 
@@ -132,7 +105,7 @@ func TestConsumer_NoLagAfterPartitionClosed(t *testing.T) {
 	// it a bounded moment to (wrongly) report.
 	deadline := time.Now().Add(200 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		if l, _ := lag(); l != 0 {
+		if l, _ := metrics.lagOf(0); l != 0 {
 			t.Fatalf("lag %d reported after the partition was closed", l)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -1,13 +1,11 @@
 package kafka_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
-	"github.com/harborlight/notification-worker/ports"
 )
 
 // The tracker's span counts every offset from the lowest unfinished record
@@ -50,17 +48,7 @@ func TestConsumer_SpanBoundedBehindStuckRecord(t *testing.T) {
 
 	release := make(chan struct{})
 	log := newHandledLog()
-	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-		if rec.Offset == 0 {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		log.handled(rec)
-		return nil
-	}))
+	rc := MustRun(t, cfg, holdFirst(release, log))
 
 	// Offsets 1..maxSpan-1 finish; nothing past them may start.
 	waitFor(t, 10*time.Second, "records behind the stuck one handled", func() bool { return int64(log.count()) >= maxSpan-1 })
