@@ -73,7 +73,11 @@ const (
 
 // maxFlushDelay is how long the pipeline may wait after a write for more
 // commands to send with the next one (see New).
-const maxFlushDelay = 250 * time.Microsecond
+const maxFlushDelay = 500 * time.Microsecond
+
+// pipelineMultiplex -1 asks rueidis for a single connection (2^0); 0 would
+// mean its default, which depends on GOMAXPROCS.
+const pipelineMultiplex = -1
 
 // releaseScript deletes KEYS[1] only if it still holds our pending claim
 // (ARGV[1] = "pending:<token>"). The compare and the delete must be one atomic
@@ -165,6 +169,13 @@ func New(cfg Config) (*Store, error) {
 	// and raised throughput by 20-30%. rueidis skips the pause when calls do
 	// not overlap, so a quiet worker's round trip is unchanged.
 	opt.MaxFlushDelay = maxFlushDelay
+	// One connection, not rueidis' default of two to four (by GOMAXPROCS):
+	// every command then joins the same pipeline, so more of them
+	// share each write and each of the server's reads. A worker's Redis
+	// traffic is two small commands per notification, a few thousand a
+	// second at most, far below what one pipelined connection carries; and
+	// the shared Redis serves one client per worker instead of four.
+	opt.PipelineMultiplex = pipelineMultiplex
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
@@ -294,6 +305,12 @@ func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 // (two calls), 10% of the Redis store's throughput, to save at most one
 // timeout at shutdown during a reconnect.
 func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.RedisResult) rueidis.RedisResult {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+		// The caller's bound is already the tighter one (the domain sets
+		// its own store timeout on every call): a second timer would only
+		// cost a context and a timer per call.
+		return call(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return call(ctx)
