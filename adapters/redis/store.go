@@ -46,6 +46,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -121,6 +122,13 @@ type Store struct {
 	client  rueidis.Client
 	prefix  string
 	timeout time.Duration
+
+	// stalled is set when a call's deadline passes before the server
+	// answers, and cleared when the server next answers a call. While it is
+	// set, calls run detached (see bounded).
+	stalled atomic.Bool
+	// detached counts detached calls that rueidis has not yet returned from.
+	detached atomic.Int64
 }
 
 // New connects to the server in cfg.URL and returns a Store. It fails if the
@@ -198,8 +206,7 @@ const selfCheckTimeout = 5 * time.Second
 // would quietly fail open on every notification. Better to refuse to start.
 func (s *Store) selfCheck() error {
 	ctx := context.Background()
-	patient := *s
-	patient.timeout = selfCheckTimeout
+	patient := &Store{client: s.client, prefix: s.prefix, timeout: selfCheckTimeout}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	key, token := "self-check:"+hex.EncodeToString(b[:]), hex.EncodeToString(b[:])
@@ -296,24 +303,81 @@ func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 	return s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult { return s.client.Do(ctx, cmd) })
 }
 
-// bounded runs call with the store's timeout on top of ctx. rueidis honours
-// the deadline everywhere, and a cancellation on an established pipelining
-// connection (every connection here: AlwaysPipelining); only a call that is
-// still dialing holds a cancelled caller, and then no longer than the
-// timeout. An earlier version ran each call in a goroutine to return even
-// then: make bench showed that goroutine cost about 8 us of CPU per record
-// (two calls), 10% of the Redis store's throughput, to save at most one
-// timeout at shutdown during a reconnect.
+// bounded runs call with the store's timeout on top of ctx, and returns by
+// that deadline.
+//
+// rueidis honours the deadline everywhere but in one place: a command waits
+// for a free slot in its connection's ring (1024 commands) without looking
+// at its context, and a slot stays taken until the server answers, even
+// after its caller has given up (redis/rueidis#858). Against a server that
+// stopped answering, a busy worker fills the ring within seconds, and every
+// call after that hung until rueidis dropped the connection, 11 s later
+// (TestOutage_UnresponsiveUnderLoad). So once a call has timed out, and
+// until the server answers one again, calls run detached: in a goroutine of
+// their own that the caller stops waiting for at the deadline. At most
+// maxDetached of them are left inside rueidis; beyond that a call fails at
+// once with ErrStalled. In normal running no call is detached: a goroutine
+// per call cost about 8 us of CPU per record (two calls) in make bench, 10%
+// of the Redis store's throughput.
+//
+// A caller that cancels while its connection is still being dialled may
+// wait out that dial, up to the timeout.
 func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.RedisResult) rueidis.RedisResult {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
-		// The caller's bound is already the tighter one (the domain sets
-		// its own store timeout on every call): a second timer would only
-		// cost a context and a timer per call.
-		return call(ctx)
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
+		// Only when the caller's bound is looser: the domain sets its own
+		// store timeout on every call, and a second timer would only cost a
+		// context and a timer per call.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	return call(ctx)
+	var res rueidis.RedisResult
+	if s.stalled.Load() {
+		res = s.detach(ctx, call)
+	} else {
+		res = call(ctx)
+	}
+	s.observe(ctx, res)
+	return res
+}
+
+// maxDetached bounds the detached calls still inside rueidis: the goroutines
+// a long outage can leave behind.
+const maxDetached = 256
+
+// ErrStalled is wrapped by calls refused at once because the server has
+// stopped answering and maxDetached calls are already waiting on it.
+var ErrStalled = errors.New("redis: server not answering, too many calls already waiting")
+
+// detach runs call in a goroutine and waits for it until ctx is done.
+func (s *Store) detach(ctx context.Context, call func(context.Context) rueidis.RedisResult) rueidis.RedisResult {
+	if s.detached.Add(1) > maxDetached {
+		s.detached.Add(-1)
+		return rueidis.NewErrorResult(ErrStalled)
+	}
+	done := make(chan rueidis.RedisResult, 1)
+	go func() {
+		defer s.detached.Add(-1)
+		done <- call(ctx)
+	}()
+	select {
+	case res := <-done:
+		return res
+	case <-ctx.Done():
+		return rueidis.NewErrorResult(ctx.Err())
+	}
+}
+
+// observe notes whether the server answered res's call: any reply, a Redis
+// error included, clears stalled; a deadline passed without one sets it.
+func (s *Store) observe(ctx context.Context, res rueidis.RedisResult) {
+	answered := res.NonRedisError() == nil
+	switch {
+	case answered && s.stalled.Load():
+		s.stalled.Store(false)
+	case !answered && errors.Is(ctx.Err(), context.DeadlineExceeded) && !s.stalled.Load():
+		s.stalled.Store(true)
+	}
 }
 
 // ms converts a TTL to the milliseconds PX takes. PX rejects 0 and negative
