@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -170,6 +171,77 @@ func TestConsumer_DeadLetterTooLargeDropsValue(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"msg":"dead_letter_value_dropped"`) {
 		t.Error("no dead_letter_value_dropped log")
+	}
+}
+
+// TestConsumer_DeadLetterStrippedWhenStillTooLarge: a record whose key and
+// headers alone are over the dead letter topic's limit. Written without its
+// value it is still refused, so it goes stripped to the headers that say
+// where it is, and the partition moves on instead of retrying forever.
+func TestConsumer_DeadLetterStrippedWhenStillTooLarge(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "dlqstrip")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartEmbedded(t, 1, topic).Brokers()
+	limit := "1024"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := mustAdmin(t, brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, dlqTopic); err != nil {
+		t.Fatalf("CreateTopic(%s): %v", dlqTopic, err)
+	}
+	bigKey := strings.Repeat("k", 2048)
+	bigReason := strings.Repeat("é", 1000) // 2000 bytes, cut inside a rune
+	MustPublish(t, brokers, topic,
+		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-0")},
+		kafka.Message{Key: []byte(bigKey), Value: []byte("poison"), Headers: map[string]string{"trace-id": strings.Repeat("t", 1500), "tenant": "acme"}},
+		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-2")},
+	)
+
+	cfg, logs := testConfig(brokers, topic)
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset == 1 {
+			return ports.MarkPermanent(errors.New(bigReason))
+		}
+		return nil
+	}))
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
+	rc.MustStop(t, 10*time.Second)
+
+	dlq := readTopic(t, brokers, dlqTopic)
+	if len(dlq) != 1 {
+		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
+	}
+	m := dlq[0]
+	if len(m.Key) != 0 || len(m.Value) != 0 {
+		t.Errorf("stripped dead letter has a %d-byte key and a %d-byte value, want neither", len(m.Key), len(m.Value))
+	}
+	want := map[string]string{
+		kafka.HeaderDLQValueDropped:      "6",
+		kafka.HeaderDLQKeyDropped:        strconv.Itoa(len(bigKey)),
+		kafka.HeaderDLQHeadersDropped:    "2",
+		kafka.HeaderDLQKind:              ports.Permanent.String(),
+		kafka.HeaderDLQOriginalTopic:     topic,
+		kafka.HeaderDLQOriginalPartition: "0",
+		kafka.HeaderDLQOriginalOffset:    "1",
+	}
+	for k, v := range want {
+		if got, ok := header(m, k); !ok || got != v {
+			t.Errorf("header %s = %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	for _, k := range []string{"trace-id", "tenant"} {
+		if _, ok := header(m, k); ok {
+			t.Errorf("the record's own header %s was kept", k)
+		}
+	}
+	reason, _ := header(m, kafka.HeaderDLQReason)
+	if !utf8.ValidString(reason) || len(reason) > 600 || !strings.HasPrefix(reason, "éé") {
+		t.Errorf("reason is %d bytes (valid UTF-8 %v), want the handler's error cut to about 512", len(reason), utf8.ValidString(reason))
+	}
+	for _, event := range []string{"dead_letter_value_dropped", "dead_letter_stripped"} {
+		if !strings.Contains(logs.String(), `"msg":"`+event+`"`) {
+			t.Errorf("no %s log", event)
+		}
 	}
 }
 

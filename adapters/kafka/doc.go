@@ -34,7 +34,10 @@
 //     partition has been failing to write a dead letter for
 //     DeadLetterUnreadyAfter (30s), Ready is false. A dead letter the broker
 //     refuses as too large is written once more without its value, with a
-//     dlq.value_dropped header giving the value's size in bytes.
+//     dlq.value_dropped header giving the value's size in bytes; if that is
+//     refused too, it is written stripped to the dlq.* headers (no key, none
+//     of the record's own headers, the reason cut to 512 bytes), which say
+//     where the record is in its source topic.
 //   - On shutdown or revoke, no new record starts; records in hand get
 //     ShutdownTimeout to finish with a live context, then their context is
 //     cancelled and whatever did not finish is left for replay.
@@ -45,9 +48,9 @@
 //
 // Stable msg names: consumer_started, consumer_stopped, partitions_assigned,
 // partitions_released, partition_stopping, record_retry_scheduled,
-// event_dead_lettered, dead_letter_value_dropped, dead_letter_failed (at most
-// once per 5s per partition, with a failures count), handler_panicked,
-// partition_dispatch_paused, partition_dispatch_resumed,
-// shutdown_timeout_exceeded, handlers_abandoned, consume_failed,
-// consumer_error. Record values are never logged: they hold customer data.
+// event_dead_lettered, dead_letter_value_dropped, dead_letter_stripped,
+// dead_letter_failed (at most once per 5s per partition, with a failures
+// count), handler_panicked, partition_dispatch_paused,
+// partition_dispatch_resumed, shutdown_timeout_exceeded, handlers_abandoned,
+// consume_failed, consumer_error. Record values are never logged: they hold customer data.
 package kafka

@@ -31,7 +31,18 @@ const (
 	// on a dead letter whose value the broker refused as too large: the
 	// record is in the topic it came from, and the other headers say where.
 	HeaderDLQValueDropped = "dlq.value_dropped"
+	// HeaderDLQKeyDropped and HeaderDLQHeadersDropped are set on a dead
+	// letter the broker refused even without its value: it is then written
+	// stripped, with no key (the header gives its size in bytes), none of
+	// the record's own headers (the header gives how many there were), and
+	// the reason cut to maxStrippedReason bytes. What is left, the origin
+	// headers, is enough to read the record from the topic it came from.
+	HeaderDLQKeyDropped     = "dlq.key_dropped"
+	HeaderDLQHeadersDropped = "dlq.headers_dropped"
 )
+
+// maxStrippedReason is the most of the reason a stripped dead letter keeps.
+const maxStrippedReason = 512
 
 // deadLetterLogEvery is the least time between two dead_letter_failed logs
 // of one partition: a dead letter topic outage retries every backoff, and a
@@ -297,14 +308,16 @@ func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 // is only marked once its dead letter is safe, so none is ever lost.
 //
 // A write the broker refuses as too large would fail the same way forever
-// and hold the partition's commit behind it, so it is retried once without
-// the value (see HeaderDLQValueDropped). Any other failure (a dead letter
-// topic outage) is retried as long as the partition is held; the consumer
-// reports not Ready once that has lasted deadLetterHealth.unreadyAfter.
+// and hold the partition's commit behind it, so it is retried smaller:
+// first without the value (see HeaderDLQValueDropped), then stripped to the
+// headers that say where the record is (see HeaderDLQKeyDropped). Any other
+// failure (a dead letter topic outage) is retried as long as the partition
+// is held; the consumer reports not Ready once that has lasted
+// deadLetterHealth.unreadyAfter.
 func (p *partition) deadLetter(msg *sarama.ConsumerMessage, kind ports.Kind, reason string) bool {
 	cfg := p.run.cfg
 	pm := deadLetterMessage(cfg.DLQTopic, msg, kind, reason)
-	valueDropped := false
+	valueDropped, stripped := false, false
 	failing := false
 	defer func() {
 		if failing {
@@ -319,14 +332,21 @@ func (p *partition) deadLetter(msg *sarama.ConsumerMessage, kind ports.Kind, rea
 		if err == nil {
 			cfg.Metrics.RecordDeadLettered(p.topic, kind)
 			p.log.Warn("event_dead_lettered", "offset", msg.Offset, "reason", reason,
-				"kind", kind.String(), "dlq_topic", cfg.DLQTopic, "value_dropped", valueDropped)
+				"kind", kind.String(), "dlq_topic", cfg.DLQTopic, "value_dropped", valueDropped, "stripped", stripped)
 			return true
 		}
-		if !valueDropped && isTooLarge(err) {
-			valueDropped = true
-			pm = dropValue(pm, len(msg.Value))
-			p.log.Warn("dead_letter_value_dropped", "offset", msg.Offset, "value_bytes", len(msg.Value),
-				"dlq_topic", cfg.DLQTopic, "error", err)
+		if isTooLarge(err) && !stripped {
+			if !valueDropped {
+				valueDropped = true
+				pm = dropValue(pm, len(msg.Value))
+				p.log.Warn("dead_letter_value_dropped", "offset", msg.Offset, "value_bytes", len(msg.Value),
+					"dlq_topic", cfg.DLQTopic, "error", err)
+			} else {
+				stripped = true
+				pm = strippedDeadLetter(cfg.DLQTopic, msg, kind, reason)
+				p.log.Warn("dead_letter_stripped", "offset", msg.Offset, "key_bytes", len(msg.Key),
+					"headers", len(msg.Headers), "dlq_topic", cfg.DLQTopic, "error", err)
+			}
 			continue
 		}
 		if !failing {
@@ -359,6 +379,25 @@ func dropValue(pm *sarama.ProducerMessage, size int) *sarama.ProducerMessage {
 	out.Headers = append(out.Headers, pm.Headers...)
 	out.Headers = append(out.Headers, sarama.RecordHeader{Key: []byte(HeaderDLQValueDropped), Value: []byte(strconv.Itoa(size))})
 	return out
+}
+
+// strippedDeadLetter is the dead letter of last resort: only the headers
+// deadLetterMessage adds (the reason cut to maxStrippedReason bytes), and
+// the sizes of what was left out.
+func strippedDeadLetter(topic string, msg *sarama.ConsumerMessage, kind ports.Kind, reason string) *sarama.ProducerMessage {
+	if len(reason) > maxStrippedReason {
+		reason = strings.ToValidUTF8(reason[:maxStrippedReason], "") + "..."
+	}
+	origin := &sarama.ConsumerMessage{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
+	pm := deadLetterMessage(topic, origin, kind, reason)
+	for _, h := range [][2]string{
+		{HeaderDLQValueDropped, strconv.Itoa(len(msg.Value))},
+		{HeaderDLQKeyDropped, strconv.Itoa(len(msg.Key))},
+		{HeaderDLQHeadersDropped, strconv.Itoa(len(msg.Headers))},
+	} {
+		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(h[0]), Value: []byte(h[1])})
+	}
+	return pm
 }
 
 // deadLetterFailing and deadLetterRecovered count the partition's dead
