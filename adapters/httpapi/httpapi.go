@@ -29,6 +29,11 @@ type Config struct {
 	Status func() map[string]string
 	// Metrics serves /metrics. Nil: /metrics is not served (404).
 	Metrics http.Handler
+	// Live reports whether the process can still make progress. It must
+	// say false only for what a restart fixes and waiting does not (for
+	// the worker: every handler slot held by a handler that ignored its
+	// cancellation), never for a dependency being down. Nil: always live.
+	Live func() bool
 }
 
 // Handler returns the endpoints' handler. It panics if cfg.Ready is nil:
@@ -40,10 +45,16 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	// "GET" patterns answer HEAD too.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// The process answers HTTP: that is all liveness asks. Anything
-		// more (a dependency down) would get a healthy pod restarted.
+		// The process answers HTTP and is not wedged: that is all liveness
+		// asks. Anything more (a dependency down) would get a healthy pod
+		// restarted.
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
+		if cfg.Live != nil && !cfg.Live() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "wedged")
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

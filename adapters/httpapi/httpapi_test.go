@@ -88,6 +88,18 @@ func TestHandler(t *testing.T) {
 			t.Errorf("/metrics = %d %q", rec.Code, rec.Body)
 		}
 	})
+	t.Run("HealthzWedged", func(t *testing.T) {
+		// Live says no: the pod must be restarted, whatever readiness says.
+		var live atomic.Bool
+		h := httpapi.Handler(httpapi.Config{Ready: func() bool { return true }, Live: live.Load})
+		if rec := get(t, h, http.MethodGet, "/healthz"); rec.Code != http.StatusServiceUnavailable || strings.TrimSpace(rec.Body.String()) != "wedged" {
+			t.Errorf("not live: /healthz = %d %q, want 503 wedged", rec.Code, rec.Body)
+		}
+		live.Store(true)
+		if rec := get(t, h, http.MethodGet, "/healthz"); rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != "ok" {
+			t.Errorf("live: /healthz = %d %q, want 200 ok", rec.Code, rec.Body)
+		}
+	})
 	t.Run("HeadAnswered", func(t *testing.T) {
 		if rec := get(t, h, http.MethodHead, "/healthz"); rec.Code != http.StatusOK {
 			t.Errorf("HEAD /healthz = %d, want 200", rec.Code)

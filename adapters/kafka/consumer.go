@@ -34,6 +34,7 @@ type Consumer struct {
 	running   atomic.Bool
 	assigned  atomic.Int32 // partitions in the current session
 	dlqHealth *deadLetterHealth
+	run       atomic.Pointer[runState] // the current Run's; nil between Runs
 }
 
 // DeadLetterUnreadyAfter is how long a partition may keep failing to write a
@@ -93,9 +94,20 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // partition. It is false during a rebalance, which lasts about a heartbeat
 // interval plus the time records in hand take to finish, and while a
 // partition has been failing to write a dead letter for
-// DeadLetterUnreadyAfter (its commit is stuck behind that record).
+// DeadLetterUnreadyAfter (its commit is stuck behind that record), and
+// while the consumer is Wedged.
 func (c *Consumer) Ready() bool {
-	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now())
+	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
+}
+
+// Wedged reports whether handler calls abandoned at a revoke or shutdown
+// (still running ShutdownTimeout after their context was cancelled) hold
+// every one of the MaxInFlight handling slots: no record can start until one
+// of them returns, and since they ignore their context, only a restart is
+// sure to end them. The worker's liveness probe reads it.
+func (c *Consumer) Wedged() bool {
+	r := c.run.Load()
+	return r != nil && r.abandoned.Load() >= int64(c.cfg.MaxInFlight)
 }
 
 // Run joins the group and delivers records to h until ctx is cancelled; then
@@ -154,18 +166,18 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		}
 	}()
 
-	gh := &groupHandler{
-		consumer: c,
-		run: &runState{
-			cfg:       cfg,
-			log:       log,
-			handler:   h,
-			dlq:       dlq,
-			dlqHealth: c.dlqHealth,
-			handling:  make(chan struct{}, cfg.MaxInFlight),
-			window:    make(chan struct{}, 4*cfg.MaxInFlight),
-		},
+	run := &runState{
+		cfg:       cfg,
+		log:       log,
+		handler:   h,
+		dlq:       dlq,
+		dlqHealth: c.dlqHealth,
+		handling:  make(chan struct{}, cfg.MaxInFlight),
+		window:    make(chan struct{}, 4*cfg.MaxInFlight),
 	}
+	c.run.Store(run)
+	defer c.run.Store(nil)
+	gh := &groupHandler{consumer: c, run: run}
 	log.Info("consumer_started")
 	failures := 0
 	for {
@@ -206,6 +218,9 @@ type runState struct {
 	// window holds one token per record fetched and not finished, so a busy
 	// key or a slow provider stops the fetch instead of filling memory.
 	window chan struct{}
+	// abandoned counts handler calls a partition's stop gave up on that
+	// have not returned yet: each still holds a handling token.
+	abandoned atomic.Int64
 }
 
 // groupHandler adapts a Run to sarama.ConsumerGroupHandler. Setup and

@@ -43,6 +43,11 @@
 //     cancelled and whatever did not finish is left for replay.
 //   - Ready is false between sessions (during a rebalance) and before the
 //     first assignment.
+//   - A handler still running abandonGrace (1s) after its context was
+//     cancelled is abandoned (handlers_abandoned) but keeps its handling
+//     slot until it returns. While abandoned calls hold all MaxInFlight
+//     slots, Wedged is true and Ready false: nothing can start, and only a
+//     restart is sure to help. The worker's /healthz fails then.
 //
 // # Logs
 //

@@ -85,6 +85,10 @@ type partition struct {
 	queues  map[string][]*sarama.ConsumerMessage // busy keys; guarded by mu
 	tracker *offsetTracker                       // guarded by mu
 	closed  bool                                 // no marks after stop; guarded by mu
+	// calling counts handler calls in progress; abandoned is set when stop
+	// gives up waiting for them. Guarded by mu.
+	calling   int
+	abandoned bool
 
 	// maxSpan bounds tracker.span(): dispatch waits while it is reached.
 	maxSpan int64
@@ -293,7 +297,11 @@ func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 	if !p.acquire() {
 		return false, errStopping
 	}
+	p.mu.Lock()
+	p.calling++
+	p.mu.Unlock()
 	defer p.release()
+	defer p.callDone()
 	defer func() {
 		if r := recover(); r != nil {
 			panicked, err = true, fmt.Errorf("panic: %v", r)
@@ -495,6 +503,17 @@ func (p *partition) acquire() bool {
 
 func (p *partition) release() { <-p.run.handling }
 
+// callDone counts a handler call out of the partition's, and out of the
+// run's abandoned calls if stop gave up on it.
+func (p *partition) callDone() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calling--
+	if p.abandoned {
+		p.run.abandoned.Add(-1)
+	}
+}
+
 func (p *partition) isStopping() bool {
 	select {
 	case <-p.stopping:
@@ -532,8 +551,17 @@ func (p *partition) stop() {
 		if waitedFull := sleepCtx(done, abandonGrace); waitedFull {
 			// Still running: a handler ignoring its context. Its record
 			// stays unmarked and will be replayed; the goroutine is left
-			// behind and its late result ignored (closed, below).
-			p.log.Error("handlers_abandoned", "in_hand", inHand)
+			// behind and its late result ignored (closed, below). It keeps
+			// its handling token until it returns: counted in the run's
+			// abandoned calls, which make the consumer Wedged once they
+			// hold every token.
+			p.mu.Lock()
+			p.abandoned = true
+			calls := p.calling
+			p.mu.Unlock()
+			total := p.run.abandoned.Add(int64(calls))
+			p.log.Error("handlers_abandoned", "in_hand", inHand, "calls", calls,
+				"abandoned_calls", total, "max_in_flight", p.run.cfg.MaxInFlight)
 		}
 	}
 	p.mu.Lock()

@@ -39,6 +39,7 @@ const (
 	consumerAssigned   = "assigned"   // in the group, holding partitions: ready
 	consumerUnassigned = "unassigned" // running, but joining, rebalancing, or given no partition
 	consumerStopped    = "stopped"    // Run not started, or returned
+	consumerWedged     = "wedged"     // abandoned handlers hold every MAX_IN_FLIGHT slot: not live
 )
 
 // storeOpenCircuit is /readyz's "store" while the circuit breaker refuses
@@ -168,7 +169,7 @@ func (m *Main) openHTTP(wired map[string]string) error {
 		wired["http"] = "off (HTTP_ADDR is off: no probes, no /metrics)"
 		return nil
 	}
-	h := httpapi.Handler(httpapi.Config{Ready: m.Ready, Status: m.status, Metrics: m.metrics.Handler()})
+	h := httpapi.Handler(httpapi.Config{Ready: m.Ready, Live: m.Live, Status: m.status, Metrics: m.metrics.Handler()})
 	srv, err := httpapi.Listen(m.Config.HTTPAddr, h, m.logger)
 	if err != nil {
 		return err
@@ -199,6 +200,8 @@ func (m *Main) HTTPAddr() string {
 func (m *Main) status() map[string]string {
 	consumer := consumerStopped
 	switch {
+	case !m.Live():
+		consumer = consumerWedged
 	case m.Ready():
 		consumer = consumerAssigned
 	case m.running.Load():
@@ -226,6 +229,11 @@ func (m *Main) Run(ctx context.Context) error {
 
 // Ready reports whether the worker has joined its group and holds partitions.
 func (m *Main) Ready() bool { return m.consumer != nil && m.consumer.Ready() }
+
+// Live reports whether the worker can make progress: false once handlers
+// that ignored their cancellation hold every MAX_IN_FLIGHT slot (see
+// kafka.Consumer.Wedged), which only a restart is sure to fix.
+func (m *Main) Live() bool { return m.consumer == nil || !m.consumer.Wedged() }
 
 // Close releases everything Open built, in reverse order: the HTTP server
 // first (letting a scrape in progress finish, for up to
