@@ -20,18 +20,32 @@
 //
 // Every command touches exactly one key (SET, and a Lua script with one KEY),
 // so the store works on Redis Cluster unchanged: rueidis asks the node in the
-// URL for the slot map (CLUSTER SLOTS) and falls back to a single-node client
-// when the server is not a cluster. More seed nodes can be given as
-// "?addr=host:port" query parameters. On Cluster the database number must be
-// 0 (Cluster has no SELECT), and an ACL user needs "+cluster|slots" so the
-// topology can be read; without it rueidis silently treats the seed node as a
-// standalone server.
+// URL for the slot map (CLUSTER SLOTS; CLUSTER SHARDS from Redis 8 on), sends
+// each command to the node that owns its key's slot, follows MOVED when a
+// slot has moved since, and falls back to a single-node client when the
+// server is not a cluster. TestCluster checks this against a real 3-node
+// cluster (Redis 7.0) given one node's URL: the store contract suite passes,
+// keys land on every node, and a claim in a slot moved after New follows the
+// MOVED. More seed nodes can be given as "?addr=host:port" query parameters;
+// a seed refusing connections is skipped, though New then takes up to a
+// second longer (a delayed rueidis topology refresh).
+//
+// On Cluster the URL must name database 0 or none: New fails otherwise
+// (Cluster has no SELECT). An ACL user needs, on every node (ACLs are not
+// shared between nodes), the rights listed under ACL plus "+cluster|slots"
+// (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map
+// (tested on 7.0, where "+cluster|shards" alone is not enough). Without
+// them, rueidis quietly treats the seed as a standalone server, and every key
+// in a slot the seed does not own fails with MOVED: New's self-check fails
+// when its random key lands in such a slot (two times in three on three
+// nodes); otherwise the store starts, and its calls for those keys fail.
 //
 // # ACL
 //
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, EVALSHA
-// and EVAL (Release), and PING; the Release script itself runs GET and DEL,
-// which ACL checks too. A user restricted to
+// and EVAL (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
+// above); the Release script itself runs GET and DEL, which ACL checks too.
+// A user restricted to
 // "~<prefix>* +@connection +select +set +get +del +evalsha +eval +ping" is
 // enough on a standalone server (tested).
 package redis

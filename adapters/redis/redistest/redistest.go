@@ -1,7 +1,8 @@
 // Package redistest runs a throwaway redis-server process for tests: on a
 // free 127.0.0.1 port, without persistence, killed by its PID when the test
 // ends. It can kill, pause (SIGSTOP) and restart the server on the same port,
-// so tests can cause a real outage.
+// so tests can cause a real outage. MustStartCluster starts several as a
+// Redis Cluster.
 //
 // It needs the redis-server binary (Debian package redis-server, 7.x) on
 // PATH. Without it, tests are skipped, unless the environment variable CI is
@@ -47,6 +48,8 @@ type Server struct {
 	dir       string
 	args      []string
 	clientTLS *tls.Config // nil: plain TCP
+	cluster   bool        // a Redis Cluster node (see MustStartCluster)
+	busPort   int         // its cluster bus port, probed with Port
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -186,6 +189,18 @@ func (s *Server) mustStartFree(tb testing.TB) {
 		if s.Port, err = freePort(); err != nil {
 			continue
 		}
+		if s.cluster {
+			// A cluster node also listens on its bus port: probe one
+			// explicitly, since the default (port+10000) may be taken or
+			// beyond 65535.
+			if s.busPort, err = freePort(); err != nil {
+				continue
+			}
+			if s.busPort == s.Port {
+				err = fmt.Errorf("probed port %d twice", s.Port)
+				continue
+			}
+		}
 		if err = s.startLocked(); err == nil {
 			return
 		}
@@ -199,6 +214,13 @@ func (s *Server) startLocked() error {
 		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port))
 	} else {
 		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
+	if s.cluster {
+		// The node's identity and view of the cluster live in nodes.conf,
+		// in its own directory, so a Restart keeps them.
+		args = append(args, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+			"--cluster-port", strconv.Itoa(s.busPort))
 	}
 	args = append(args, s.args...)
 	logPath := filepath.Join(s.dir, "redis.log")

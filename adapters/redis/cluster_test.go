@@ -1,0 +1,272 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
+)
+
+// TestCluster backs the package comment's "# Redis Cluster" section: a store
+// given one node's URL works on a 3-node cluster, sending every command to
+// the node that owns its key's slot. The subtests share one cluster (it takes
+// about 2s to form); FollowsMoved changes its slot map, so it runs last.
+func TestCluster(t *testing.T) {
+	c := redistest.MustStartCluster(t, 3)
+	raw := c.MustClient(t)
+	nodes := make([]rueidis.Client, len(c.Nodes))
+	for i, s := range c.Nodes {
+		nodes[i] = s.MustClient(t, 0)
+	}
+
+	t.Run("Contract", func(t *testing.T) {
+		const prefix = "contract:"
+		storetest.Run(t, storetest.Harness{
+			New: func(t *testing.T) ports.IdempotencyStore {
+				return MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix})
+			},
+			TTL: func(t *testing.T, key string) time.Duration {
+				return MustPTTL(t, raw, prefix+key)
+			},
+		})
+	})
+
+	t.Run("KeysSpreadOverNodes", func(t *testing.T) {
+		// The seed owns a third of the slots: a store that took it for a
+		// standalone server would get MOVED for the rest. Every node must
+		// end up with some of the keys, and Release (a Lua script by
+		// EVALSHA, loaded on each node by EVAL on NOSCRIPT) must reach
+		// them all too.
+		const prefix = "spread:"
+		s, ctx := MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix}), testCtx(t)
+		mustSpread(t, c, nodes, s, ctx, prefix)
+	})
+
+	t.Run("OtherSeedWhenFirstIsDown", func(t *testing.T) {
+		// "?addr=" adds seeds: the first one refusing connections is no
+		// reason not to start.
+		url := fmt.Sprintf("redis://%s?addr=%s", closedAddr(t), c.Nodes[1].Addr())
+		const prefix = "seeds:"
+		s, ctx := MustStore(t, redis.Config{URL: url, KeyPrefix: prefix}), testCtx(t)
+		mustSpread(t, c, nodes, s, ctx, prefix)
+	})
+
+	t.Run("DatabaseNotZeroRefused", func(t *testing.T) {
+		s, err := redis.New(redis.Config{URL: c.URL() + "/3"})
+		if err == nil {
+			s.Close()
+			t.Fatalf("New with db 3 on a cluster: no error")
+		}
+		if !strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") {
+			t.Fatalf("New with db 3: %v, want Redis refusing SELECT", err)
+		}
+		MustStore(t, redis.Config{URL: c.URL() + "/0"}) // db 0 named explicitly is fine
+	})
+
+	// The package comment's standalone ACL; ACLs are per node, so every
+	// node gets the user.
+	standaloneACL := []string{"~acl:*", "+@connection", "+select", "+set", "+get", "+del", "+evalsha", "+eval", "+ping"}
+	setUser := func(t *testing.T, name string, rules ...string) string {
+		t.Helper()
+		for i, node := range nodes {
+			cmd := node.B().Arbitrary("ACL", "SETUSER", name).Args(slices.Concat([]string{"reset", "on", ">s3cret-pw"}, rules)...).Build()
+			if err := node.Do(testCtx(t), cmd).Error(); err != nil {
+				t.Fatalf("ACL SETUSER on node %d: %v", i, err)
+			}
+		}
+		return fmt.Sprintf("redis://%s:s3cret-pw@%s", name, c.Nodes[0].Addr())
+	}
+
+	t.Run("ACL", func(t *testing.T) {
+		// The documented cluster ACL: the standalone one plus the right to
+		// read the slot map (CLUSTER SLOTS below Redis 8, SHARDS from 8).
+		url := setUser(t, "worker", slices.Concat(standaloneACL, []string{"+cluster|slots", "+cluster|shards"})...)
+		s, ctx := MustStore(t, redis.Config{URL: url, KeyPrefix: "acl:ok:"}), testCtx(t)
+		mustSpread(t, c, nodes, s, ctx, "acl:ok:")
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
+	})
+
+	t.Run("ACLWithoutSlotMapFails", func(t *testing.T) {
+		// Refused CLUSTER SLOTS, rueidis falls back to a single-node client
+		// on the seed, which cannot follow MOVED: every key outside the
+		// seed's slots fails. New's self-check catches it only when its
+		// random key happens to land there, so the claims after it must.
+		url := setUser(t, "noslots", standaloneACL...)
+		s, err := redis.New(redis.Config{URL: url, KeyPrefix: "acl:noslots:"})
+		if err == nil {
+			defer s.Close()
+			for range 50 {
+				if _, err = s.Claim(testCtx(t), uniqueKey(t), "tok", time.Minute); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), "MOVED") {
+			t.Fatalf("store without +cluster|slots: %v, want a MOVED error from New or one of 50 claims", err)
+		}
+	})
+
+	t.Run("FollowsMoved", func(t *testing.T) {
+		// A slot moves from node 0 to node 1 after the store has read the
+		// slot map. The store's next command for that slot goes to node 0,
+		// which answers MOVED; rueidis must send it on to node 1.
+		const prefix = "moved:"
+		s, ctx := MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix}), testCtx(t)
+		src, dst := nodes[0], nodes[1]
+		lo, hi := c.Slots(0)
+		var k string
+		var slot int64
+		for i := 0; ; i++ {
+			if i == 1000 {
+				t.Fatalf("no key found in an empty slot of node 0")
+			}
+			k = uniqueKey(t)
+			var err error
+			if slot, err = src.Do(ctx, src.B().ClusterKeyslot().Key(prefix+k).Build()).AsInt64(); err != nil {
+				t.Fatalf("CLUSTER KEYSLOT: %v", err)
+			}
+			if slot < int64(lo) || slot > int64(hi) {
+				continue
+			}
+			// Only an empty slot can be handed over without MIGRATE.
+			n, err := src.Do(ctx, src.B().ClusterCountkeysinslot().Slot(slot).Build()).AsInt64()
+			if err != nil {
+				t.Fatalf("CLUSTER COUNTKEYSINSLOT: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+		srcID, dstID := c.MustNodeID(t, 0), c.MustNodeID(t, 1)
+		sl := strconv.FormatInt(slot, 10)
+		for _, step := range []struct {
+			node rueidis.Client
+			args []string
+		}{
+			{dst, []string{sl, "IMPORTING", srcID}},
+			{src, []string{sl, "MIGRATING", dstID}},
+			{dst, []string{sl, "NODE", dstID}}, // bumps node 1's epoch
+			{src, []string{sl, "NODE", dstID}},
+		} {
+			if err := step.node.Do(ctx, step.node.B().Arbitrary("CLUSTER", "SETSLOT").Args(step.args...).Build()).Error(); err != nil {
+				t.Fatalf("CLUSTER SETSLOT %v: %v", step.args, err)
+			}
+		}
+		moved := movedCount(t, src)
+
+		if got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("Claim in the moved slot: state %v, want claimed", got.State)
+		}
+		if v, ok := MustGet(t, dst, prefix+k); !ok || v != "pending:tok" {
+			t.Fatalf("node 1 holds %q (present %v), want pending:tok", v, ok)
+		}
+		if got := movedCount(t, src); got <= moved {
+			t.Fatalf("node 0 sent no MOVED (%d before the claim, %d after): the store did not use its old slot map", moved, got)
+		}
+		if err := s.Release(ctx, k, "tok"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if v, ok := MustGet(t, dst, prefix+k); ok {
+			t.Fatalf("node 1 still holds %q after Release", v)
+		}
+	})
+}
+
+// mustSpread claims 300 keys through s and checks every node holds some of
+// them and the nodes hold all of them between them, then releases them and
+// checks they are gone from every node.
+func mustSpread(t *testing.T, c *redistest.Cluster, nodes []rueidis.Client, s *redis.Store, ctx context.Context, prefix string) {
+	t.Helper()
+	const n = 300
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = uniqueKey(t)
+		if got := storetest.MustClaim(t, s, ctx, keys[i], "tok", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("Claim %d: state %v, want claimed", i, got.State)
+		}
+	}
+	total := 0
+	for i, node := range nodes {
+		got := countKeys(t, node, prefix+"*")
+		lo, hi := c.Slots(i)
+		t.Logf("node %d (%s, slots %d-%d): %d of %d keys", i, c.Nodes[i].Addr(), lo, hi, got, n)
+		if got == 0 {
+			t.Errorf("node %d (%s) holds none of the %d keys", i, c.Nodes[i].Addr(), n)
+		}
+		total += got
+	}
+	if total != n {
+		t.Fatalf("nodes hold %d keys in all, want %d", total, n)
+	}
+	for _, k := range keys {
+		if err := s.Release(ctx, k, "tok"); err != nil {
+			t.Fatalf("Release %s: %v", k, err)
+		}
+	}
+	for i, node := range nodes {
+		if got := countKeys(t, node, prefix+"*"); got != 0 {
+			t.Errorf("node %d still holds %d keys after Release", i, got)
+		}
+	}
+}
+
+// countKeys counts one node's keys matching pattern.
+func countKeys(tb testing.TB, node rueidis.Client, pattern string) int {
+	tb.Helper()
+	ctx := testCtx(tb)
+	n, cursor := 0, uint64(0)
+	for {
+		e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			tb.Fatalf("SCAN: %v", err)
+		}
+		n += len(e.Elements)
+		if cursor = e.Cursor; cursor == 0 {
+			return n
+		}
+	}
+}
+
+// movedCount is how many MOVED replies the node has sent (INFO errorstats).
+func movedCount(tb testing.TB, node rueidis.Client) int {
+	tb.Helper()
+	info, err := node.Do(testCtx(tb), node.B().Info().Section("errorstats").Build()).ToString()
+	if err != nil {
+		tb.Fatalf("INFO errorstats: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_MOVED:count="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				tb.Fatalf("INFO errorstats: %q", line)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// closedAddr returns a 127.0.0.1 address nothing listens on.
+func closedAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
