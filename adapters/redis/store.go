@@ -36,9 +36,18 @@
 // (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map
 // (tested on 7.0, where "+cluster|shards" alone is not enough). Without
 // them, rueidis quietly treats the seed as a standalone server, and every key
-// in a slot the seed does not own fails with MOVED: New's self-check fails
-// when its random key lands in such a slot (two times in three on three
-// nodes); otherwise the store starts, and its calls for those keys fail.
+// in a slot the seed does not own fails with MOVED. New's self-check
+// catches this: it claims and releases 16 keys under the key prefix,
+// "self-check:{<tag>}:<random>", whose hash tags put them in slots 0, 1024,
+// ..., 15360, and fails when any of them gets MOVED, saying the ACL must
+// allow CLUSTER SLOTS and CLUSTER SHARDS. It could pass only if the seed
+// owned all 16 of those slots, which no other node owning 1024 consecutive
+// slots allows, nor any cluster of two or more primaries splitting the slots
+// evenly in ranges (TestCluster: 10 starts in 10 fail on 3 nodes). The
+// claims go out in one batch and the releases in another, so a standalone
+// New takes no longer than with the single key it used to claim. A KeyPrefix
+// with a hash tag of its own puts every key, these included, in the
+// prefix's one slot: the check then covers that slot, the only one used.
 //
 // # ACL
 //
@@ -53,6 +62,7 @@ package redis
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -98,12 +108,21 @@ const pipelineMultiplex = -1
 // (ARGV[1] = "pending:<token>"). The compare and the delete must be one atomic
 // step: between a GET and a DEL on the client, the claim could expire and
 // another worker's claim take its place, which we would then delete.
-var releaseScript = rueidis.NewLuaScriptRetryable(`
+const releaseLua = `
 if redis.call("GET", KEYS[1]) == ARGV[1] then
 	return redis.call("DEL", KEYS[1])
 end
 return 0
-`)
+`
+
+var releaseScript = rueidis.NewLuaScriptRetryable(releaseLua)
+
+// releaseSHA is the SHA1 EVALSHA names releaseLua by, for New's self-check,
+// which sends the script itself (see selfCheck).
+var releaseSHA = func() string {
+	sum := sha1.Sum([]byte(releaseLua))
+	return hex.EncodeToString(sum[:])
+}()
 
 // Config configures New.
 type Config struct {
@@ -214,21 +233,119 @@ func New(cfg Config) (*Store, error) {
 // timeout, since it runs once and a cold connection may still be warming up.
 const selfCheckTimeout = 5 * time.Second
 
-// selfCheck claims and releases a fresh key once. A server older than Redis
-// 7 rejects SET ... NX GET, and an ACL user without +set, +get, +del or
-// +evalsha is refused; either way every Claim would fail, and the worker
-// would quietly fail open on every notification. Better to refuse to start.
+// selfCheckTags are the hash tags of New's self-check keys: tag i hashes to
+// slot i*1024 (CRC16 of the tag, mod 16384; found by searching
+// three-character strings, checked by TestSelfCheckTags), so the keys are
+// spread evenly over Redis Cluster's 16384 slots. On a cluster whose slot map
+// the client could not read, some of them get MOVED unless the seed node owns
+// all 16 of these slots: see the package comment.
+var selfCheckTags = [...]string{
+	"la2", "dlj", "qf7", "qbw", "lp0", "ltp", "h85", "qsu",
+	"fjl", "ng4", "bfa", "jk9", "nrv", "nv6", "bwc", "sq3",
+}
+
+// selfCheck claims and releases one fresh key per selfCheckTags entry,
+// "self-check:{<tag>}:<random>" under the prefix. A server older than Redis
+// 7 rejects SET ... NX GET, an ACL user without +set, +get, +del or +evalsha
+// is refused, and on a Redis Cluster whose slot map the client could not
+// read (see the package comment) the keys outside the seed node's slots get
+// MOVED. In each case the store's calls would fail, and the worker would
+// quietly fail open on every notification, or on most of them: better to
+// refuse to start.
+//
+// The claims go in one DoMulti, and so do the releases (by EVALSHA, then by
+// EVAL for the keys whose node answered NOSCRIPT): each batch is one write
+// and one round trip on the pipelined connection, as many as the single key
+// took. Concurrent Claim and Release calls took longer: rueidis pauses for
+// maxFlushDelay after each flush while more than one caller waits, which
+// made a standalone New about 3ms slower; one DoMulti is one caller.
 func (s *Store) selfCheck() error {
-	ctx := context.Background()
-	patient := &Store{client: s.client, prefix: s.prefix, timeout: selfCheckTimeout}
+	ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
+	defer cancel()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	key, token := "self-check:"+hex.EncodeToString(b[:]), hex.EncodeToString(b[:])
-	if _, err := patient.Claim(ctx, key, token, time.Minute); err != nil {
+	token := hex.EncodeToString(b[:])
+	keys := make([]string, len(selfCheckTags))
+	claims := make(rueidis.Commands, len(selfCheckTags))
+	for i, tag := range selfCheckTags {
+		keys[i] = s.prefix + "self-check:{" + tag + "}:" + token
+		claims[i] = s.claimCmd(keys[i], token, time.Minute)
+	}
+	claimErrs := make([]error, len(keys))
+	var claimed []int
+	for i, res := range s.client.DoMulti(ctx, claims...) {
+		if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			claimErrs[i] = fmt.Errorf("redis claim %s: %w", keys[i], err)
+		} else {
+			claimed = append(claimed, i)
+		}
+	}
+
+	// Release what was claimed, even when some claims failed: the keys
+	// would otherwise stay for the claim TTL.
+	releaseErrs := make([]error, len(keys))
+	release := func(idx []int, build func(k string) rueidis.Completed) (noScript []int) {
+		cmds := make(rueidis.Commands, len(idx))
+		for j, i := range idx {
+			cmds[j] = build(keys[i])
+		}
+		for j, res := range s.client.DoMulti(ctx, cmds...) {
+			err := res.Error()
+			if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+				noScript = append(noScript, idx[j])
+			} else if err != nil {
+				releaseErrs[idx[j]] = fmt.Errorf("redis release %s: %w", keys[idx[j]], err)
+			}
+		}
+		return noScript
+	}
+	owner := pendingPrefix + token
+	if noScript := release(claimed, func(k string) rueidis.Completed {
+		return s.client.B().Evalsha().Sha1(releaseSHA).Numkeys(1).Key(k).Arg(owner).Build()
+	}); len(noScript) > 0 {
+		release(noScript, func(k string) rueidis.Completed {
+			return s.client.B().Eval().Script(releaseLua).Numkeys(1).Key(k).Arg(owner).Build()
+		})
+	}
+
+	moved, firstMoved := 0, error(nil)
+	for _, err := range claimErrs {
+		if isMoved(err) {
+			if moved == 0 {
+				firstMoved = err
+			}
+			moved++
+		}
+	}
+	if moved > 0 {
+		return fmt.Errorf("self-check failed: %d of %d keys spread over the hash slots were refused with MOVED: the server is a Redis Cluster node, but the client could not read the slot map and sent every command to the node in the URL; the ACL must allow CLUSTER SLOTS and CLUSTER SHARDS (+cluster|slots +cluster|shards) so the client can read the slot map: %w", moved, len(keys), firstMoved)
+	}
+	if err := firstError(claimErrs); err != nil {
 		return fmt.Errorf("self-check claim failed (this store needs Redis >= 7.0 for SET NX GET, and an ACL allowing SET, GET, DEL, EVAL and EVALSHA on the key prefix): %w", err)
 	}
-	if err := patient.Release(ctx, key, token); err != nil {
+	if err := firstError(releaseErrs); err != nil {
 		return fmt.Errorf("self-check release failed (the ACL must allow EVAL and EVALSHA): %w", err)
+	}
+	return nil
+}
+
+// isMoved reports whether err wraps a MOVED reply: the key's slot is served
+// by another cluster node.
+func isMoved(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	_, moved := re.IsMoved()
+	return moved
+}
+
+// firstError returns the first non-nil error in errs.
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -261,8 +378,7 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
-	cmd := s.client.B().Set().Key(k).Value(pendingPrefix + token).Nx().Get().PxMilliseconds(ms(ttl)).Build()
-	old, err := s.do(ctx, cmd).ToString()
+	old, err := s.do(ctx, s.claimCmd(k, token, ttl)).ToString()
 	if rueidis.IsRedisNil(err) {
 		return ports.Claim{State: ports.Claimed}, nil
 	}
@@ -277,6 +393,11 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
 	}
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, nil
+}
+
+// claimCmd is Claim's command for the prefixed key k.
+func (s *Store) claimCmd(k, token string, ttl time.Duration) rueidis.Completed {
+	return s.client.B().Set().Key(k).Value(pendingPrefix + token).Nx().Get().PxMilliseconds(ms(ttl)).Build()
 }
 
 // Record implements ports.IdempotencyStore: SET key sent:<unixms>:<id> PX
