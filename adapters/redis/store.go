@@ -49,6 +49,11 @@
 // with a hash tag of its own puts every key, these included, in the
 // prefix's one slot: the check then covers that slot, the only one used.
 //
+// During a failover a node answers CLUSTERDOWN or TRYAGAIN. rueidis retries
+// those, within the timeout, only for commands marked retryable: Record and
+// Release are, Claim is not (see Claim), so a Claim then fails and the
+// worker's failure mode applies, as in any other store outage.
+//
 // # ACL
 //
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, EVALSHA
