@@ -161,10 +161,12 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 
-	// stalled is set when a call's deadline passes before the server
-	// answers, and cleared when the server next answers a call. While it is
-	// set, calls run detached (see bounded).
-	stalled atomic.Bool
+	// epoch is when the store was made; stalledAt is when a call's deadline
+	// last passed without an answer, as time since epoch (monotonic), or 0
+	// once stalledFor has passed since. While it is recent, calls run
+	// detached (see bounded).
+	epoch     time.Time
+	stalledAt atomic.Int64
 	// detached counts detached calls that rueidis has not yet returned from.
 	detached atomic.Int64
 }
@@ -226,7 +228,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
 	}
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout}
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, epoch: time.Now()}
 	if err := s.selfCheck(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", redactedURL(cfg.URL), err)
@@ -452,13 +454,20 @@ func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 // after its caller has given up (redis/rueidis#858). Against a server that
 // stopped answering, a busy worker fills the ring within seconds, and every
 // call after that hung until rueidis dropped the connection, 11 s later
-// (TestOutage_UnresponsiveUnderLoad). So once a call has timed out, and
-// until the server answers one again, calls run detached: in a goroutine of
-// their own that the caller stops waiting for at the deadline. At most
-// maxDetached of them are left inside rueidis; beyond that a call fails at
-// once with ErrStalled. In normal running no call is detached: a goroutine
-// per call cost about 8 us of CPU per record (two calls) in make bench, 10%
-// of the Redis store's throughput.
+// (TestOutage_UnresponsiveUnderLoad). So for stalledFor after a call timed
+// out, calls run detached: in a goroutine of their own that the caller
+// stops waiting for at the deadline. Once maxDetached of them are left
+// inside rueidis, further calls fail at once with ErrStalled, until some
+// return. In normal running no call is detached: a goroutine per call cost
+// about 8 us of CPU per record (two calls) in make bench, 10% of the Redis
+// store's throughput.
+//
+// The state is the store's, not a node's: on Redis Cluster one node that
+// stops answering keeps calls to every node detached, and once its ring is
+// full, ErrStalled fails them all (TestOutage_ClusterNodeUnresponsive). An
+// answer from a healthy node does not end it, or calls to the silent node
+// would run undetached again and hang. This is what the circuit breaker in
+// front of the store does too: the worker treats the cluster as down.
 //
 // A caller that cancels while its connection is still being dialled may
 // wait out that dial, up to the timeout.
@@ -472,13 +481,35 @@ func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.
 		defer cancel()
 	}
 	var res rueidis.RedisResult
-	if s.stalled.Load() {
+	if s.stalled() {
 		res = s.detach(ctx, call)
 	} else {
 		res = call(ctx)
 	}
-	s.observe(ctx, res)
+	if res.NonRedisError() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// No answer, not even a Redis error, by the deadline.
+		s.stalledAt.Store(max(int64(time.Since(s.epoch)), 1))
+	}
 	return res
+}
+
+// stalledFor is how long after a call timed out calls keep running
+// detached. A server that stays silent times calls out more often than
+// this, so it keeps them detached for as long as it is silent.
+const stalledFor = time.Second
+
+// stalled reports whether a call timed out within stalledFor. Its fast path,
+// with no timeout in a while, is one atomic load.
+func (s *Store) stalled() bool {
+	at := s.stalledAt.Load()
+	if at == 0 {
+		return false
+	}
+	if time.Since(s.epoch)-time.Duration(at) < stalledFor {
+		return true
+	}
+	s.stalledAt.CompareAndSwap(at, 0)
+	return false
 }
 
 // maxDetached bounds the detached calls still inside rueidis: the goroutines
@@ -505,18 +536,6 @@ func (s *Store) detach(ctx context.Context, call func(context.Context) rueidis.R
 		return res
 	case <-ctx.Done():
 		return rueidis.NewErrorResult(ctx.Err())
-	}
-}
-
-// observe notes whether the server answered res's call: any reply, a Redis
-// error included, clears stalled; a deadline passed without one sets it.
-func (s *Store) observe(ctx context.Context, res rueidis.RedisResult) {
-	answered := res.NonRedisError() == nil
-	switch {
-	case answered && s.stalled.Load():
-		s.stalled.Store(false)
-	case !answered && errors.Is(ctx.Err(), context.DeadlineExceeded) && !s.stalled.Load():
-		s.stalled.Store(true)
 	}
 }
 
