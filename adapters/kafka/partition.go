@@ -299,6 +299,11 @@ func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 	}
 	p.mu.Lock()
 	p.calling++
+	if p.abandoned {
+		// Started as stop gave up: abandoned too, counted here since
+		// stop's count missed it (callDone takes it off either way).
+		p.run.abandoned.Add(1)
+	}
 	p.mu.Unlock()
 	defer p.release()
 	defer p.callDone()
@@ -558,8 +563,8 @@ func (p *partition) stop() {
 			p.mu.Lock()
 			p.abandoned = true
 			calls := p.calling
-			p.mu.Unlock()
 			total := p.run.abandoned.Add(int64(calls))
+			p.mu.Unlock()
 			p.log.Error("handlers_abandoned", "in_hand", inHand, "calls", calls,
 				"abandoned_calls", total, "max_in_flight", p.run.cfg.MaxInFlight)
 		}

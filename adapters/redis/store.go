@@ -48,6 +48,11 @@
 // New takes no longer than with the single key it used to claim. A KeyPrefix
 // with a hash tag of its own puts every key, these included, in the
 // prefix's one slot: the check then covers that slot, the only one used.
+// The check needs every one of those slots served: on a cluster running
+// with cluster-require-full-coverage no and a primary down, New fails (and
+// a new pod does not start) until the slots are served again, while stores
+// already running go on, failing over to the worker's failure mode for the
+// keys of the missing slots.
 //
 // During a failover a node answers CLUSTERDOWN or TRYAGAIN. rueidis retries
 // those, within the timeout, only for commands marked retryable: Record and
@@ -105,8 +110,9 @@ const (
 // commands to send with the next one (see New).
 const maxFlushDelay = 500 * time.Microsecond
 
-// pipelineMultiplex -1 asks rueidis for a single connection (2^0); 0 would
-// mean its default, which depends on GOMAXPROCS.
+// pipelineMultiplex -1 asks rueidis for a single connection (2^0): on a
+// standalone server 0 would mean its default, which depends on GOMAXPROCS;
+// on Redis Cluster both mean one connection per node.
 const pipelineMultiplex = -1
 
 // releaseScript deletes KEYS[1] only if it still holds our pending claim
