@@ -86,7 +86,8 @@ type Config struct {
 
 	// Logger receives the adapter's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics is told about dead letters, panics and lag; nil means none.
+	// Metrics is told about dead letters, panics, lag and abandoned handler
+	// calls; nil means none.
 	Metrics Metrics
 }
 
@@ -97,6 +98,10 @@ type Metrics interface {
 	RecordDeadLettered(topic string, kind ports.Kind)
 	HandlerPanicked(topic string)
 	ConsumerLag(topic string, partition int32, lag int64)
+	// HandlersAbandoned adds delta to the handler calls given up on at a
+	// revoke or shutdown that are still running (see Consumer.Wedged):
+	// positive when a partition abandons them, -1 as each returns.
+	HandlersAbandoned(delta int)
 }
 
 type noMetrics struct{}
@@ -104,6 +109,7 @@ type noMetrics struct{}
 func (noMetrics) RecordDeadLettered(string, ports.Kind) {}
 func (noMetrics) HandlerPanicked(string)                {}
 func (noMetrics) ConsumerLag(string, int32, int64)      {}
+func (noMetrics) HandlersAbandoned(int)                 {}
 
 // withDefaults returns a copy of cfg with every zero field set to its default.
 func (cfg Config) withDefaults() Config {

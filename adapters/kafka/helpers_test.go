@@ -116,6 +116,7 @@ type fakeMetrics struct {
 	deadLettered map[ports.Kind]int
 	panics       int
 	lag          map[int32]int64
+	abandoned    int
 }
 
 func newFakeMetrics() *fakeMetrics {
@@ -138,6 +139,29 @@ func (m *fakeMetrics) ConsumerLag(_ string, partition int32, lag int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.lag[partition] = lag
+}
+
+func (m *fakeMetrics) HandlersAbandoned(delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.abandoned += delta
+}
+
+// counts returns the dead letters and panics reported so far.
+func (m *fakeMetrics) counts() (deadLettered, panics int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, n := range m.deadLettered {
+		deadLettered += n
+	}
+	return deadLettered, m.panics
+}
+
+// abandonedCalls returns the sum of every HandlersAbandoned delta.
+func (m *fakeMetrics) abandonedCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.abandoned
 }
 
 // lagOf returns the last lag reported for partition, and whether any was.

@@ -54,33 +54,6 @@ func (n *recordingNotifier) sentFor(eventID string) []ports.Message {
 	return append([]ports.Message(nil), n.sent[eventID]...)
 }
 
-// countingMetrics counts the consumer's dead letters and recovered panics.
-type countingMetrics struct {
-	mu           sync.Mutex
-	deadLettered int
-	panics       int
-}
-
-func (m *countingMetrics) RecordDeadLettered(string, ports.Kind) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.deadLettered++
-}
-
-func (m *countingMetrics) HandlerPanicked(string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.panics++
-}
-
-func (m *countingMetrics) ConsumerLag(string, int32, int64) {}
-
-func (m *countingMetrics) counts() (deadLettered, panics int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.deadLettered, m.panics
-}
-
 // shipmentEvent is a valid record for event id, on both channels, with
 // extra raw JSON members appended.
 func shipmentEvent(id, extra string) string {
@@ -146,7 +119,7 @@ func TestHostileRecordsEndToEnd(t *testing.T) {
 
 	cfg, _ := testConfig(brokers, topic)
 	cfg.MaxRecordBytes = consumerLimit
-	metrics := &countingMetrics{}
+	metrics := newFakeMetrics()
 	cfg.Metrics = metrics
 	rc := MustRun(t, cfg, svc)
 

@@ -303,6 +303,7 @@ func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 		// Started as stop gave up: abandoned too, counted here since
 		// stop's count missed it (callDone takes it off either way).
 		p.run.abandoned.Add(1)
+		p.run.cfg.Metrics.HandlersAbandoned(1)
 	}
 	p.mu.Unlock()
 	defer p.release()
@@ -516,6 +517,7 @@ func (p *partition) callDone() {
 	p.calling--
 	if p.abandoned {
 		p.run.abandoned.Add(-1)
+		p.run.cfg.Metrics.HandlersAbandoned(-1)
 	}
 }
 
@@ -564,6 +566,7 @@ func (p *partition) stop() {
 			p.abandoned = true
 			calls := p.calling
 			total := p.run.abandoned.Add(int64(calls))
+			p.run.cfg.Metrics.HandlersAbandoned(calls)
 			p.mu.Unlock()
 			p.log.Error("handlers_abandoned", "in_hand", inHand, "calls", calls,
 				"abandoned_calls", total, "max_in_flight", p.run.cfg.MaxInFlight)

@@ -24,6 +24,8 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	cfg, logs := testConfig(brokers, topic)
 	cfg.MaxInFlight = 2
 	cfg.ShutdownTimeout = 50 * time.Millisecond
+	metrics := newFakeMetrics()
+	cfg.Metrics = metrics
 
 	release := make(chan struct{})
 	var releaseOnce sync.Once
@@ -63,10 +65,16 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"handlers_abandoned"`) {
 		t.Error("no handlers_abandoned log")
 	}
+	if n := metrics.abandonedCalls(); n != 2 {
+		t.Errorf("HandlersAbandoned adds up to %d while wedged, want 2", n)
+	}
 
 	unblock()
 	waitFor(t, 20*time.Second, "a to be ready again once the abandoned calls return", func() bool {
 		return !a.c.Wedged() && a.c.Ready()
 	})
 	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1, 1: 1})
+	if n := metrics.abandonedCalls(); n != 0 {
+		t.Errorf("HandlersAbandoned adds up to %d after the calls returned, want 0", n)
+	}
 }

@@ -65,6 +65,7 @@ type Metrics struct {
 	sendDuration     *prometheus.HistogramVec
 	lag              *prometheus.GaugeVec
 	panics           prometheus.Counter
+	abandoned        prometheus.Gauge
 
 	// storeState is the StoreStatus value, swapped by every store call.
 	storeState atomic.Value
@@ -114,11 +115,15 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "handler_panics_total",
 			Help: "Records whose handling panicked (each is dead-lettered as permanent).",
 		}),
+		abandoned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "handlers_abandoned",
+			Help: "Handler calls given up on at a rebalance or shutdown that are still running, each holding one of MAX_IN_FLIGHT slots; at MAX_IN_FLIGHT the worker is wedged and /healthz fails.",
+		}),
 	}
 	m.storeState.Store(StoreUnknown)
 	m.reg.MustRegister(
 		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
-		m.storeDuration, m.sendDuration, m.lag, m.panics,
+		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -169,6 +174,9 @@ func (m *Metrics) RecordDeadLettered(topic string, kind ports.Kind) {
 // HandlerPanicked counts a record whose handling panicked. The topic is not
 // a label: the contract (docs/runbook.md) exports one series.
 func (m *Metrics) HandlerPanicked(string) { m.panics.Inc() }
+
+// HandlersAbandoned adds delta to the abandoned handler calls still running.
+func (m *Metrics) HandlersAbandoned(delta int) { m.abandoned.Add(float64(delta)) }
 
 // ConsumerLag sets the lag of one partition. A negative lag (a high-water
 // mark read before the record's own offset was) is reported as 0.

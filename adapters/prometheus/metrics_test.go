@@ -58,6 +58,7 @@ func TestMetrics_Observe(t *testing.T) {
 		}
 		s.Want(t, "notification_worker_duplicates_suppressed_total", 0)
 		s.Want(t, "notification_worker_handler_panics_total", 0)
+		s.Want(t, "notification_worker_handlers_abandoned", 0)
 		for _, op := range []string{"claim", "record", "release"} {
 			s.Want(t, `notification_worker_store_unavailable_total{operation="`+op+`"}`, 0)
 			s.Want(t, `notification_worker_store_call_duration_seconds_count{operation="`+op+`"}`, 0)
@@ -103,6 +104,12 @@ func TestMetrics_Consumer(t *testing.T) {
 		m := prometheus.New()
 		m.HandlerPanicked("shipments")
 		mustScrape(t, m).Want(t, "notification_worker_handler_panics_total", 1)
+	})
+	t.Run("HandlersAbandonedUpAndDown", func(t *testing.T) {
+		m := prometheus.New()
+		m.HandlersAbandoned(3)
+		m.HandlersAbandoned(-1)
+		mustScrape(t, m).Want(t, "notification_worker_handlers_abandoned", 2)
 	})
 	t.Run("LagPerPartitionLatestWins", func(t *testing.T) {
 		m := prometheus.New()

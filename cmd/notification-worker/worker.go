@@ -412,3 +412,9 @@ func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
 		m.ConsumerLag(topic, partition, lag)
 	}
 }
+
+func (all multiMetrics) HandlersAbandoned(delta int) {
+	for _, m := range all {
+		m.HandlersAbandoned(delta)
+	}
+}
