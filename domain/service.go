@@ -132,6 +132,16 @@ func NewService(cfg Config) (*Service, error) {
 	}, nil
 }
 
+// LongestHandle bounds how long Handle takes on one record, with every
+// dependency as slow as its timeout allows: per channel, a wait on another
+// worker's claim (the claim TTL, then one more look), the send (the send
+// timeout), and the record or release (a store timeout each; three in all,
+// for margin). A call running longer is not waiting on anything the service
+// bounds: a notifier ignoring its context, or a bug.
+func (s *Service) LongestHandle() time.Duration {
+	return time.Duration(len(ports.Channels)) * (s.cfg.ClaimTTL + s.cfg.SendTimeout + 3*s.cfg.StoreTimeout)
+}
+
 // Handle decodes rec and delivers each of its notifications. It returns nil
 // when every notification was sent or was a duplicate. Otherwise the error's
 // ports.Kind tells the consumer what to do: Permanent for a record that can

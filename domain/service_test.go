@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -443,4 +444,56 @@ func tokenOf(t *testing.T, s *memory.Store, key string) string {
 		t.Fatalf("key %s: %+v, %v; want in flight", key, c, err)
 	}
 	return c.Owner
+}
+
+// TestService_LongestHandleBoundsASlowRecord: every dependency as slow as
+// its timeout lets it be (another worker's claim held past the claim TTL on
+// one channel, a store and a provider answering only at their deadlines on
+// the other) and Handle still returns within LongestHandle, the bound the
+// consumer's stall detection is built on.
+func TestService_LongestHandleBoundsASlowRecord(t *testing.T) {
+	store := newFakeStore()
+	atDeadline := func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	store.ClaimFunc = func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+		if strings.HasPrefix(key, string(ports.ChannelSMS)) {
+			return ports.Claim{State: ports.InFlight, Owner: "other-worker"}, nil
+		}
+		return store.Store.Claim(ctx, key, token, ttl)
+	}
+	store.ReleaseFunc = func(ctx context.Context, _, _ string) error { return atDeadline(ctx) }
+	hangs := notifierFunc(func(ctx context.Context, _ ports.Message) (ports.Receipt, error) {
+		return ports.Receipt{}, atDeadline(ctx)
+	})
+	svc, err := domain.NewService(domain.Config{
+		Store:        store,
+		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: hangs, ports.ChannelEmail: hangs},
+		ClaimTTL:     300 * time.Millisecond,
+		StoreTimeout: 20 * time.Millisecond,
+		SendTimeout:  100 * time.Millisecond,
+		ClaimWaitMax: 20 * time.Millisecond,
+		Logger:       slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	start := time.Now()
+	err = svc.Handle(context.Background(), ports.Record{Topic: "shipment-events", Value: []byte(event("e1", "sms", "email"))})
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("Handle succeeded with every dependency failing")
+	}
+	// About 300 ms (the claim TTL) + 100 ms (the send) + 20 ms (the
+	// release): the bound is 2 x (300 + 100 + 60) = 920 ms.
+	if limit := svc.LongestHandle(); took > limit {
+		t.Fatalf("Handle took %v, longer than LongestHandle %v", took, limit)
+	}
+}
+
+type notifierFunc func(context.Context, ports.Message) (ports.Receipt, error)
+
+func (f notifierFunc) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	return f(ctx, m)
 }

@@ -73,6 +73,13 @@ type Config struct {
 	// is cancelled. Default 30s.
 	ShutdownTimeout time.Duration
 
+	// StallAfter, when positive, makes the consumer Wedged once no handler
+	// call has returned for StallAfter while all MaxInFlight slots are
+	// taken: every call in hand has then run longer than StallAfter. Set it
+	// well above the longest a handler can legitimately take. Zero: only
+	// calls abandoned at a revoke or shutdown can wedge the consumer.
+	StallAfter time.Duration
+
 	// SessionTimeout and HeartbeatInterval are the consumer group's liveness
 	// settings; defaults 10s and 3s. A member learns of a rebalance at its
 	// next heartbeat, so the interval bounds how fast partitions move.
@@ -183,6 +190,7 @@ func (cfg Config) validate(consumer bool) error {
 		{"RetryMaxBackoff", int64(cfg.RetryMaxBackoff)},
 		{"CommitInterval", int64(cfg.CommitInterval)},
 		{"ShutdownTimeout", int64(cfg.ShutdownTimeout)},
+		{"StallAfter", int64(cfg.StallAfter)},
 		{"SessionTimeout", int64(cfg.SessionTimeout)},
 		{"HeartbeatInterval", int64(cfg.HeartbeatInterval)},
 	}

@@ -100,14 +100,18 @@ func (c *Consumer) Ready() bool {
 	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
 }
 
-// Wedged reports whether handler calls abandoned at a revoke or shutdown
-// (still running ShutdownTimeout after their context was cancelled) hold
-// every one of the MaxInFlight handling slots: no record can start until one
-// of them returns, and since they ignore their context, only a restart is
-// sure to end them. The worker's liveness probe reads it.
+// Wedged reports whether no record can start until a handler call that is
+// not returning does: when calls abandoned at a revoke or shutdown (still
+// running after their context was cancelled) hold every one of the
+// MaxInFlight handling slots, or, with Config.StallAfter set, when no call
+// has returned for StallAfter while every slot is taken. Only a restart is
+// sure to end such calls; the worker's liveness probe reads this.
 func (c *Consumer) Wedged() bool {
 	r := c.run.Load()
-	return r != nil && r.abandoned.Load() >= int64(c.cfg.MaxInFlight)
+	if r == nil {
+		return false
+	}
+	return r.abandoned.Load() >= int64(c.cfg.MaxInFlight) || r.stalled()
 }
 
 // Run joins the group and delivers records to h until ctx is cancelled; then
@@ -174,6 +178,7 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		dlqHealth: c.dlqHealth,
 		handling:  make(chan struct{}, cfg.MaxInFlight),
 		window:    make(chan struct{}, 4*cfg.MaxInFlight),
+		start:     time.Now(),
 	}
 	c.run.Store(run)
 	defer c.run.Store(nil)
@@ -221,6 +226,34 @@ type runState struct {
 	// abandoned counts handler calls a partition's stop gave up on that
 	// have not returned yet: each still holds a handling token.
 	abandoned atomic.Int64
+	// start is when the Run began; lastDone is when a handler call last
+	// returned, as time since start (monotonic).
+	start    time.Time
+	lastDone atomic.Int64
+	// stallLogged is set while the run is stalled and has said so.
+	stallLogged atomic.Bool
+}
+
+// stalled reports whether Config.StallAfter is set, every handling slot is
+// taken, and no call has returned for StallAfter. A slot is only freed by a
+// call returning, so every call in hand started at least StallAfter ago.
+// The first time it turns true it logs handlers_stalled.
+func (r *runState) stalled() bool {
+	stall := r.cfg.StallAfter
+	if stall <= 0 || len(r.handling) < cap(r.handling) {
+		r.stallLogged.Store(false)
+		return false
+	}
+	quiet := time.Since(r.start) - time.Duration(r.lastDone.Load())
+	if quiet <= stall {
+		r.stallLogged.Store(false)
+		return false
+	}
+	if r.stallLogged.CompareAndSwap(false, true) {
+		r.log.Error("handlers_stalled", "max_in_flight", r.cfg.MaxInFlight,
+			"since_last_return", quiet.Round(time.Second), "stall_after", stall)
+	}
+	return true
 }
 
 // groupHandler adapts a Run to sarama.ConsumerGroupHandler. Setup and

@@ -47,7 +47,10 @@
 //     cancelled is abandoned (handlers_abandoned) but keeps its handling
 //     slot until it returns. While abandoned calls hold all MaxInFlight
 //     slots, Wedged is true and Ready false: nothing can start, and only a
-//     restart is sure to help. The worker's /healthz fails then.
+//     restart is sure to help. The worker's /healthz fails then. With
+//     Config.StallAfter set, the same holds once no call has returned for
+//     StallAfter while every slot is taken (handlers_stalled), with no
+//     rebalance or shutdown needed to notice.
 //
 // # Logs
 //
@@ -57,5 +60,5 @@
 // dead_letter_failed (at most once per 5s per partition, with a failures
 // count), handler_panicked, partition_dispatch_paused,
 // partition_dispatch_resumed, shutdown_timeout_exceeded, handlers_abandoned,
-// consume_failed, consumer_error. Record values are never logged: they hold customer data.
+// handlers_stalled, consume_failed, consumer_error. Record values are never logged: they hold customer data.
 package kafka

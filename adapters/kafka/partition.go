@@ -509,9 +509,11 @@ func (p *partition) acquire() bool {
 
 func (p *partition) release() { <-p.run.handling }
 
-// callDone counts a handler call out of the partition's, and out of the
-// run's abandoned calls if stop gave up on it.
+// callDone notes that a handler call returned, and counts it out of the
+// partition's calls, and out of the run's abandoned calls if stop gave up
+// on it.
 func (p *partition) callDone() {
+	p.run.lastDone.Store(int64(time.Since(p.run.start)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calling--

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,41 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/ports"
 )
+
+// hangOnePerPartition publishes one record to each partition of topic and
+// returns a handler whose every call blocks, ignoring its context, until
+// unblock is called (at the latest when the test ends); waitCalls waits
+// until it has been called n times.
+func hangOnePerPartition(t *testing.T, brokers []string, topic string, partitions int32) (h ports.Handler, waitCalls func(n int), unblock func()) {
+	t.Helper()
+	release := make(chan struct{})
+	var once sync.Once
+	unblock = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	started := make(chan struct{}, 64)
+	h = ports.HandlerFunc(func(context.Context, ports.Record) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})
+	msgs := make([]kafka.Message, partitions)
+	for p := range partitions {
+		msgs[p] = kafka.Message{Key: []byte(keysOn(t, topic, p, partitions, 1)[0]), Value: []byte(fmt.Sprintf("p%d", p))}
+	}
+	MustPublish(t, brokers, topic, msgs...)
+	waitCalls = func(n int) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for range n {
+			select {
+			case <-started:
+			case <-deadline:
+				t.Fatalf("the handler was not called %d times within 20s", n)
+			}
+		}
+	}
+	return h, waitCalls, unblock
+}
 
 // TestConsumer_WedgedByAbandonedHandlers: handlers that ignore their
 // cancellation keep their handling slots after a revoke gives up on them.
@@ -27,30 +63,9 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	metrics := newFakeMetrics()
 	cfg.Metrics = metrics
 
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
-	started := make(chan int32, 16)
-	ignoresCancel := ports.HandlerFunc(func(_ context.Context, rec ports.Record) error {
-		started <- rec.Partition
-		<-release
-		return nil
-	})
-	MustPublish(t, brokers, topic,
-		kafka.Message{Key: []byte(keysOn(t, topic, 0, partitions, 1)[0]), Value: []byte("p0")},
-		kafka.Message{Key: []byte(keysOn(t, topic, 1, partitions, 1)[0]), Value: []byte("p1")},
-	)
-
+	ignoresCancel, waitCalls, unblock := hangOnePerPartition(t, brokers, topic, partitions)
 	a := MustRun(t, cfg, ignoresCancel)
-	deadline := time.After(20 * time.Second)
-	for range partitions {
-		select {
-		case <-started:
-		case <-deadline:
-			t.Fatal("the handler was not called for both partitions within 20s")
-		}
-	}
+	waitCalls(partitions)
 	if !a.c.Ready() || a.c.Wedged() {
 		t.Fatalf("busy consumer: Ready %v, Wedged %v; want true, false", a.c.Ready(), a.c.Wedged())
 	}
@@ -77,4 +92,62 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	if n := metrics.abandonedCalls(); n != 0 {
 		t.Errorf("HandlersAbandoned adds up to %d after the calls returned, want 0", n)
 	}
+}
+
+// TestConsumer_WedgedByStalledHandlers: handlers hang with no rebalance or
+// shutdown to give up on them. Once no call has returned for StallAfter
+// while every slot is taken, the consumer is Wedged; slow calls that keep
+// returning never make it so.
+func TestConsumer_WedgedByStalledHandlers(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	topic := uniqueName(t, "stalled")
+	brokers := MustStartEmbedded(t, partitions, topic).Brokers()
+	cfg, logs := testConfig(brokers, topic)
+	cfg.MaxInFlight = 2
+	cfg.StallAfter = 2 * time.Second
+
+	hangs, waitCalls, unblock := hangOnePerPartition(t, brokers, topic, partitions)
+	rc := MustRun(t, cfg, hangs)
+	waitCalls(partitions)
+	if rc.c.Wedged() {
+		t.Fatal("Wedged as soon as the slots were taken; want only after StallAfter")
+	}
+	waitFor(t, 20*time.Second, "the consumer to report itself wedged", rc.c.Wedged)
+	if rc.c.Ready() {
+		t.Fatal("a wedged consumer reports Ready")
+	}
+	if !strings.Contains(logs.String(), `"msg":"handlers_stalled"`) {
+		t.Error("no handlers_stalled log")
+	}
+	unblock()
+	waitFor(t, 20*time.Second, "the consumer to be ready again once the calls return", func() bool {
+		return !rc.c.Wedged() && rc.c.Ready()
+	})
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1, 1: 1})
+}
+
+// TestConsumer_SlowHandlersAreNotStalled: every slot stays taken by calls
+// that each take a while but keep returning; that is progress, not a wedge.
+func TestConsumer_SlowHandlersAreNotStalled(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "slow")
+	brokers := MustStartEmbedded(t, 1, topic).Brokers()
+	cfg, _ := testConfig(brokers, topic)
+	cfg.MaxInFlight = 1
+	cfg.StallAfter = time.Second
+	const records = 40 // 2s of calls, twice StallAfter
+	MustPublish(t, brokers, topic, numbered(records, "slow", func(int) string { return "SHP-1" })...)
+	done := newHandledLog()
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(_ context.Context, rec ports.Record) error {
+		time.Sleep(50 * time.Millisecond) // a slow provider
+		done.handled(rec)
+		return nil
+	}))
+	waitFor(t, 30*time.Second, "every record handled, never wedged", func() bool {
+		if rc.c.Wedged() {
+			t.Fatal("slow handlers that keep returning made the consumer Wedged")
+		}
+		return done.count() == records
+	})
 }

@@ -150,6 +150,10 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Twice the longest a record can take with every dependency at its
+	// timeout (about 5 minutes by default): a worker whose every slot has
+	// been busy that long is hung, and /healthz says so.
+	kcfg.StallAfter = 2 * svc.LongestHandle()
 	m.consumer, err = kafka.NewConsumer(kcfg)
 	if err != nil {
 		return err
