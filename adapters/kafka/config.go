@@ -74,10 +74,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 
 	// StallAfter, when positive, makes the consumer Wedged once no handler
-	// call has returned for StallAfter while all MaxInFlight slots are
-	// taken: every call in hand has then run longer than StallAfter. Set it
-	// well above the longest a handler can legitimately take. Zero: only
-	// calls abandoned at a revoke or shutdown can wedge the consumer.
+	// call has started or returned for StallAfter while all MaxInFlight
+	// slots are taken: every call in hand has then run longer than
+	// StallAfter. Set it well above the longest a handler can legitimately
+	// take. Zero: only calls abandoned at a revoke or shutdown can wedge the
+	// consumer.
 	StallAfter time.Duration
 
 	// SessionTimeout and HeartbeatInterval are the consumer group's liveness

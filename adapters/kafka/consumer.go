@@ -104,8 +104,9 @@ func (c *Consumer) Ready() bool {
 // not returning does: when calls abandoned at a revoke or shutdown (still
 // running after their context was cancelled) hold every one of the
 // MaxInFlight handling slots, or, with Config.StallAfter set, when no call
-// has returned for StallAfter while every slot is taken. Only a restart is
-// sure to end such calls; the worker's liveness probe reads this.
+// started or returned for StallAfter while every slot is taken. Only a
+// restart is sure to end such calls; the worker's liveness probe reads this
+// (and a stall is logged, as handlers_stalled, only when something does).
 func (c *Consumer) Wedged() bool {
 	r := c.run.Load()
 	if r == nil {
@@ -217,8 +218,8 @@ type runState struct {
 	dlq     *Publisher
 	// dlqHealth is the Consumer's: Ready reads it.
 	dlqHealth *deadLetterHealth
-	// handling holds one token per handler call (or dead letter write) in
-	// progress: MaxInFlight worker-wide.
+	// handling holds one token per handler call in progress: MaxInFlight
+	// worker-wide. (Dead letter writes take none.)
 	handling chan struct{}
 	// window holds one token per record fetched and not finished, so a busy
 	// key or a slow provider stops the fetch instead of filling memory.
@@ -226,25 +227,28 @@ type runState struct {
 	// abandoned counts handler calls a partition's stop gave up on that
 	// have not returned yet: each still holds a handling token.
 	abandoned atomic.Int64
-	// start is when the Run began; lastDone is when a handler call last
-	// returned, as time since start (monotonic).
-	start    time.Time
-	lastDone atomic.Int64
+	// start is when the Run began; lastProgress is when a handler call last
+	// started or returned, as time since start (monotonic).
+	start        time.Time
+	lastProgress atomic.Int64
 	// stallLogged is set while the run is stalled and has said so.
 	stallLogged atomic.Bool
 }
 
+// noteProgress records that a handler call started or returned now.
+func (r *runState) noteProgress() { r.lastProgress.Store(int64(time.Since(r.start))) }
+
 // stalled reports whether Config.StallAfter is set, every handling slot is
-// taken, and no call has returned for StallAfter. A slot is only freed by a
-// call returning, so every call in hand started at least StallAfter ago.
-// The first time it turns true it logs handlers_stalled.
+// taken, and no call has started or returned for StallAfter: every call in
+// hand has then run for at least StallAfter. The first time it turns true
+// it logs handlers_stalled.
 func (r *runState) stalled() bool {
 	stall := r.cfg.StallAfter
 	if stall <= 0 || len(r.handling) < cap(r.handling) {
 		r.stallLogged.Store(false)
 		return false
 	}
-	quiet := time.Since(r.start) - time.Duration(r.lastDone.Load())
+	quiet := time.Since(r.start) - time.Duration(r.lastProgress.Load())
 	if quiet <= stall {
 		r.stallLogged.Store(false)
 		return false

@@ -504,16 +504,17 @@ func (p *partition) acquire() bool {
 		<-p.run.handling
 		return false
 	}
+	p.run.noteProgress()
 	return true
 }
 
 func (p *partition) release() { <-p.run.handling }
 
-// callDone notes that a handler call returned, and counts it out of the
+// callDone notes that a handler call returned (progress), and counts it out of the
 // partition's calls, and out of the run's abandoned calls if stop gave up
 // on it.
 func (p *partition) callDone() {
-	p.run.lastDone.Store(int64(time.Since(p.run.start)))
+	p.run.noteProgress()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calling--

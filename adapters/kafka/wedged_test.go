@@ -12,27 +12,24 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// hangOnePerPartition publishes one record to each partition of topic and
-// returns a handler whose every call blocks, ignoring its context, until
-// unblock is called (at the latest when the test ends); waitCalls waits
-// until it has been called n times.
-func hangOnePerPartition(t *testing.T, brokers []string, topic string, partitions int32) (h ports.Handler, waitCalls func(n int), unblock func()) {
+// hangingHandler returns a handler whose every call blocks, ignoring its
+// context, until unblock is called (at the latest when the test ends),
+// except for records valued "first", which return at once; waitCalls waits
+// until it has been called n more times.
+func hangingHandler(t *testing.T) (h ports.Handler, waitCalls func(n int), unblock func()) {
 	t.Helper()
 	release := make(chan struct{})
 	var once sync.Once
 	unblock = func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unblock)
 	started := make(chan struct{}, 64)
-	h = ports.HandlerFunc(func(context.Context, ports.Record) error {
+	h = ports.HandlerFunc(func(_ context.Context, rec ports.Record) error {
 		started <- struct{}{}
-		<-release
+		if string(rec.Value) != "first" {
+			<-release
+		}
 		return nil
 	})
-	msgs := make([]kafka.Message, partitions)
-	for p := range partitions {
-		msgs[p] = kafka.Message{Key: []byte(keysOn(t, topic, p, partitions, 1)[0]), Value: []byte(fmt.Sprintf("p%d", p))}
-	}
-	MustPublish(t, brokers, topic, msgs...)
 	waitCalls = func(n int) {
 		t.Helper()
 		deadline := time.After(20 * time.Second)
@@ -45,6 +42,16 @@ func hangOnePerPartition(t *testing.T, brokers []string, topic string, partition
 		}
 	}
 	return h, waitCalls, unblock
+}
+
+// onePerPartition returns one record for each partition of topic.
+func onePerPartition(t *testing.T, topic string, partitions int32) []kafka.Message {
+	t.Helper()
+	msgs := make([]kafka.Message, partitions)
+	for p := range partitions {
+		msgs[p] = kafka.Message{Key: []byte(keysOn(t, topic, p, partitions, 1)[0]), Value: []byte(fmt.Sprintf("p%d", p))}
+	}
+	return msgs
 }
 
 // TestConsumer_WedgedByAbandonedHandlers: handlers that ignore their
@@ -63,7 +70,8 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	metrics := newFakeMetrics()
 	cfg.Metrics = metrics
 
-	ignoresCancel, waitCalls, unblock := hangOnePerPartition(t, brokers, topic, partitions)
+	ignoresCancel, waitCalls, unblock := hangingHandler(t)
+	MustPublish(t, brokers, topic, onePerPartition(t, topic, partitions)...)
 	a := MustRun(t, cfg, ignoresCancel)
 	waitCalls(partitions)
 	if !a.c.Ready() || a.c.Wedged() {
@@ -80,9 +88,11 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"handlers_abandoned"`) {
 		t.Error("no handlers_abandoned log")
 	}
-	if n := metrics.abandonedCalls(); n != 2 {
-		t.Errorf("HandlersAbandoned adds up to %d while wedged, want 2", n)
-	}
+	// Wedged turns true as the count is added; the metric follows a moment
+	// later, outside that step.
+	waitFor(t, 5*time.Second, "HandlersAbandoned to add up to 2 while wedged", func() bool {
+		return metrics.abandonedCalls() == 2
+	})
 
 	unblock()
 	waitFor(t, 20*time.Second, "a to be ready again once the abandoned calls return", func() bool {
@@ -95,9 +105,10 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 }
 
 // TestConsumer_WedgedByStalledHandlers: handlers hang with no rebalance or
-// shutdown to give up on them. Once no call has returned for StallAfter
-// while every slot is taken, the consumer is Wedged; slow calls that keep
-// returning never make it so.
+// shutdown to give up on them. Once no call has started or returned for
+// StallAfter while every slot is taken, the consumer is Wedged; the clock
+// starts when the slots fill, not at the last return, so a worker idle for
+// longer than StallAfter is not wedged the moment a burst takes every slot.
 func TestConsumer_WedgedByStalledHandlers(t *testing.T) {
 	t.Parallel()
 	const partitions = 2
@@ -107,11 +118,17 @@ func TestConsumer_WedgedByStalledHandlers(t *testing.T) {
 	cfg.MaxInFlight = 2
 	cfg.StallAfter = 2 * time.Second
 
-	hangs, waitCalls, unblock := hangOnePerPartition(t, brokers, topic, partitions)
-	rc := MustRun(t, cfg, hangs)
+	// One call returns, then the worker idles for longer than StallAfter
+	// before the burst that takes every slot.
+	h, waitCalls, unblock := hangingHandler(t)
+	MustPublish(t, brokers, topic, kafka.Message{Key: []byte(keysOn(t, topic, 0, partitions, 1)[0]), Value: []byte("first")})
+	rc := MustRun(t, cfg, h)
+	waitCalls(1)
+	time.Sleep(cfg.StallAfter + 500*time.Millisecond) // idle on purpose: the scenario, not a wait for a condition
+	MustPublish(t, brokers, topic, onePerPartition(t, topic, partitions)...)
 	waitCalls(partitions)
 	if rc.c.Wedged() {
-		t.Fatal("Wedged as soon as the slots were taken; want only after StallAfter")
+		t.Fatal("Wedged as soon as the slots were taken after an idle spell; want only after StallAfter")
 	}
 	waitFor(t, 20*time.Second, "the consumer to report itself wedged", rc.c.Wedged)
 	if rc.c.Ready() {
@@ -124,7 +141,7 @@ func TestConsumer_WedgedByStalledHandlers(t *testing.T) {
 	waitFor(t, 20*time.Second, "the consumer to be ready again once the calls return", func() bool {
 		return !rc.c.Wedged() && rc.c.Ready()
 	})
-	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1, 1: 1})
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 2, 1: 1})
 }
 
 // TestConsumer_SlowHandlersAreNotStalled: every slot stays taken by calls

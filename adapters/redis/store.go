@@ -461,10 +461,10 @@ func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 // stopped answering, a busy worker fills the ring within seconds, and every
 // call after that hung until rueidis dropped the connection, 11 s later
 // (TestOutage_UnresponsiveUnderLoad). So for stalledFor after a call timed
-// out, calls run detached: in a goroutine of their own that the caller
-// stops waiting for at the deadline. Once maxDetached of them are left
-// inside rueidis, further calls fail at once with ErrStalled, until some
-// return. In normal running no call is detached: a goroutine per call cost
+// out, and for as long as a call run so is still inside rueidis, calls run
+// detached: in a goroutine of their own that the caller stops waiting for
+// at the deadline. Once maxDetached of them are left inside rueidis,
+// further calls fail at once with ErrStalled, until some return. In normal running no call is detached: a goroutine per call cost
 // about 8 us of CPU per record (two calls) in make bench, 10% of the Redis
 // store's throughput.
 //
@@ -504,14 +504,18 @@ func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.
 // this, so it keeps them detached for as long as it is silent.
 const stalledFor = time.Second
 
-// stalled reports whether a call timed out within stalledFor. Its fast path,
-// with no timeout in a while, is one atomic load.
+// stalled reports whether a call timed out within stalledFor, or a detached
+// call is still inside rueidis. The second matters once the cap is reached:
+// calls refused with ErrStalled never time out, so without it the state
+// lapsed a second later while the ring was still full, and calls hung
+// again (TestOutage_UnresponsiveUnderLoad, paced load). Its fast path, with
+// no timeout in a while, is one atomic load.
 func (s *Store) stalled() bool {
 	at := s.stalledAt.Load()
 	if at == 0 {
 		return false
 	}
-	if time.Since(s.epoch)-time.Duration(at) < stalledFor {
+	if s.detached.Load() > 0 || time.Since(s.epoch)-time.Duration(at) < stalledFor {
 		return true
 	}
 	s.stalledAt.CompareAndSwap(at, 0)
