@@ -140,3 +140,35 @@ func TestOutage_ClusterNodeUnresponsive(t *testing.T) {
 	c.Nodes[2].Resume(t)
 	mustAnswerAgain(t, s, base)
 }
+
+// TestOutage_UnresponsiveIdleThenBurst: the ring is left nearly full by
+// calls that timed out, then nothing calls for a while, then a burst comes.
+// The stalled state must outlast the slots those timed-out commands hold,
+// which rueidis frees only by dropping the connection: a state that lapsed
+// first let the burst into the full ring, where it hung (9.8 s, found in
+// review). The URL's write_timeout shortens rueidis' drop so the test can
+// also idle past it, and check the burst on the new connection.
+func TestOutage_UnresponsiveIdleThenBurst(t *testing.T) {
+	srv := redistest.MustStart(t)
+	s := MustStore(t, redis.Config{URL: srv.URL() + "?write_timeout=1s", KeyPrefix: "jam:", Timeout: jamTimeout})
+	storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute)
+	base := runtime.NumGoroutine()
+
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	fill := hammer(s, 15, 0, 10*time.Second) // 960 calls: the ring nearly full
+	// Each idle spell is the scenario, not a wait for a condition: one
+	// past the store's first stalled window (1 s), one past rueidis' drop
+	// of the connection (write_timeout 1s + 2 keep-alive intervals).
+	for _, idle := range []time.Duration{1500 * time.Millisecond, 4 * time.Second} {
+		time.Sleep(idle)
+		got := hammer(s, 2, 0, 10*time.Second)
+		if got.slowest > jamTimeout+margin {
+			t.Fatalf("after %v idle (%d calls to fill the ring first): slowest of %d calls took %v with a %v timeout; want at most %v",
+				idle, fill.calls, got.calls, got.slowest, jamTimeout, jamTimeout+margin)
+		}
+	}
+
+	srv.Resume(t)
+	mustAnswerAgain(t, s, base)
+}

@@ -171,8 +171,9 @@ type Store struct {
 	// last passed without an answer, as time since epoch (monotonic), or 0
 	// once stalledFor has passed since. While it is recent, calls run
 	// detached (see bounded).
-	epoch     time.Time
-	stalledAt atomic.Int64
+	epoch      time.Time
+	stalledAt  atomic.Int64
+	stalledFor time.Duration
 	// detached counts detached calls that rueidis has not yet returned from.
 	detached atomic.Int64
 }
@@ -234,7 +235,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
 	}
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, epoch: time.Now()}
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, epoch: time.Now(), stalledFor: stalledFor(opt)}
 	if err := s.selfCheck(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", redactedURL(cfg.URL), err)
@@ -461,10 +462,11 @@ func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 // stopped answering, a busy worker fills the ring within seconds, and every
 // call after that hung until rueidis dropped the connection, 11 s later
 // (TestOutage_UnresponsiveUnderLoad). So for stalledFor after a call timed
-// out, and for as long as a call run so is still inside rueidis, calls run
-// detached: in a goroutine of their own that the caller stops waiting for
-// at the deadline. Once maxDetached of them are left inside rueidis,
-// further calls fail at once with ErrStalled, until some return. In normal running no call is detached: a goroutine per call cost
+// out (about 12 s), calls run detached: in a goroutine of their own that
+// the caller stops waiting for at the deadline. Once maxDetached of them
+// are left inside rueidis, further calls fail at once with ErrStalled,
+// until some return. A server that answers again costs a goroutine per
+// call until stalledFor has passed since the last timeout. In normal running no call is detached: a goroutine per call cost
 // about 8 us of CPU per record (two calls) in make bench, 10% of the Redis
 // store's throughput.
 //
@@ -499,23 +501,38 @@ func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.
 	return res
 }
 
-// stalledFor is how long after a call timed out calls keep running
-// detached. A server that stays silent times calls out more often than
-// this, so it keeps them detached for as long as it is silent.
-const stalledFor = time.Second
+// stalledFor returns how long after a call timed out calls keep running
+// detached: until rueidis has surely dropped a connection whose server went
+// silent, and with it every command still holding a ring slot. Commands
+// abandoned at their deadline keep their slots until then, so a shorter
+// state lapsed with a ring still nearly full, and the calls after it hung
+// (a paced load refused with ErrStalled never times out; an idle spell
+// makes no calls): TestOutage_UnresponsiveUnderLoad and
+// TestOutage_UnresponsiveIdleThenBurst. rueidis pings a connection that has
+// had no reply for a keep-alive interval, and drops it when that ping has
+// no answer within ConnWriteTimeout: about 12 s with its defaults (a URL's
+// write_timeout changes it). A call timing out comes after the last reply,
+// so two intervals plus that timeout from it, the connection is gone.
+func stalledFor(opt rueidis.ClientOption) time.Duration {
+	keepAlive := opt.Dialer.KeepAlive
+	if keepAlive <= 0 {
+		keepAlive = rueidis.DefaultTCPKeepAlive
+	}
+	writeTimeout := opt.ConnWriteTimeout
+	if writeTimeout <= 0 {
+		writeTimeout = max(rueidis.DefaultTCPKeepAlive, keepAlive) * 10
+	}
+	return writeTimeout + 2*keepAlive
+}
 
-// stalled reports whether a call timed out within stalledFor, or a detached
-// call is still inside rueidis. The second matters once the cap is reached:
-// calls refused with ErrStalled never time out, so without it the state
-// lapsed a second later while the ring was still full, and calls hung
-// again (TestOutage_UnresponsiveUnderLoad, paced load). Its fast path, with
-// no timeout in a while, is one atomic load.
+// stalled reports whether a call timed out within stalledFor. Its fast
+// path, with no timeout in a while, is one atomic load.
 func (s *Store) stalled() bool {
 	at := s.stalledAt.Load()
 	if at == 0 {
 		return false
 	}
-	if s.detached.Load() > 0 || time.Since(s.epoch)-time.Duration(at) < stalledFor {
+	if time.Since(s.epoch)-time.Duration(at) < s.stalledFor {
 		return true
 	}
 	s.stalledAt.CompareAndSwap(at, 0)
