@@ -73,12 +73,10 @@ type Config struct {
 	// is cancelled. Default 30s.
 	ShutdownTimeout time.Duration
 
-	// StallAfter, when positive, makes the consumer Wedged once no handler
-	// call has started or returned for StallAfter while all MaxInFlight
-	// slots are taken: every call in hand has then run longer than
-	// StallAfter. Set it well above the longest a handler can legitimately
-	// take. Zero: only calls abandoned at a revoke or shutdown can wedge the
-	// consumer.
+	// StallAfter, when positive, makes the consumer Wedged once any handler
+	// call has run for longer than StallAfter. Set it well above the longest
+	// a handler can legitimately take. Zero: only calls abandoned at a
+	// revoke or shutdown, holding every slot, wedge the consumer.
 	StallAfter time.Duration
 
 	// SessionTimeout and HeartbeatInterval are the consumer group's liveness

@@ -100,13 +100,13 @@ func (c *Consumer) Ready() bool {
 	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
 }
 
-// Wedged reports whether no record can start until a handler call that is
-// not returning does: when calls abandoned at a revoke or shutdown (still
-// running after their context was cancelled) hold every one of the
-// MaxInFlight handling slots, or, with Config.StallAfter set, when no call
-// started or returned for StallAfter while every slot is taken. Only a
-// restart is sure to end such calls; the worker's liveness probe reads this
-// (and a stall is logged, as handlers_stalled, only when something does).
+// Wedged reports whether handler calls that are not returning stop the
+// worker: when calls abandoned at a revoke or shutdown (still running after
+// their context was cancelled) hold every one of the MaxInFlight handling
+// slots, or, with Config.StallAfter set, when any call has run for longer
+// than StallAfter. Only a restart is sure to end such calls; the worker's
+// liveness probe reads this (and a stall is logged, as handlers_stalled,
+// only when something does).
 func (c *Consumer) Wedged() bool {
 	r := c.run.Load()
 	if r == nil {
@@ -177,9 +177,13 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		handler:   h,
 		dlq:       dlq,
 		dlqHealth: c.dlqHealth,
-		handling:  make(chan struct{}, cfg.MaxInFlight),
+		handling:  make(chan int, cfg.MaxInFlight),
+		started:   make([]atomic.Int64, cfg.MaxInFlight),
 		window:    make(chan struct{}, 4*cfg.MaxInFlight),
 		start:     time.Now(),
+	}
+	for slot := range cfg.MaxInFlight {
+		run.handling <- slot
 	}
 	c.run.Store(run)
 	defer c.run.Store(nil)
@@ -218,44 +222,51 @@ type runState struct {
 	dlq     *Publisher
 	// dlqHealth is the Consumer's: Ready reads it.
 	dlqHealth *deadLetterHealth
-	// handling holds one token per handler call in progress: MaxInFlight
-	// worker-wide. (Dead letter writes take none.)
-	handling chan struct{}
+	// handling holds the free handler-call slots, 0 to MaxInFlight-1: a
+	// call takes one and gives it back when it returns, so at most
+	// MaxInFlight run worker-wide. (Dead letter writes take none.)
+	handling chan int
+	// started[slot] is when the call holding slot started, as time since
+	// start plus one (monotonic), or 0 while the slot is free.
+	started []atomic.Int64
 	// window holds one token per record fetched and not finished, so a busy
 	// key or a slow provider stops the fetch instead of filling memory.
 	window chan struct{}
 	// abandoned counts handler calls a partition's stop gave up on that
 	// have not returned yet: each still holds a handling token.
 	abandoned atomic.Int64
-	// start is when the Run began; lastProgress is when a handler call last
-	// started or returned, as time since start (monotonic).
-	start        time.Time
-	lastProgress atomic.Int64
+	// start is when the Run began.
+	start time.Time
 	// stallLogged is set while the run is stalled and has said so.
 	stallLogged atomic.Bool
 }
 
-// noteProgress records that a handler call started or returned now.
-func (r *runState) noteProgress() { r.lastProgress.Store(int64(time.Since(r.start))) }
-
-// stalled reports whether Config.StallAfter is set, every handling slot is
-// taken, and no call has started or returned for StallAfter: every call in
-// hand has then run for at least StallAfter. The first time it turns true
-// it logs handlers_stalled.
+// stalled reports whether Config.StallAfter is set and a handler call has
+// been running for longer than it. One such call is enough: StallAfter is
+// set above anything a handler can legitimately take, and a hung call holds
+// its key's later records, its partition's commit and, through them, the
+// fetch window, so the worker can stall with only one slot taken. It scans
+// the MaxInFlight slots, and logs handlers_stalled the first time it turns
+// true.
 func (r *runState) stalled() bool {
 	stall := r.cfg.StallAfter
-	if stall <= 0 || len(r.handling) < cap(r.handling) {
-		r.stallLogged.Store(false)
+	if stall <= 0 {
 		return false
 	}
-	quiet := time.Since(r.start) - time.Duration(r.lastProgress.Load())
-	if quiet <= stall {
+	now := time.Since(r.start)
+	var oldest time.Duration
+	for i := range r.started {
+		if at := r.started[i].Load(); at != 0 {
+			oldest = max(oldest, now-time.Duration(at-1))
+		}
+	}
+	if oldest <= stall {
 		r.stallLogged.Store(false)
 		return false
 	}
 	if r.stallLogged.CompareAndSwap(false, true) {
-		r.log.Error("handlers_stalled", "max_in_flight", r.cfg.MaxInFlight,
-			"since_last_return", quiet.Round(time.Second), "stall_after", stall)
+		r.log.Error("handlers_stalled", "oldest_call", oldest.Round(time.Second),
+			"stall_after", stall, "max_in_flight", r.cfg.MaxInFlight)
 	}
 	return true
 }

@@ -48,10 +48,11 @@
 //     slot until it returns. While abandoned calls hold all MaxInFlight
 //     slots, Wedged is true and Ready false: nothing can start, and only a
 //     restart is sure to help. The worker's /healthz fails then. With
-//     Config.StallAfter set, the same holds once no call has started or
-//     returned for StallAfter while every slot is taken (handlers_stalled,
-//     logged when Wedged is read), with no rebalance or shutdown needed to
-//     notice.
+//     Config.StallAfter set, the same holds once any call has run for
+//     longer than StallAfter (handlers_stalled, logged when Wedged is
+//     read), with no rebalance or shutdown needed to notice: one hung call
+//     holds its key's later records and its partition's commit, and once
+//     those fill the fetch window, everything.
 //
 // # Logs
 //

@@ -294,7 +294,8 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 // worker. It returns errStopping when the partition stopped before the
 // handler could start.
 func (p *partition) call(rec ports.Record) (panicked bool, err error) {
-	if !p.acquire() {
+	slot, ok := p.acquire()
+	if !ok {
 		return false, errStopping
 	}
 	p.mu.Lock()
@@ -306,7 +307,7 @@ func (p *partition) call(rec ports.Record) (panicked bool, err error) {
 		p.run.cfg.Metrics.HandlersAbandoned(1)
 	}
 	p.mu.Unlock()
-	defer p.release()
+	defer p.release(slot)
 	defer p.callDone()
 	defer func() {
 		if r := recover(); r != nil {
@@ -488,33 +489,35 @@ func deadLetterMessage(topic string, msg *sarama.ConsumerMessage, kind ports.Kin
 	return pm
 }
 
-// acquire takes a handling token, or reports false once stopping. A record
-// that got its token just as stopping closed gives it back: stopping means
-// no new work starts.
-func (p *partition) acquire() bool {
+// acquire takes a handling slot and notes when, or reports false once
+// stopping. A record that got its slot just as stopping closed gives it
+// back: stopping means no new work starts.
+func (p *partition) acquire() (slot int, ok bool) {
 	if p.isStopping() {
-		return false
+		return 0, false
 	}
 	select {
-	case p.run.handling <- struct{}{}:
+	case slot = <-p.run.handling:
 	case <-p.stopping:
-		return false
+		return 0, false
 	}
 	if p.isStopping() {
-		<-p.run.handling
-		return false
+		p.run.handling <- slot
+		return 0, false
 	}
-	p.run.noteProgress()
-	return true
+	p.run.started[slot].Store(int64(time.Since(p.run.start)) + 1)
+	return slot, true
 }
 
-func (p *partition) release() { <-p.run.handling }
+// release gives slot back.
+func (p *partition) release(slot int) {
+	p.run.started[slot].Store(0)
+	p.run.handling <- slot
+}
 
-// callDone notes that a handler call returned (progress), and counts it out of the
-// partition's calls, and out of the run's abandoned calls if stop gave up
-// on it.
+// callDone counts a handler call out of the partition's calls, and out of
+// the run's abandoned calls if stop gave up on it.
 func (p *partition) callDone() {
-	p.run.noteProgress()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calling--

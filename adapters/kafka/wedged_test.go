@@ -105,10 +105,10 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 }
 
 // TestConsumer_WedgedByStalledHandlers: handlers hang with no rebalance or
-// shutdown to give up on them. Once no call has started or returned for
-// StallAfter while every slot is taken, the consumer is Wedged; the clock
-// starts when the slots fill, not at the last return, so a worker idle for
-// longer than StallAfter is not wedged the moment a burst takes every slot.
+// shutdown to give up on them. Once they have run for StallAfter, the
+// consumer is Wedged; each call's clock starts when it does, so a worker
+// idle for longer than StallAfter is not wedged the moment a burst takes
+// every slot (an earlier rule, timing from the last return, was).
 func TestConsumer_WedgedByStalledHandlers(t *testing.T) {
 	t.Parallel()
 	const partitions = 2
@@ -167,4 +167,39 @@ func TestConsumer_SlowHandlersAreNotStalled(t *testing.T) {
 		}
 		return done.count() == records
 	})
+}
+
+// TestConsumer_WedgedByOneHungCall: one call hangs while the other slots
+// stay free and other records flow. It holds its key's later records, its
+// partition's commit and, once they fill it, the fetch window, so the
+// worker can stall with one slot taken (found in review): a single call
+// running past StallAfter makes the consumer Wedged.
+func TestConsumer_WedgedByOneHungCall(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "hungcall")
+	brokers := MustStartEmbedded(t, 1, topic).Brokers()
+	cfg, logs := testConfig(brokers, topic)
+	cfg.MaxInFlight = 4
+	cfg.StallAfter = time.Second
+
+	h, waitCalls, unblock := hangingHandler(t)
+	msgs := []kafka.Message{{Key: []byte("SHP-hung"), Value: []byte("hangs")}}
+	for i := range 6 {
+		msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("SHP-%d", i)), Value: []byte("first")})
+	}
+	MustPublish(t, brokers, topic, msgs...)
+	rc := MustRun(t, cfg, h)
+	waitCalls(len(msgs))
+	waitFor(t, 20*time.Second, "the consumer to report itself wedged", rc.c.Wedged)
+	if rc.c.Ready() {
+		t.Fatal("a wedged consumer reports Ready")
+	}
+	if !strings.Contains(logs.String(), `"msg":"handlers_stalled"`) {
+		t.Error("no handlers_stalled log")
+	}
+	unblock()
+	waitFor(t, 20*time.Second, "the consumer to be ready again once the call returns", func() bool {
+		return !rc.c.Wedged() && rc.c.Ready()
+	})
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: int64(len(msgs))})
 }

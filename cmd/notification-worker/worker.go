@@ -39,7 +39,7 @@ const (
 	consumerAssigned   = "assigned"   // in the group, holding partitions: ready
 	consumerUnassigned = "unassigned" // running, but joining, rebalancing, or given no partition
 	consumerStopped    = "stopped"    // Run not started, or returned
-	consumerWedged     = "wedged"     // hung handlers hold every MAX_IN_FLIGHT slot: not live
+	consumerWedged     = "wedged"     // hung handler calls stop the worker: not live
 )
 
 // storeOpenCircuit is /readyz's "store" while the circuit breaker refuses
@@ -151,8 +151,8 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	// Twice the longest a record can take with every dependency at its
-	// timeout (about 5 minutes by default): a worker whose every slot has
-	// been busy that long is hung, and /healthz says so.
+	// timeout (about 5 minutes by default): a call running that long is
+	// hung, and /healthz says so.
 	kcfg.StallAfter = 2 * svc.LongestHandle()
 	m.consumer, err = kafka.NewConsumer(kcfg)
 	if err != nil {
@@ -234,10 +234,10 @@ func (m *Main) Run(ctx context.Context) error {
 // Ready reports whether the worker has joined its group and holds partitions.
 func (m *Main) Ready() bool { return m.consumer != nil && m.consumer.Ready() }
 
-// Live reports whether the worker can make progress: false once hung
-// handlers hold every MAX_IN_FLIGHT slot, abandoned at a rebalance or
-// shutdown or stalled for StallAfter (see kafka.Consumer.Wedged), which only
-// a restart is sure to fix.
+// Live reports whether the worker can make progress: false once a handler
+// call has hung for StallAfter, or calls abandoned at a rebalance or
+// shutdown hold every MAX_IN_FLIGHT slot (see kafka.Consumer.Wedged), which
+// only a restart is sure to fix.
 func (m *Main) Live() bool { return m.consumer == nil || !m.consumer.Wedged() }
 
 // Close releases everything Open built, in reverse order: the HTTP server
