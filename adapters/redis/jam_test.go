@@ -159,8 +159,9 @@ func TestOutage_UnresponsiveIdleThenBurst(t *testing.T) {
 	fill := hammer(s, 15, 0, 10*time.Second) // 960 calls: the ring nearly full
 	// Each idle spell is the scenario, not a wait for a condition: one
 	// past the store's first stalled window (1 s), one past rueidis' drop
-	// of the connection (write_timeout 1s + 2 keep-alive intervals).
-	for _, idle := range []time.Duration{1500 * time.Millisecond, 4 * time.Second} {
+	// of the connection and the store's window (write_timeout 1s + 3
+	// keep-alive intervals).
+	for _, idle := range []time.Duration{1500 * time.Millisecond, 5 * time.Second} {
 		time.Sleep(idle)
 		got := hammer(s, 2, 0, 10*time.Second)
 		if got.slowest > jamTimeout+margin {

@@ -22,8 +22,8 @@ func TestStalledEndsUnderLoadOnceTheServerAnswers(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(s.Close)
-	if s.stalledFor != 3*time.Second {
-		t.Fatalf("stalledFor = %v with write_timeout=1s, want 3s (1s + 2 keep-alive intervals)", s.stalledFor)
+	if s.stalledFor != 4*time.Second {
+		t.Fatalf("stalledFor = %v with write_timeout=1s, want 4s (1s + 3 keep-alive intervals)", s.stalledFor)
 	}
 
 	srv.Pause(t)

@@ -199,6 +199,12 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
 	}
+	if opt.ConnWriteTimeout < 0 {
+		// rueidis then never drops a silent connection, and the ring
+		// slots its abandoned commands hold are never freed (see
+		// stalledFor).
+		return nil, fmt.Errorf("redis: write_timeout %v in the URL must be positive", opt.ConnWriteTimeout)
+	}
 	if cfg.TLSConfig != nil {
 		if opt.TLSConfig == nil {
 			return nil, errors.New("redis: TLSConfig is set but the URL scheme is not rediss://")
@@ -462,7 +468,7 @@ func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 // stopped answering, a busy worker fills the ring within seconds, and every
 // call after that hung until rueidis dropped the connection, 11 s later
 // (TestOutage_UnresponsiveUnderLoad). So for stalledFor after a call timed
-// out (about 12 s), calls run detached: in a goroutine of their own that
+// out (about 13 s), calls run detached: in a goroutine of their own that
 // the caller stops waiting for at the deadline. Once maxDetached of them
 // are left inside rueidis, further calls fail at once with ErrStalled,
 // until some return. A server that answers again costs a goroutine per
@@ -494,8 +500,13 @@ func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.
 	} else {
 		res = call(ctx)
 	}
-	if res.NonRedisError() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// No answer, not even a Redis error, by the deadline.
+	if err := res.NonRedisError(); err != nil && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, ErrStalled)) {
+		// No answer, not even a Redis error, by the deadline; or refused
+		// because maxDetached calls still wait for one. A server that
+		// answers, but slower than the timeout, is never dropped by rueidis
+		// and can keep the ring full: counting refusals keeps the state for
+		// as long as the cap is reached, rather than relying on a detached
+		// call timing out whenever one of them gets through.
 		s.stalledAt.Store(max(int64(time.Since(s.epoch)), 1))
 	}
 	return res
@@ -510,9 +521,11 @@ func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.
 // makes no calls): TestOutage_UnresponsiveUnderLoad and
 // TestOutage_UnresponsiveIdleThenBurst. rueidis pings a connection that has
 // had no reply for a keep-alive interval, and drops it when that ping has
-// no answer within ConnWriteTimeout: about 12 s with its defaults (a URL's
-// write_timeout changes it). A call timing out comes after the last reply,
-// so two intervals plus that timeout from it, the connection is gone.
+// no answer within ConnWriteTimeout (a URL's write_timeout sets it). A
+// call timing out comes, all but always, after the last reply, so two
+// intervals plus that timeout from it the connection is gone; one more
+// interval is the slack for timers and the rare exception: 13 s with
+// rueidis' defaults.
 func stalledFor(opt rueidis.ClientOption) time.Duration {
 	keepAlive := opt.Dialer.KeepAlive
 	if keepAlive <= 0 {
@@ -522,7 +535,7 @@ func stalledFor(opt rueidis.ClientOption) time.Duration {
 	if writeTimeout <= 0 {
 		writeTimeout = max(rueidis.DefaultTCPKeepAlive, keepAlive) * 10
 	}
-	return writeTimeout + 2*keepAlive
+	return writeTimeout + 3*keepAlive
 }
 
 // stalled reports whether a call timed out within stalledFor. Its fast

@@ -460,12 +460,13 @@ func TestTLS(t *testing.T) {
 
 func TestNewInvalidConfig(t *testing.T) {
 	for name, cfg := range map[string]redis.Config{
-		"EmptyURL":            {},
-		"BadScheme":           {URL: "http://127.0.0.1:6379"},
-		"NegativeTimeout":     {URL: "redis://127.0.0.1:6379", Timeout: -time.Second},
-		"TLSConfigOnPlainURL": {URL: "redis://127.0.0.1:6379", TLSConfig: &tls.Config{}},
-		"BadDBNumber":         {URL: "redis://u:hunter2@127.0.0.1:6379/x"},
-		"Unparsable":          {URL: "redis://u:hunter2@[::1"},
+		"EmptyURL":             {},
+		"BadScheme":            {URL: "http://127.0.0.1:6379"},
+		"NegativeTimeout":      {URL: "redis://127.0.0.1:6379", Timeout: -time.Second},
+		"TLSConfigOnPlainURL":  {URL: "redis://127.0.0.1:6379", TLSConfig: &tls.Config{}},
+		"BadDBNumber":          {URL: "redis://u:hunter2@127.0.0.1:6379/x"},
+		"NegativeWriteTimeout": {URL: "redis://u:hunter2@127.0.0.1:6379?write_timeout=-1s"},
+		"Unparsable":           {URL: "redis://u:hunter2@[::1"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, err := redis.New(cfg)
