@@ -119,12 +119,7 @@ func TestConsumer_DeadLetterTooLargeDropsValue(t *testing.T) {
 	dlqTopic := topic + ".dlq"
 	brokers := MustStartEmbedded(t, 1, topic).Brokers()
 	// The dead letter topic takes smaller records than the one it serves.
-	limit := "1024"
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := mustAdmin(t, brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, dlqTopic); err != nil {
-		t.Fatalf("CreateTopic(%s): %v", dlqTopic, err)
-	}
+	mustCreateSmallTopic(t, brokers, dlqTopic)
 	poison := strings.Repeat("p", 4096)
 	MustPublish(t, brokers, topic,
 		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-0")},
@@ -183,12 +178,7 @@ func TestConsumer_DeadLetterStrippedWhenStillTooLarge(t *testing.T) {
 	topic := uniqueName(t, "dlqstrip")
 	dlqTopic := topic + ".dlq"
 	brokers := MustStartEmbedded(t, 1, topic).Brokers()
-	limit := "1024"
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := mustAdmin(t, brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, dlqTopic); err != nil {
-		t.Fatalf("CreateTopic(%s): %v", dlqTopic, err)
-	}
+	mustCreateSmallTopic(t, brokers, dlqTopic)
 	bigKey := strings.Repeat("k", 2048)
 	bigReason := "x" + strings.Repeat("é", 1000) // byte 512 is the first of an é
 	MustPublish(t, brokers, topic,
@@ -299,5 +289,17 @@ func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 	waitFor(t, 10*time.Second, "Ready once the dead letter is written", consumer.Ready)
 	if dlq := readTopic(t, brokers, cfg.DLQTopic); len(dlq) != 1 {
 		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
+	}
+}
+
+// mustCreateSmallTopic creates topic with one partition that takes records
+// of at most 1024 bytes (max.message.bytes).
+func mustCreateSmallTopic(t *testing.T, brokers []string, topic string) {
+	t.Helper()
+	limit := "1024"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := mustAdmin(t, brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, topic); err != nil {
+		t.Fatalf("CreateTopic(%s): %v", topic, err)
 	}
 }
