@@ -10,11 +10,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -127,21 +129,7 @@ func TestConsumer_DeadLetterTooLargeDropsValue(t *testing.T) {
 		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-2")},
 	)
 
-	cfg, logs := testConfig(brokers, topic)
-	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-		if rec.Offset == 1 {
-			return ports.MarkPermanent(errors.New("unknown event type"))
-		}
-		return nil
-	}))
-	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
-	rc.MustStop(t, 10*time.Second)
-
-	dlq := readTopic(t, brokers, dlqTopic)
-	if len(dlq) != 1 {
-		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
-	}
-	m := dlq[0]
+	m, logs := mustDeadLetterSecond(t, brokers, topic, dlqTopic, "unknown event type")
 	if len(m.Value) != 0 {
 		t.Errorf("dead letter value is %d bytes, want it dropped", len(m.Value))
 	}
@@ -187,21 +175,7 @@ func TestConsumer_DeadLetterStrippedWhenStillTooLarge(t *testing.T) {
 		kafka.Message{Key: []byte("SHP-1"), Value: []byte("ok-2")},
 	)
 
-	cfg, logs := testConfig(brokers, topic)
-	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-		if rec.Offset == 1 {
-			return ports.MarkPermanent(errors.New(bigReason))
-		}
-		return nil
-	}))
-	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
-	rc.MustStop(t, 10*time.Second)
-
-	dlq := readTopic(t, brokers, dlqTopic)
-	if len(dlq) != 1 {
-		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
-	}
-	m := dlq[0]
+	m, logs := mustDeadLetterSecond(t, brokers, topic, dlqTopic, bigReason)
 	if len(m.Key) != 0 || len(m.Value) != 0 {
 		t.Errorf("stripped dead letter has a %d-byte key and a %d-byte value, want neither", len(m.Key), len(m.Value))
 	}
@@ -302,4 +276,25 @@ func mustCreateSmallTopic(t *testing.T, brokers []string, topic string) {
 	if _, err := mustAdmin(t, brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, topic); err != nil {
 		t.Fatalf("CreateTopic(%s): %v", topic, err)
 	}
+}
+
+// mustDeadLetterSecond consumes topic's three records, failing the second
+// (offset 1) for good with reason, waits until all three are committed, and
+// returns the one dead letter in dlqTopic and the consumer's logs.
+func mustDeadLetterSecond(t *testing.T, brokers []string, topic, dlqTopic, reason string) (*sarama.ConsumerMessage, *logtest.Buffer) {
+	t.Helper()
+	cfg, logs := testConfig(brokers, topic)
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset == 1 {
+			return ports.MarkPermanent(errors.New(reason))
+		}
+		return nil
+	}))
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
+	rc.MustStop(t, 10*time.Second)
+	dlq := readTopic(t, brokers, dlqTopic)
+	if len(dlq) != 1 {
+		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
+	}
+	return dlq[0], logs
 }
