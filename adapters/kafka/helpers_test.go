@@ -116,7 +116,6 @@ type fakeMetrics struct {
 	deadLettered map[ports.Kind]int
 	panics       int
 	lag          map[int32]int64
-	abandoned    int
 }
 
 func newFakeMetrics() *fakeMetrics {
@@ -141,11 +140,7 @@ func (m *fakeMetrics) ConsumerLag(_ string, partition int32, lag int64) {
 	m.lag[partition] = lag
 }
 
-func (m *fakeMetrics) HandlersAbandoned(delta int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.abandoned += delta
-}
+func (m *fakeMetrics) HandlersAbandoned(int) {}
 
 // counts returns the dead letters and panics reported so far.
 func (m *fakeMetrics) counts() (deadLettered, panics int) {
@@ -155,13 +150,6 @@ func (m *fakeMetrics) counts() (deadLettered, panics int) {
 		deadLettered += n
 	}
 	return deadLettered, m.panics
-}
-
-// abandonedCalls returns the sum of every HandlersAbandoned delta.
-func (m *fakeMetrics) abandonedCalls() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.abandoned
 }
 
 // lagOf returns the last lag reported for partition, and whether any was.

@@ -3,12 +3,15 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -68,8 +71,16 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	cfg, logs := testConfig(brokers, topic)
 	cfg.MaxInFlight = 2
 	cfg.ShutdownTimeout = 50 * time.Millisecond
-	metrics := newFakeMetrics()
+	// The real metrics adapter, scraped as Prometheus would: the gauge an
+	// operator alerts on is what must count the abandoned calls.
+	metrics := prometheus.New()
 	cfg.Metrics = metrics
+	srv := httptest.NewServer(metrics.Handler())
+	t.Cleanup(srv.Close)
+	abandonedGauge := func() float64 {
+		v, _ := promtest.MustScrape(t, srv.URL).Get("notification_worker_handlers_abandoned")
+		return v
+	}
 
 	ignoresCancel, waitCalls, unblock := hangingHandler(t)
 	MustPublish(t, brokers, topic, onePerPartition(t, topic, partitions)...)
@@ -91,8 +102,8 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	}
 	// Wedged turns true as the count is added; the metric follows a moment
 	// later, outside that step.
-	waitFor(t, 5*time.Second, "HandlersAbandoned to add up to 2 while wedged", func() bool {
-		return metrics.abandonedCalls() == 2
+	waitFor(t, 5*time.Second, "the abandoned-handlers gauge to read 2 while wedged", func() bool {
+		return abandonedGauge() == 2
 	})
 
 	unblock()
@@ -100,8 +111,8 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 		return !a.c.Wedged() && a.c.Ready()
 	})
 	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1, 1: 1})
-	if n := metrics.abandonedCalls(); n != 0 {
-		t.Errorf("HandlersAbandoned adds up to %d after the calls returned, want 0", n)
+	if n := abandonedGauge(); n != 0 {
+		t.Errorf("notification_worker_handlers_abandoned is %v after the calls returned, want 0", n)
 	}
 }
 
