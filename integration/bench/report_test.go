@@ -75,12 +75,7 @@ const (
 )
 
 // outageRun names an outage measurement.
-func outageRun(outage string, withBreaker bool) string {
-	if withBreaker {
-		return "outage/" + outage + "/breaker"
-	}
-	return "outage/" + outage + "/no-breaker"
-}
+func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
@@ -238,12 +233,9 @@ func (r *registry) printOutage(w io.Writer) {
 		label, name string
 	}
 	cells := []cell{
-		{"Redis up, breaker", outageRun("up", true)},
-		{"Redis up, no breaker", outageRun("up", false)},
-		{"Redis killed, breaker", outageRun("killed", true)},
-		{"Redis killed, no breaker", outageRun("killed", false)},
-		{"Redis unresponsive (SIGSTOP), breaker", outageRun("unresponsive", true)},
-		{"Redis unresponsive (SIGSTOP), no breaker", outageRun("unresponsive", false)},
+		{"Redis up", outageRun("up")},
+		{"Redis killed", outageRun("killed")},
+		{"Redis unresponsive (SIGSTOP)", outageRun("unresponsive")},
 	}
 	measured := false
 	for _, c := range cells {
@@ -254,24 +246,20 @@ func (r *registry) printOutage(w io.Writer) {
 	if !measured {
 		return
 	}
-	fmt.Fprintf(w, "\n### 3. Redis outage, fail open (IDEMPOTENCY_TIMEOUT 200ms; breaker: %d failures, %v cooldown, probe Store.Ping; zero-latency notifier, MaxInFlight 64)\n\n",
-		outageBreakerFailures, outageBreakerCooldown)
+	fmt.Fprintf(w, "\n### 3. Redis outage, fail open (IDEMPOTENCY_TIMEOUT 200ms; breaker: %d failures, %v cooldown, probe Store.Ping; zero-latency notifier, MaxInFlight %d)\n\n",
+		outageBreakerFailures, outageBreakerCooldown, outageMaxInFlight)
 	header(w, "condition", "records", "seconds", "records/s", "rounds (records/s)", "ratio vs Redis up (same wiring)", "store time p50", "store time p99", "target")
 	for _, c := range cells {
 		m, ok := r.get(c.name)
 		if !ok {
 			continue
 		}
-		withBreaker := strings.HasSuffix(c.name, "/breaker")
-		up, okUp := r.get(outageRun("up", withBreaker))
+		up, okUp := r.get(outageRun("up"))
 		rt, target := ratio(m, up, okUp), ""
-		switch {
-		case strings.HasPrefix(c.name, "outage/up/"):
+		if strings.HasPrefix(c.name, "outage/up/") {
 			rt = "1.00x (baseline)"
-		case withBreaker:
+		} else {
 			target = verdict(m, up, okUp, 0.5)
-		default:
-			target = "reported"
 		}
 		row(w, c.label, fmt.Sprint(m.records), fmt.Sprintf("%.2f", m.elapsed.Seconds()), rate(m), roundRates(m), rt, ms(m.percentile(50)), ms(m.percentile(99)), target)
 	}
