@@ -77,7 +77,7 @@ type Config struct {
 		Timeout         time.Duration // IDEMPOTENCY_TIMEOUT
 		FailureMode     string        // IDEMPOTENCY_FAILURE_MODE: "open" or "closed"
 		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
-		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES; 0 disables the breaker
+		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 	}
 	Twilio struct {
