@@ -158,8 +158,10 @@ type Config struct {
 	// deadline until the server answered or rueidis dropped the connection
 	// (UnansweredFor). The store does not bound what callers leave
 	// unanswered; the circuit breaker in front of it does (see
-	// breaker.MaxUnanswered). Zero or below 1024: a ring of 1024, rueidis'
-	// default. Above MaxRing: New fails.
+	// breaker.MaxUnanswered). The ring is the smallest power of two above
+	// MaxUnanswered (the slot left over is for rueidis' own keep-alive
+	// PING), and never below rueidis' default of 1024. New fails when that
+	// would exceed MaxRing.
 	MaxUnanswered int
 	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
 	// private CA, a client certificate). Its ServerName defaults to the URL's
@@ -168,7 +170,8 @@ type Config struct {
 	TLSConfig *tls.Config
 }
 
-// MaxRing is the largest ring per connection New makes (Config.MaxUnanswered).
+// MaxRing is the most slots New gives a connection's ring: Config.MaxUnanswered
+// must be below it.
 const MaxRing = 1 << 16
 
 // Store is a ports.IdempotencyStore on Redis. It is safe for concurrent use;
