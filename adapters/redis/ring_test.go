@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -108,4 +109,38 @@ func TestUnansweredFor(t *testing.T) {
 	if _, err := (redis.Config{URL: "redis://127.0.0.1:6379?write_timeout=-1s"}).UnansweredFor(); err == nil {
 		t.Error("UnansweredFor with a negative write_timeout: no error")
 	}
+}
+
+// TestPingAfterANodeLeaves: a node goes silent, and the cluster takes its
+// slots over (here by hand: the others forget it, and one of them adds its
+// slots). Ping fails while the silent node is in the client's slot map, and
+// succeeds again once the store has reread the map, though no routed
+// command failed to make it: an open breaker sends none. (A node that
+// dies, its connection refused, makes rueidis reread the map by itself.)
+func TestPingAfterANodeLeaves(t *testing.T) {
+	c := redistest.MustStartCluster(t, 3)
+	s := MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: "leave:", Timeout: timeout})
+	if err := s.Ping(testCtx(t)); err != nil {
+		t.Fatalf("Ping with every node up: %v", err)
+	}
+	silent := c.MustNodeID(t, 2)
+	c.Nodes[2].Pause(t)
+	t.Cleanup(func() { c.Nodes[2].Resume(t) })
+	if err := s.Ping(testCtx(t)); err == nil {
+		t.Fatal("Ping succeeded with a node of the slot map silent")
+	}
+	for i := range 2 {
+		node := c.Nodes[i].MustClient(t, 0)
+		if err := node.Do(testCtx(t), node.B().Arbitrary("CLUSTER", "FORGET").Args(silent).Build()).Error(); err != nil {
+			t.Fatalf("CLUSTER FORGET on node %d: %v", i, err)
+		}
+	}
+	lo, hi := c.Slots(2)
+	node0 := c.Nodes[0].MustClient(t, 0)
+	if err := node0.Do(testCtx(t), node0.B().Arbitrary("CLUSTER", "ADDSLOTSRANGE").Args(strconv.Itoa(lo), strconv.Itoa(hi)).Build()).Error(); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTSRANGE on node 0: %v", err)
+	}
+	// Within the store's 5 s refresh and slack; rueidis' own drop of the
+	// silent connection, which also rereads the map, takes 11 s or more.
+	waitFor(t, 9*time.Second, "Ping succeeds once the silent node has left the slot map", func() error { return s.Ping(context.Background()) })
 }

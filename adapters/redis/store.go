@@ -110,6 +110,10 @@ const (
 // commands to send with the next one (see New).
 const maxFlushDelay = 500 * time.Microsecond
 
+// clusterRefreshInterval is how often the store rereads a Redis Cluster's
+// slot map (see New).
+const clusterRefreshInterval = 5 * time.Second
+
 // pipelineMultiplex -1 asks rueidis for a single connection (2^0): on a
 // standalone server 0 would mean its default, which depends on GOMAXPROCS;
 // on Redis Cluster both mean one connection per node.
@@ -248,6 +252,16 @@ func New(cfg Config) (*Store, error) {
 	// second at most, far below what one pipelined connection carries; and
 	// the shared Redis serves one client per worker instead of four.
 	opt.PipelineMultiplex = pipelineMultiplex
+	// Ping, the breaker's probe, asks every node in rueidis' slot map, so
+	// the map must drop the nodes the cluster has: a replica that died, a
+	// primary replaced by a failover. rueidis otherwise rereads it only
+	// when routed commands fail, and an open breaker sends none, so the
+	// circuit would stay open after the cluster itself had recovered.
+	// CLUSTER SLOTS omits failed replicas; every clusterRefreshInterval the
+	// map follows it.
+	if opt.ClusterOption.ShardsRefreshInterval == 0 {
+		opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
+	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
@@ -384,11 +398,14 @@ func firstError(errs []error) error {
 // Close closes the connections. Calls made after Close return an error.
 func (s *Store) Close() { s.client.Close() }
 
-// Ping checks that every server the store talks to (each node of a Redis
-// Cluster) answers within the timeout, each on the connection that carries
-// the store's commands, for the circuit breaker's probe: when it succeeds,
-// every command sent before it has been answered too (a connection answers
-// in order). It returns the first node's error, naming the node.
+// Ping checks that every server the store talks to answers within the
+// timeout, each on the connection that carries the store's commands, for
+// the circuit breaker's probe: when it succeeds, every command sent before
+// it has been answered too (a connection answers in order). On Redis
+// Cluster that is every node in the client's slot map, replicas included;
+// a node the cluster has given up on leaves the map within
+// clusterRefreshInterval of leaving CLUSTER SLOTS. It returns the first
+// node's error, naming the node.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
