@@ -163,9 +163,9 @@ type Config struct {
 	// (UnansweredFor). The store does not bound what callers leave
 	// unanswered; the circuit breaker in front of it does (see
 	// breaker.MaxUnanswered). The ring is the smallest power of two above
-	// MaxUnanswered (the slot left over is for rueidis' own keep-alive
-	// PING), and never below rueidis' default of 1024. New fails when that
-	// would exceed MaxRing.
+	// MaxUnanswered plus the few commands rueidis sends by itself
+	// (keep-alive PINGs, a cluster's slot-map reads), and never below
+	// rueidis' default of 1024. New fails when that would exceed MaxRing.
 	MaxUnanswered int
 	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
 	// private CA, a client certificate). Its ServerName defaults to the URL's
@@ -216,10 +216,11 @@ func New(cfg Config) (*Store, error) {
 	if opt.ConnWriteTimeout < 0 {
 		return nil, errWriteTimeout(opt.ConnWriteTimeout)
 	}
-	if cfg.MaxUnanswered >= MaxRing {
+	slots := cfg.MaxUnanswered + ownCommands(opt)
+	if slots >= MaxRing {
 		return nil, fmt.Errorf("redis: %d commands awaiting an answer need a ring of more than %d slots per connection", cfg.MaxUnanswered, MaxRing)
 	}
-	opt.RingScaleEachConn = ringScale(cfg.MaxUnanswered)
+	opt.RingScaleEachConn = ringScale(slots)
 	if cfg.TLSConfig != nil {
 		if opt.TLSConfig == nil {
 			return nil, errors.New("redis: TLSConfig is set but the URL scheme is not rediss://")
@@ -558,11 +559,18 @@ func errWriteTimeout(d time.Duration) error {
 	return fmt.Errorf("redis: write_timeout %v in the URL must be positive", d)
 }
 
+// ownCommands bounds the commands the client sends by itself that may be
+// unanswered on a connection at once: one keep-alive PING at a time, and
+// the slot-map reads of a Redis Cluster, one per clusterRefreshInterval for
+// as long as a command may stay unanswered.
+func ownCommands(opt rueidis.ClientOption) int {
+	return 1 + int(unansweredFor(opt)/clusterRefreshInterval) + 1
+}
+
 // ringScale returns the RingScaleEachConn whose ring (2^scale slots) holds
-// maxUnanswered commands and one more, rueidis' own keep-alive PING; never
-// below rueidis' default of 1024 slots.
-func ringScale(maxUnanswered int) int {
-	return max(rueidis.DefaultRingScale, bits.Len(uint(maxUnanswered)))
+// n commands; never below rueidis' default of 1024 slots.
+func ringScale(n int) int {
+	return max(rueidis.DefaultRingScale, bits.Len(uint(n)))
 }
 
 // ms converts a TTL to the milliseconds PX takes. PX rejects 0 and negative
