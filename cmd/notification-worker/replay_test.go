@@ -54,9 +54,8 @@ func smsEvents(n int) []sampleEvent {
 // worker fails open for them), and
 // answers again; 3 s later all 1500 records are replayed at once. Redis
 // answers every command of the replay, so not one notification may be sent
-// again, and each is suppressed as a duplicate. (A store whose own
-// protection kept treating Redis as down after the pause let most of the
-// replay fail open: 1250 of 1500 sent again.)
+// again, and each is suppressed as a duplicate: whatever decides that Redis
+// is unavailable must stop deciding so once Redis answers.
 func TestMain_ReplayAfterARedisPause(t *testing.T) {
 	const (
 		notifications = 1500
