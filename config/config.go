@@ -79,6 +79,7 @@ type Config struct {
 		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
 		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES; 0 disables the breaker
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
+		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 	}
 	Twilio struct {
 		AccountSID          string // TWILIO_ACCOUNT_SID
@@ -155,6 +156,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("key_prefix", i.KeyPrefix),
 			slog.Int("breaker_failures", i.BreakerFailures),
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
+			slog.Int("ledger_size", i.LedgerSize),
 		),
 		slog.Group("twilio",
 			slog.Bool("enabled", c.TwilioEnabled()),

@@ -71,6 +71,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
 	i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 0, 1000)
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
+	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
 
 	t := &c.Twilio
 	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")

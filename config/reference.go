@@ -42,6 +42,7 @@ var Reference = []Var{
 	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: "notification-worker:idem:", Meaning: "Prefix of every store key, to keep ours apart from others' on a shared Redis."},
 	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (0 to 1000; 0: no breaker)."},
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered."},
+	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: "10000", Meaning: "Most deliveries the worker remembers while their sent record is owed to the store (1 to 1000000): it suppresses their replays and writes the records when the store answers again. About 200 bytes each."},
 	{Name: "TWILIO_ACCOUNT_SID", Meaning: "Twilio account SID (letters and digits). With `TWILIO_AUTH_TOKEN` and a sender, SMS goes through Twilio; with none of them, SMS goes to the console; a partial set is an error."},
 	{Name: "TWILIO_AUTH_TOKEN", Meaning: "Twilio auth token (letters and digits).", Secret: true},
 	{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},

@@ -87,10 +87,12 @@ type world struct {
 	svc      *domain.Service
 }
 
-func newWorld(t *testing.T, mode domain.FailureMode) *world {
+// newWorld builds a Service on a fake store and two providers; each of
+// opts may change its Config first.
+func newWorld(t *testing.T, mode domain.FailureMode, opts ...func(*domain.Config)) *world {
 	t.Helper()
 	w := &world{store: newFakeStore(), sms: &provider{}, email: &provider{}, logs: &logtest.Buffer{}, outcomes: map[ports.Outcome]int{}}
-	svc, err := domain.NewService(domain.Config{
+	cfg := domain.Config{
 		Store:        w.store,
 		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: w.sms, ports.ChannelEmail: w.email},
 		TTL:          time.Hour,
@@ -106,7 +108,11 @@ func newWorld(t *testing.T, mode domain.FailureMode) *world {
 			w.outcomes[o]++
 			w.mu.Unlock()
 		}),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := domain.NewService(cfg)
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}

@@ -41,6 +41,10 @@ type Record struct {
 	Key       []byte
 	Value     []byte
 	Timestamp time.Time
+	// Deliveries is shared by every attempt the event source makes at this
+	// record: a notification delivered by one attempt is in it for the
+	// next. Nil when the source does not retry.
+	Deliveries *Deliveries
 }
 
 // Origin is "topic/partition@offset", the record's place in the log.

@@ -251,6 +251,9 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		Key:       msg.Key,
 		Value:     msg.Value,
 		Timestamp: msg.Timestamp,
+		// One for every attempt below: what one attempt delivered, the
+		// next does not send again.
+		Deliveries: ports.NewDeliveries(),
 	}
 	// retryable counts only Retryable failures: an outage answered with
 	// Unavailable must not eat the record's retry budget.

@@ -69,6 +69,8 @@ type Metrics struct {
 
 	// storeState is the StoreStatus value, swapped by every store call.
 	storeState atomic.Value
+	// ledger is what TrackLedger was given; nil until then.
+	ledger atomic.Pointer[func() (int, int64)]
 }
 
 var _ ports.Observer = (*Metrics)(nil)
@@ -87,7 +89,7 @@ func New() *Metrics {
 		}, []string{"channel", "outcome"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "duplicates_suppressed_total",
-			Help: "Replayed notifications not sent because the idempotency store held a sent record.",
+			Help: "Replayed notifications not sent because the idempotency store held a sent record, or this worker had delivered them and still owed the record.",
 		}),
 		storeUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "store_unavailable_total",
@@ -121,6 +123,15 @@ func New() *Metrics {
 		}),
 	}
 	m.storeState.Store(StoreUnknown)
+	ledgerOwed := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "ledger_owed",
+		Help: "Notifications this worker delivered whose sent record the store has not taken yet; it writes them when the store answers again, and suppresses their replays meanwhile.",
+	}, func() float64 { owed, _ := m.ledgerCounts(); return float64(owed) })
+	ledgerEvicted := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "ledger_evictions_total",
+		Help: "Owed sent records dropped because the ledger was full (IDEMPOTENCY_LEDGER_SIZE): a replay of each is no longer suppressed by this worker.",
+	}, func() float64 { _, evicted := m.ledgerCounts(); return float64(evicted) })
+	m.reg.MustRegister(ledgerOwed, ledgerEvicted)
 	m.reg.MustRegister(
 		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
 		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
@@ -137,6 +148,19 @@ func New() *Metrics {
 		m.storeDuration.WithLabelValues(op)
 	}
 	return m
+}
+
+// TrackLedger exports what counts reports (the domain's Service.Owed): the
+// owed records, and the entries the full ledger dropped. A later call
+// replaces an earlier one, so one Metrics can follow the workers that use it
+// in turn.
+func (m *Metrics) TrackLedger(counts func() (owed int, evicted int64)) { m.ledger.Store(&counts) }
+
+func (m *Metrics) ledgerCounts() (int, int64) {
+	if f := m.ledger.Load(); f != nil {
+		return (*f)()
+	}
+	return 0, 0
 }
 
 // Registry returns the registry the metrics live on, for a caller that

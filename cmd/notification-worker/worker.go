@@ -138,6 +138,7 @@ func (m *Main) Open(ctx context.Context) error {
 		StoreTimeout: cfg.Idempotency.Timeout,
 		SendTimeout:  cfg.SendTimeout,
 		FailureMode:  domain.FailureMode(cfg.Idempotency.FailureMode),
+		LedgerSize:   cfg.Idempotency.LedgerSize,
 		Logger:       m.logger,
 		Observer:     observers(m.metrics, m.Observer),
 	})
@@ -145,6 +146,7 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	m.handler = svc
+	m.metrics.TrackLedger(svc.Owed)
 
 	kcfg, err := m.kafkaConfig(brokers)
 	if err != nil {
