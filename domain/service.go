@@ -127,7 +127,10 @@ const DefaultLedgerSize = 10000
 type Service struct {
 	cfg         Config
 	ledger      *ledger
-	draining    atomic.Bool // a goroutine is writing owed records
+	draining    atomic.Bool    // a drain goroutine runs
+	drains      sync.WaitGroup // the drain goroutine, for Close
+	closed      chan struct{}  // closed by Close
+	closeOnce   sync.Once
 	unavailable *rateLimited
 	recordFail  *rateLimited
 }
@@ -150,6 +153,7 @@ func NewService(cfg Config) (*Service, error) {
 	return &Service{
 		cfg:         cfg,
 		ledger:      newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
+		closed:      make(chan struct{}),
 		unavailable: &rateLimited{every: cfg.LogEvery, now: cfg.Now},
 		recordFail:  &rateLimited{every: cfg.LogEvery, now: cfg.Now},
 	}, nil
@@ -295,9 +299,8 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 		s.ledger.owe(m.IdempotencyKey, receipt)
 		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))
-	} else {
-		s.drainSoon()
 	}
+	s.drainSoon()
 	log.Info("notification_sent",
 		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 		slog.String("provider_id", receipt.ProviderID),
@@ -423,30 +426,70 @@ func (s *Service) suppressOwed(ctx context.Context, log *slog.Logger, o owed) {
 	s.payIfOwed(ctx, log, o.key)
 }
 
-// drainBatch is how many owed records one look at the ledger takes.
-const drainBatch = 64
+// drainBatch is how many owed records one look at the ledger takes, and
+// drainRetry how long the drain waits after a write the store refused.
+const (
+	drainBatch = 64
+	drainRetry = time.Second
+)
 
-// drainSoon writes the ledger's owed records in the background, oldest
-// first, after the store has answered a call; at most one drain runs at a
-// time, and it stops at the first write that fails.
+// drainSoon makes sure a goroutine writes the ledger's owed records while
+// there are any: oldest first, waiting drainRetry after a write the store
+// refused. At most one runs; it ends when the ledger is empty or at Close.
 func (s *Service) drainSoon() {
 	if s.ledger.len() == 0 || !s.draining.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
-		defer s.draining.Store(false)
-		for {
-			batch := s.ledger.oldest(drainBatch)
-			if len(batch) == 0 {
+	s.drains.Add(1)
+	go s.drain()
+}
+
+func (s *Service) drain() {
+	defer s.drains.Done()
+	for {
+		for s.payOldest() {
+		}
+		if s.ledger.len() > 0 {
+			select {
+			case <-s.closed:
+				s.draining.Store(false)
 				return
-			}
-			for _, o := range batch {
-				if s.pay(context.Background(), o) != nil {
-					return
-				}
+			case <-time.After(drainRetry):
+				continue
 			}
 		}
-	}()
+		// Empty. A debt entered after the look above would find draining
+		// still set and start no drain: look again once it is cleared.
+		s.draining.Store(false)
+		if s.ledger.len() == 0 || !s.draining.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// payOldest writes one batch of owed records and reports whether all were
+// written and more may be owed.
+func (s *Service) payOldest() bool {
+	batch := s.ledger.oldest(drainBatch)
+	for _, o := range batch {
+		select {
+		case <-s.closed:
+			return false
+		default:
+		}
+		if s.pay(context.Background(), o) != nil {
+			return false
+		}
+	}
+	return len(batch) > 0
+}
+
+// Close stops the writing of owed records in the background and waits for
+// it. Records still owed are lost with the process; a replay of theirs is
+// then protected by the store alone. Handle must not be called after Close.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.drains.Wait()
 }
 
 // release gives the key back after a failed send, so a retry or a replay

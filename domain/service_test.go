@@ -116,6 +116,7 @@ func newWorld(t *testing.T, mode domain.FailureMode, opts ...func(*domain.Config
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}
+	t.Cleanup(svc.Close)
 	w.svc = svc
 	return w
 }

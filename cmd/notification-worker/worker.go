@@ -146,6 +146,7 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	m.handler = svc
+	m.closers = append(m.closers, svc.Close)
 	m.metrics.TrackLedger(svc.Owed)
 
 	kcfg, err := m.kafkaConfig(brokers)
