@@ -29,7 +29,7 @@ var Reference = []Var{
 	{Name: "KAFKA_SASL_MECHANISM", Meaning: "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`. Empty: no SASL. Needs `KAFKA_SASL_USERNAME` and `KAFKA_SASL_PASSWORD`."},
 	{Name: "KAFKA_SASL_USERNAME", Meaning: "SASL user name."},
 	{Name: "KAFKA_SASL_PASSWORD", Meaning: "SASL password.", Secret: true},
-	{Name: "MAX_IN_FLIGHT", Default: "64", Meaning: "Most records this worker handles at once, across all its partitions (1 to 4096). Records with the same key (one shipment) still go one at a time, in order."},
+	{Name: "MAX_IN_FLIGHT", Default: "64", Meaning: "Most records this worker handles at once, across all its partitions (1 to 4096). Records with the same key (one shipment) still go one at a time, in order. It also sizes the pool of connections kept open to Twilio."},
 	{Name: "MAX_RECORD_BYTES", Default: "1048576", Meaning: "Largest record value handled (1 KiB to 64 MiB); a larger one is poison and goes to the dead letter topic."},
 	{Name: "RETRY_MAX_ATTEMPTS", Default: "12", Meaning: "Attempts at a record whose send failed in a retryable way before it is dead-lettered (1 to 100; 1: no retry). The default rides out about a minute of provider errors with the default backoff."},
 	{Name: "RETRY_INITIAL_BACKOFF", Default: "200ms", Meaning: "Wait before the first retry; it doubles on each retry."},

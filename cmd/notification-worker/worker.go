@@ -292,6 +292,8 @@ func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.N
 			MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
 			APIURL:              cfg.Twilio.APIURL,
 			Timeout:             cfg.SendTimeout,
+			// At most one SMS per record in flight: a connection each.
+			MaxConns: cfg.Kafka.MaxInFlight,
 		})
 		if err != nil {
 			return nil, err

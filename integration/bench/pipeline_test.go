@@ -160,6 +160,8 @@ type run struct {
 	maxInFlight int
 	store       ports.IdempotencyStore
 	latency     time.Duration // of each send
+	// sms, when set, sends the SMS instead of the latency double.
+	sms ports.Notifier
 	// want is how many records to measure; within bounds the wall time.
 	want   int
 	within time.Duration
@@ -188,6 +190,9 @@ type measurement struct {
 	// serverCPU is the CPU time the store's server used meanwhile, when
 	// known.
 	serverCPU time.Duration
+	// conns is how many connections the provider double accepted during
+	// the run, when counted.
+	conns int64
 }
 
 // cpuPerRecord is the process's CPU time per measured record.
@@ -241,9 +246,13 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	if r.want > br.events {
 		b.Fatalf("want %d records of %d published", r.want, br.events)
 	}
+	var sms ports.Notifier = &notifier{latency: r.latency}
+	if r.sms != nil {
+		sms = r.sms
+	}
 	svc, err := domain.NewService(domain.Config{
 		Store:     storeClock{r.store},
-		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: &notifier{latency: r.latency}},
+		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
 		// The production defaults: IDEMPOTENCY_TIMEOUT 200ms, fail open,
 		// warnings at most once a second.
 		StoreTimeout: 200 * time.Millisecond,

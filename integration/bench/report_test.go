@@ -72,6 +72,8 @@ const (
 	runNoStore     = "store/none"
 	runMemoryStore = "store/memory"
 	runRedisStore  = "store/redis"
+	runTwilioFresh = "twilio/client-per-send"
+	runTwilioPool  = "twilio/pooled"
 )
 
 // outageRun names an outage measurement.
@@ -99,6 +101,7 @@ func (r *registry) print(w io.Writer) {
 	r.printStores(w)
 	r.printOutage(w)
 	r.printKeys(w)
+	r.printTwilio(w)
 	fmt.Fprintln(w)
 }
 
@@ -301,6 +304,33 @@ func (r *registry) printKeys(w io.Writer) {
 		row(w, fmt.Sprintf("%d M", perDay/1_000_000), fmt.Sprintf("%d M", alive/1_000_000),
 			bytesIEC(float64(alive)*k.memoryUsage), bytesIEC(float64(alive)*k.usedPerKey), bytesIEC(2*float64(alive)*k.usedPerKey))
 	}
+}
+
+func (r *registry) printTwilio(w io.Writer) {
+	before, okBefore := r.get(runTwilioFresh)
+	after, okAfter := r.get(runTwilioPool)
+	if !okBefore && !okAfter {
+		return
+	}
+	fmt.Fprintf(w, "\n### 5. Twilio connections (the Twilio adapter against the zero-latency Twilio double over loopback HTTP, MaxInFlight 64, memory store, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "New connections are counted at the double's listener over the whole run; against the real API each one is a TCP and a TLS handshake.")
+	fmt.Fprintln(w, "Before: Go's default transport (2 idle connections per host) and a twilio-go client per send; after: one client and a pool of MaxInFlight connections.")
+	fmt.Fprintln(w)
+	header(w, "Twilio adapter", "SMS", "records/s", "rounds (records/s)", "new connections", "new connections per 1000 SMS", "ratio vs before")
+	if okBefore {
+		row(w, "before: client per send, default pool", fmt.Sprint(before.records), rate(before), roundRates(before), fmt.Sprint(before.conns), perThousand(before), "1.00x (baseline)")
+	}
+	if okAfter {
+		row(w, "after: one client, pool of 64", fmt.Sprint(after.records), rate(after), roundRates(after), fmt.Sprint(after.conns), perThousand(after), ratio(after, before, okBefore))
+	}
+}
+
+// perThousand is m's new connections per 1000 records.
+func perThousand(m measurement) string {
+	if m.records == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", float64(m.conns)*1000/float64(m.records))
 }
 
 func bytesIEC(b float64) string {
