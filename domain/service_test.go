@@ -242,7 +242,7 @@ func TestService(t *testing.T) {
 	t.Run("InFlightBeyondClaimTTLIsRetryable", func(t *testing.T) {
 		w := newWorld(t, domain.FailOpen)
 		w.store.ClaimFunc = func(context.Context, string, string, time.Duration) (ports.Claim, error) {
-			return ports.Claim{State: ports.InFlight, Owner: "stuck"}, nil
+			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "stuck"}}, nil
 		}
 		err := w.handle(t, event("e1", "sms"))
 		if err == nil || ports.KindOf(err) != ports.Retryable {
@@ -384,7 +384,7 @@ func TestService(t *testing.T) {
 			}
 			_ = w.handle(t, event("e1", "sms"))
 			c, _ := w.store.Store.Claim(context.Background(), "sms:e1", "probe", time.Minute)
-			if c.State != ports.InFlight || c.Owner != "other-worker" {
+			if c.State != ports.InFlight || c.Lease.Token != "other-worker" {
 				t.Fatalf("after our failed send: %+v, want other-worker's claim intact", c)
 			}
 		})
@@ -450,7 +450,7 @@ func tokenOf(t *testing.T, s *memory.Store, key string) string {
 	if err != nil || c.State != ports.InFlight {
 		t.Fatalf("key %s: %+v, %v; want in flight", key, c, err)
 	}
-	return c.Owner
+	return c.Lease.Token
 }
 
 // TestService_LongestHandleBoundsASlowRecord: every dependency as slow as
@@ -478,7 +478,7 @@ func TestService_LongestHandleBoundsASlowRecord(t *testing.T) {
 		}
 		mu.Unlock()
 		if time.Since(first) < claimTTL-15*time.Millisecond {
-			return ports.Claim{State: ports.InFlight, Owner: "other-worker"}, nil
+			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "other-worker"}}, nil
 		}
 		return store.Store.Claim(ctx, key, token, ttl)
 	}

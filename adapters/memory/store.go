@@ -46,7 +46,7 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 	now := s.now()
 	if e, ok := s.live(key, now); ok {
 		if e.owner != "" {
-			return ports.Claim{State: ports.InFlight, Owner: e.owner}, nil
+			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: e.owner}}, nil
 		}
 		return ports.Claim{State: ports.AlreadySent, Receipt: e.receipt}, nil
 	}

@@ -406,7 +406,7 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
 	if owner, ok := strings.CutPrefix(old, pendingPrefix); ok {
-		return ports.Claim{State: ports.InFlight, Owner: owner}, nil
+		return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: owner}}, nil
 	}
 	r, ok := decodeSent(old)
 	if !ok {

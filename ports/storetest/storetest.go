@@ -62,12 +62,12 @@ func Run(t *testing.T, h Harness) {
 		s, c, k := h.New(t), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
 		got := MustClaim(t, s, c, k, "tok-b", time.Minute)
-		if got.State != ports.InFlight || got.Owner != "tok-a" {
+		if got.State != ports.InFlight || got.Lease.Token != "tok-a" {
 			t.Fatalf("second claim: %+v, want in_flight owned by tok-a", got)
 		}
 		// The losing claim must not have replaced the owner.
-		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.Owner != "tok-a" {
-			t.Fatalf("third claim: owner %q, want tok-a", got.Owner)
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.Lease.Token != "tok-a" {
+			t.Fatalf("third claim: owner %q, want tok-a", got.Lease.Token)
 		}
 	})
 
@@ -114,7 +114,7 @@ func Run(t *testing.T, h Harness) {
 		if err := s.Release(c, k, "tok-b"); err != nil {
 			t.Fatalf("Release by non-owner: %v", err)
 		}
-		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Owner != "tok-a" {
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Lease.Token != "tok-a" {
 			t.Fatalf("after non-owner release: %+v, want in_flight owned by tok-a", got)
 		}
 	})
