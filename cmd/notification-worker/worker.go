@@ -272,6 +272,7 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 	b := breaker.New(rs, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Probe: rs.Ping})
 	m.closers = append(m.closers, b.Close)
 	m.breaker = b
+	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
 	wired["store"] = "redis, behind a circuit breaker"
 	return b, nil
 }
@@ -421,5 +422,11 @@ func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
 func (all multiMetrics) HandlersAbandoned(delta int) {
 	for _, m := range all {
 		m.HandlersAbandoned(delta)
+	}
+}
+
+func (all multiMetrics) RecordRetried(topic string, kind ports.Kind) {
+	for _, m := range all {
+		m.RecordRetried(topic, kind)
 	}
 }
