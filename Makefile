@@ -15,7 +15,7 @@ export VERSION
 export TESTCONTAINERS_RYUK_DISABLED := true
 export TESTCONTAINERS_HOST_OVERRIDE := 127.0.0.1
 
-.PHONY: build run test test-unit test-integration lint bench fuzz check-deploy image images docker-up deps clean
+.PHONY: build run test test-unit test-rules test-integration lint bench fuzz check-deploy image images docker-up deps clean
 
 build: ## static binary into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -ldflags '-X main.version=$(VERSION)' -o $(BIN) ./cmd/notification-worker
@@ -23,10 +23,14 @@ build: ## static binary into bin/
 run: ## the 2026-04-02 incident replayed on an embedded broker, in-memory store, console notifier
 	$(GO) run ./cmd/notification-worker demo
 
-test: deps test-unit test-integration ## every test
+test: deps test-unit test-rules test-integration ## every test
 
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
+	promtool check rules deploy/prometheus/rules.yaml
+	promtool test rules deploy/prometheus/rules_test.yaml
 
 test-integration: images ## end-to-end scenarios on testcontainers (needs a Docker engine)
 	$(GO) test -race -tags integration -count=1 -timeout 12m ./integration/...
