@@ -1,8 +1,8 @@
 // Package bench measures the worker's capacity on the machine it runs on:
 // key-ordered concurrency against one-at-a-time handling, the cost of the
 // idempotency store (Redis, memory, none), throughput during a Redis outage
-// with and without the circuit breaker, and the memory one idempotency key
-// takes in Redis.
+// with and without the circuit breaker, the memory one idempotency key
+// takes in Redis, and the cost of tracing (off, over a no-op provider, on).
 //
 // Everything runs through the real pieces (the Sarama consumer on the
 // embedded kfake broker, the domain service, the real stores, a real
