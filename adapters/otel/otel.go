@@ -113,6 +113,8 @@ type tracedStore struct {
 	t    *Tracer
 }
 
+var _ ports.IdempotencyStore = (*tracedStore)(nil)
+
 func (s *tracedStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
 	ctx, span := s.t.tracer.Start(ctx, SpanClaim, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(AttrKey.String(key)))
 	c, err := s.next.Claim(ctx, key, token, ttl)
@@ -153,6 +155,8 @@ type tracedNotifier struct {
 	t                 *Tracer
 	channel, provider attribute.KeyValue
 }
+
+var _ ports.Notifier = (*tracedNotifier)(nil)
 
 func (n *tracedNotifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
 	ctx, span := n.t.tracer.Start(ctx, SpanSend, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	otelapi "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -20,6 +22,9 @@ type ExportConfig struct {
 	// ServiceName and ServiceVersion are the service.name and
 	// service.version of every span's resource.
 	ServiceName, ServiceVersion string
+	// Logger receives OpenTelemetry's errors (an export that failed) as
+	// tracing_export_failed warnings; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Provider is an SDK tracer provider exporting over OTLP/HTTP in batches.
@@ -29,9 +34,10 @@ type Provider struct {
 }
 
 // NewProvider returns a Provider exporting to cfg.URL. It does not dial:
-// an unreachable collector shows as export errors later (OpenTelemetry's
-// global error handler logs them), never as a failed start or a slower
-// record. Besides the URL, the exporter reads the standard
+// an unreachable collector shows as tracing_export_failed warnings later
+// (it sets OpenTelemetry's global error handler to log them to
+// cfg.Logger), never as a failed start or a slower record: spans that
+// cannot be queued are dropped. Besides the URL, the exporter reads the standard
 // OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression,
 // certificates), and the SDK OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
 // OTEL_BSP_* and OTEL_RESOURCE_ATTRIBUTES: those are OpenTelemetry's own
@@ -40,6 +46,13 @@ func NewProvider(ctx context.Context, cfg ExportConfig) (*Provider, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("otel: no traces endpoint URL")
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	otelapi.SetErrorHandler(otelapi.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing_export_failed", slog.String("error", err.Error()))
+	}))
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(cfg.URL))
 	if err != nil {
 		return nil, fmt.Errorf("otel: OTLP exporter for %s: %w", cfg.URL, err)

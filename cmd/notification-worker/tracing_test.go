@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/otel"
@@ -105,5 +112,81 @@ func TestMain_TraceContinuesFromTheProducer(t *testing.T) {
 				t.Errorf("span %s carries customer data %q: %s", s.Name, f, text)
 			}
 		}
+	}
+}
+
+// TestMain_ExportsOverOTLP configures the worker as an operator would,
+// with OTEL_EXPORTER_OTLP_ENDPOINT pointing at an OTLP/HTTP receiver on
+// loopback, and finds the record's span, in the producer's trace, in what
+// the receiver got by the time the worker closed.
+func TestMain_ExportsOverOTLP(t *testing.T) {
+	const traceID = "5b8efff798038103d269b633813fc60c"
+	var (
+		mu     sync.Mutex
+		spans  = map[string]string{} // span name -> trace id (hex)
+		posted []string
+	)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		posted = append(posted, r.URL.Path)
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					spans[s.Name] = hex.EncodeToString(s.TraceId)
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	}))
+	defer receiver.Close()
+
+	topic := uniqueName("otlp")
+	emb := MustStartEmbedded(t, topic)
+	cfg := MustLoadConfig(t, map[string]string{
+		"KAFKA_BROKERS":               emb.Brokers()[0],
+		"KAFKA_TOPIC":                 topic,
+		"KAFKA_GROUP_ID":              uniqueName("group"),
+		"HTTP_ADDR":                   "127.0.0.1:0",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.URL,
+	})
+	events, n := sampleEvents(1)
+	MustPublish(t, emb.Brokers(), topic, kafka.Message{
+		Key: []byte(events[0].ShipmentID), Value: events[0].json(),
+		Headers: map[string]string{"traceparent": "00-" + traceID + "-b7ad6b7169203331-01"},
+	})
+	var out logtest.Buffer
+	m := &Main{Config: cfg, Stdout: &out}
+	MustOpen(t, m)
+	stop := MustRun(t, m)
+	waitFor(t, "the event's notifications sent", func() (bool, string) {
+		sent := sumOf(scrape(t, m), "notification_worker_notifications_total{", `outcome="sent"`)
+		return sent == float64(n), fmt.Sprintf("sent %v of %d", sent, n)
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	m.Close() // flushes the batch of spans
+
+	mu.Lock()
+	defer mu.Unlock()
+	if got := spans["process "+topic]; got != traceID {
+		t.Errorf("record span exported in trace %q, want %s; exported: %v (posts to %v)", got, traceID, spans, posted)
+	}
+	for _, p := range posted {
+		if p != "/v1/traces" {
+			t.Errorf("exported to %s, want /v1/traces", p)
+		}
+	}
+	if !strings.Contains(out.String(), `"tracing":"otlp `+receiver.URL+`/v1/traces"`) {
+		t.Errorf("worker_starting does not name the OTLP endpoint")
 	}
 }

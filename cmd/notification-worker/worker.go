@@ -191,7 +191,9 @@ func (m *Main) openTracing(ctx context.Context, wired map[string]string) (*otel.
 		wired["tracing"] = "given"
 		return otel.New(m.TracerProvider), nil
 	case url != "":
-		tp, err := otel.NewProvider(ctx, otel.ExportConfig{URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: version})
+		tp, err := otel.NewProvider(ctx, otel.ExportConfig{
+			URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: version, Logger: m.logger,
+		})
 		if err != nil {
 			return nil, err
 		}
