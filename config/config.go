@@ -97,6 +97,16 @@ type Config struct {
 		From      string // SMTP_FROM, as given (display name allowed)
 		TLSPolicy string // SMTP_TLS_POLICY: "mandatory", "opportunistic" or "none"
 	}
+	// Tracing is OpenTelemetry's trace export, off unless an endpoint is
+	// set. The exporter reads the other standard OTEL_EXPORTER_OTLP_*
+	// variables (headers, timeout, compression, certificates) itself, and
+	// the SDK OTEL_TRACES_SAMPLER and OTEL_RESOURCE_ATTRIBUTES.
+	Tracing struct {
+		Endpoint       string // OTEL_EXPORTER_OTLP_ENDPOINT: base URL, "/v1/traces" is added
+		TracesEndpoint string // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: full URL, wins over Endpoint
+		Protocol       string // OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf", the only one supported
+		ServiceName    string // OTEL_SERVICE_NAME
+	}
 	SendTimeout     time.Duration // SEND_TIMEOUT, per provider call
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
 	TemplatesDir    string        // TEMPLATES_DIR; empty: embedded templates only
@@ -111,6 +121,21 @@ type Config struct {
 func (c Config) TwilioEnabled() bool {
 	t := c.Twilio
 	return t.AccountSID != "" && t.AuthToken != "" && (t.FromNumber != "" || t.MessagingServiceSID != "")
+}
+
+// TracesURL returns the URL spans are exported to over OTLP/HTTP:
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else
+// OTEL_EXPORTER_OTLP_ENDPOINT with "/v1/traces" appended to its path (as
+// the OpenTelemetry specification says), else "": tracing is off.
+func (c Config) TracesURL() string {
+	t := c.Tracing
+	switch {
+	case t.TracesEndpoint != "":
+		return t.TracesEndpoint
+	case t.Endpoint != "":
+		return strings.TrimRight(t.Endpoint, "/") + "/v1/traces"
+	}
+	return ""
 }
 
 // SMTPEnabled reports whether email goes through SMTP (SMTP_HOST is set);
@@ -174,6 +199,11 @@ func (c Config) LogValue() slog.Value {
 			slog.Any("password", s.Password),
 			slog.String("from", s.From),
 			slog.String("tls_policy", s.TLSPolicy),
+		),
+		slog.Group("tracing",
+			slog.Bool("enabled", c.TracesURL() != ""),
+			slog.String("traces_url", c.TracesURL()),
+			slog.String("service_name", c.Tracing.ServiceName),
 		),
 		slog.String("send_timeout", c.SendTimeout.String()),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),

@@ -160,6 +160,27 @@ var fields = map[string]field{
 	"LOG_FORMAT":                   {func(c config.Config) any { return c.LogFormat }, "text"},
 }
 
+// The tracing variables, added to fullEnv and fields in init.
+var (
+	tracingEnv = map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "http://otel-collector:4318/",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://traces.internal/otlp/v1/traces",
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        "http/protobuf",
+		"OTEL_SERVICE_NAME":                  "nw-test",
+	}
+	tracingFields = map[string]field{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        {func(c config.Config) any { return c.Tracing.Endpoint }, "http://otel-collector:4318/"},
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": {func(c config.Config) any { return c.Tracing.TracesEndpoint }, "https://traces.internal/otlp/v1/traces"},
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        {func(c config.Config) any { return c.Tracing.Protocol }, "http/protobuf"},
+		"OTEL_SERVICE_NAME":                  {func(c config.Config) any { return c.Tracing.ServiceName }, "nw-test"},
+	}
+)
+
+func init() {
+	maps.Copy(fullEnv, tracingEnv)
+	maps.Copy(fields, tracingFields)
+}
+
 func referenceNames() []string {
 	names := make([]string, 0, len(config.Reference))
 	for _, v := range config.Reference {
@@ -211,6 +232,11 @@ func TestLoad_Defaults(t *testing.T) {
 		{"SMTP_PASSWORD", c.SMTP.Password, config.Secret("")},
 		{"SMTP_FROM", c.SMTP.From, ""},
 		{"SMTP_TLS_POLICY", c.SMTP.TLSPolicy, "mandatory"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", c.Tracing.Endpoint, ""},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", c.Tracing.TracesEndpoint, ""},
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", c.Tracing.Protocol, "http/protobuf"},
+		{"OTEL_SERVICE_NAME", c.Tracing.ServiceName, "notification-worker"},
+		{"TracesURL", c.TracesURL(), ""},
 		{"SEND_TIMEOUT", c.SendTimeout, 10 * time.Second},
 		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 30 * time.Second},
 		{"TEMPLATES_DIR", c.TemplatesDir, ""},
@@ -412,6 +438,27 @@ func TestLoad_EmptyAndUnknown(t *testing.T) {
 	})
 }
 
+// TracesURL follows the OpenTelemetry specification: the signal's own
+// endpoint as given, else the base endpoint with /v1/traces; neither: off.
+func TestConfig_TracesURL(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"Off", nil, ""},
+		{"Base", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "http://collector:4318/v1/traces"},
+		{"BaseWithPath", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://gw.internal/otlp/"}, "https://gw.internal/otlp/v1/traces"},
+		{"TracesWins", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://other:4318/custom"}, "http://other:4318/custom"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := MustLoad(t, tt.env).TracesURL(); got != tt.want {
+				t.Errorf("TracesURL() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestLoad_Invalid names, for each bad value, the variable and the reason
 // an operator reads. Each case is the only problem in its environment.
 func TestLoad_Invalid(t *testing.T) {
@@ -460,6 +507,9 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "SMTPPort", env: map[string]string{"SMTP_PORT": "0"}, want: `SMTP_PORT="0": want an integer from 1 to 65535`},
 		{name: "SMTPFrom", env: map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "Harborlight noreply"}, wantIn: `SMTP_FROM="Harborlight noreply": want an email address`},
 		{name: "SMTPTLSPolicy", env: map[string]string{"SMTP_TLS_POLICY": "starttls"}, want: `SMTP_TLS_POLICY="starttls": want one of mandatory, opportunistic, none`},
+		{name: "OTLPEndpointNotURL", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, want: `OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318": want an absolute http:// or https:// URL`},
+		{name: "OTLPTracesEndpointUserInfo", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:hunter2@collector/v1/traces"}, want: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="***": want a URL without user info, query or fragment`},
+		{name: "OTLPProtocolGRPC", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": only http/protobuf is supported (OTLP over HTTP, usually port 4318)`},
 		{name: "SendTimeoutZero", env: map[string]string{"SEND_TIMEOUT": "0s"}, want: `SEND_TIMEOUT="0s": must be positive`},
 		{name: "ShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, want: `SHUTDOWN_TIMEOUT="soon": want a duration such as 500ms, 30s or 48h`},
 		{name: "HTTPAddr", env: map[string]string{"HTTP_ADDR": "8080"}, want: `HTTP_ADDR="8080": want [host]:port, such as :8080, or off`},

@@ -46,6 +46,19 @@ type Record struct {
 	// record: a notification delivered by one attempt is in it for the
 	// next. Nil when the source does not retry.
 	Deliveries *Deliveries
+	// Headers are the record's headers, in the order the source carried
+	// them; nil when it had none. Keys may repeat (Kafka allows it). They
+	// carry what the producer passes along besides the event, such as the
+	// W3C trace context (traceparent, tracestate). A Handler reads them and
+	// must not modify them: the source may share their bytes with its own
+	// copy of the record (for a dead letter, say).
+	Headers []Header
+}
+
+// Header is one header of a Record: a key and its value, as bytes.
+type Header struct {
+	Key   string
+	Value []byte
 }
 
 // Origin is "topic/partition@offset", the record's place in the log.
