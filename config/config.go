@@ -107,12 +107,16 @@ type Config struct {
 		Protocol       string // OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf", the only one supported
 		ServiceName    string // OTEL_SERVICE_NAME
 	}
-	SendTimeout     time.Duration // SEND_TIMEOUT, per provider call
-	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
-	TemplatesDir    string        // TEMPLATES_DIR; empty: embedded templates only
-	HTTPAddr        string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
-	LogLevel        slog.Level    // LOG_LEVEL
-	LogFormat       string        // LOG_FORMAT: "json" or "text"
+	SendTimeout time.Duration // SEND_TIMEOUT, per provider call
+	// ReconcileTimeout and UnknownOutcomePolicy: RECONCILE_TIMEOUT,
+	// UNKNOWN_OUTCOME_POLICY ("resend" or "dead_letter").
+	ReconcileTimeout     time.Duration
+	UnknownOutcomePolicy string
+	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
+	TemplatesDir         string        // TEMPLATES_DIR; empty: embedded templates only
+	HTTPAddr             string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
+	LogLevel             slog.Level    // LOG_LEVEL
+	LogFormat            string        // LOG_FORMAT: "json" or "text"
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
@@ -206,6 +210,8 @@ func (c Config) LogValue() slog.Value {
 			slog.String("service_name", c.Tracing.ServiceName),
 		),
 		slog.String("send_timeout", c.SendTimeout.String()),
+		slog.String("reconcile_timeout", c.ReconcileTimeout.String()),
+		slog.String("unknown_outcome_policy", c.UnknownOutcomePolicy),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),

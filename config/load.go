@@ -101,6 +101,8 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	tr.ServiceName = l.str("OTEL_SERVICE_NAME")
 
 	c.SendTimeout = l.duration("SEND_TIMEOUT", positive)
+	c.ReconcileTimeout = l.duration("RECONCILE_TIMEOUT", positive)
+	c.UnknownOutcomePolicy = l.oneOf("UNKNOWN_OUTCOME_POLICY", false, "resend", "dead_letter")
 	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
 	c.TemplatesDir = l.str("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")

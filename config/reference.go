@@ -59,6 +59,8 @@ var Reference = []Var{
 	{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Default: "http/protobuf", Meaning: "OTLP transport; `http/protobuf` is the only one this worker speaks (gRPC is refused at start rather than ignored)."},
 	{Name: "OTEL_SERVICE_NAME", Default: "notification-worker", Meaning: "`service.name` of the traces."},
 	{Name: "SEND_TIMEOUT", Default: "10s", Meaning: "Limit on each provider call (Twilio request, SMTP session)."},
+	{Name: "RECONCILE_TIMEOUT", Default: "2m", Meaning: "How long a send whose outcome is unknown (the provider may have it; no answer came) is reconciled with a provider that cannot tell yet, the record waiting meanwhile, before `UNKNOWN_OUTCOME_POLICY` applies."},
+	{Name: "UNKNOWN_OUTCOME_POLICY", Default: "resend", Meaning: "What to do with a send whose outcome nobody can tell (SMTP, which cannot be asked; Twilio past `RECONCILE_TIMEOUT`): `resend` (logged `unknown_outcome_resent`; an email keeps its Message-ID) or `dead_letter`."},
 	{Name: "SHUTDOWN_TIMEOUT", Default: "30s", Meaning: "After SIGTERM (or a rebalance), how long in-flight sends may take to finish before the worker exits. At least `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`, so a send in hand can finish and be recorded."},
 	{Name: "TEMPLATES_DIR", Meaning: "Directory of templates overriding the embedded ones. Empty: embedded templates only."},
 	{Name: "HTTP_ADDR", Default: ":8080", Meaning: "Listen address of `/healthz`, `/readyz` and `/metrics`. `off` disables the HTTP server."},

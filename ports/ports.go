@@ -109,6 +109,9 @@ type Message struct {
 	// Text is the SMS body, or the email's plain-text part.
 	Text string
 	HTML string
+	// Fingerprint digests what decided this message (domain.Fingerprint);
+	// the sent record keeps it.
+	Fingerprint string
 }
 
 // Receipt is the provider's word that a message was accepted.
@@ -258,10 +261,14 @@ const (
 	// OutcomeUnknown: the provider may or may not have accepted the
 	// message; the claim is kept and the send is reconciled.
 	OutcomeUnknown Outcome = "unknown"
+	// OutcomeConflict: the event_id was already sent for another message
+	// (its fingerprint differs); nothing is sent and the record is
+	// dead-lettered.
+	OutcomeConflict Outcome = "conflict"
 )
 
 // Outcomes lists every Outcome, for metrics that must expose all of them.
-var Outcomes = []Outcome{OutcomeSent, OutcomeDuplicate, OutcomeFailedRetryable, OutcomeFailedPermanent, OutcomeUnknown}
+var Outcomes = []Outcome{OutcomeSent, OutcomeDuplicate, OutcomeFailedRetryable, OutcomeFailedPermanent, OutcomeUnknown, OutcomeConflict}
 
 // Observer is told how every notification ended. It exists so metrics can be
 // kept outside the domain. Observe must be safe for concurrent use and must

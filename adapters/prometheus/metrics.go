@@ -60,6 +60,8 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	notifications    *prometheus.CounterVec
+	unknown          *prometheus.CounterVec
+	reconciliations  *prometheus.CounterVec
 	duplicates       prometheus.Counter
 	storeUnavailable *prometheus.CounterVec
 	deadLettered     *prometheus.CounterVec
@@ -93,6 +95,14 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "notifications_total",
 			Help: "Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent).",
 		}, []string{"channel", "outcome"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "outcome_unknown_total",
+			Help: "Sends whose outcome was unknown (no answer after the request was written, or a gateway answering for the provider), by channel: each is reconciled with the provider, or follows UNKNOWN_OUTCOME_POLICY.",
+		}, []string{"channel"}),
+		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "reconciliations_total",
+			Help: "Providers asked whether a send of unknown outcome went out, by channel and result (delivered, not_delivered, cannot_tell).",
+		}, []string{"channel", "result"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "duplicates_suppressed_total",
 			Help: "Replayed notifications not sent because the idempotency store held a sent record, or this worker had delivered them and still owed the record.",
@@ -145,7 +155,13 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "ledger_evictions_total",
 		Help: "Owed sent records dropped because the ledger was full (IDEMPOTENCY_LEDGER_SIZE): a replay of each is no longer suppressed by this worker.",
 	}, func() float64 { _, evicted := m.ledgerCounts(); return float64(evicted) })
-	m.reg.MustRegister(ledgerOwed, ledgerEvicted)
+	m.reg.MustRegister(ledgerOwed, ledgerEvicted, m.unknown, m.reconciliations)
+	for _, ch := range ports.Channels {
+		m.unknown.WithLabelValues(string(ch))
+		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
+			m.reconciliations.WithLabelValues(string(ch), string(r))
+		}
+	}
 	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "store_breaker_open",
 		Help: "1 while the circuit breaker in front of the idempotency store refuses calls, else 0 (also when there is no breaker).",
@@ -245,9 +261,17 @@ func (m *Metrics) RecordRetried(topic string, kind ports.Kind) {
 // Observe implements ports.Observer: it counts how a notification ended.
 func (m *Metrics) Observe(ch ports.Channel, o ports.Outcome) {
 	m.notifications.WithLabelValues(string(ch), string(o)).Inc()
-	if o == ports.OutcomeDuplicate {
+	switch o {
+	case ports.OutcomeDuplicate:
 		m.duplicates.Inc()
+	case ports.OutcomeUnknown:
+		m.unknown.WithLabelValues(string(ch)).Inc()
 	}
+}
+
+// Reconciled counts one reconciliation with a provider, by its result.
+func (m *Metrics) Reconciled(ch ports.Channel, r ports.ReconcileResult) {
+	m.reconciliations.WithLabelValues(string(ch), string(r)).Inc()
 }
 
 // RecordDeadLettered counts a record written to the dead letter topic.

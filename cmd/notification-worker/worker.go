@@ -136,7 +136,13 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The providers that can be asked what they accepted, taken before the
+	// decorators hide what else the adapters implement.
+	reconcilers := map[ports.Channel]ports.Reconciler{}
 	for ch, n := range notifiers {
+		if rc, ok := n.(ports.Reconciler); ok {
+			reconcilers[ch] = rc
+		}
 		notifiers[ch] = tracer.Notifier(ch, wired[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
 	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
@@ -144,17 +150,21 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	svc, err := domain.NewService(domain.Config{
-		Store:        store,
-		Notifiers:    notifiers,
-		Templates:    templates,
-		TTL:          cfg.Idempotency.TTL,
-		ClaimTTL:     cfg.Idempotency.ClaimTTL,
-		StoreTimeout: cfg.Idempotency.Timeout,
-		SendTimeout:  cfg.SendTimeout,
-		FailureMode:  domain.FailureMode(cfg.Idempotency.FailureMode),
-		LedgerSize:   cfg.Idempotency.LedgerSize,
-		Logger:       m.logger,
-		Observer:     observers(m.metrics, m.Observer),
+		Store:         store,
+		Notifiers:     notifiers,
+		Templates:     templates,
+		TTL:           cfg.Idempotency.TTL,
+		ClaimTTL:      cfg.Idempotency.ClaimTTL,
+		StoreTimeout:  cfg.Idempotency.Timeout,
+		SendTimeout:   cfg.SendTimeout,
+		FailureMode:   domain.FailureMode(cfg.Idempotency.FailureMode),
+		LedgerSize:    cfg.Idempotency.LedgerSize,
+		Reconcilers:   reconcilers,
+		ReconcileFor:  cfg.ReconcileTimeout,
+		UnknownPolicy: domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
+		Reconciled:    m.metrics.Reconciled,
+		Logger:        m.logger,
+		Observer:      observers(m.metrics, m.Observer),
 	})
 	if err != nil {
 		return err
@@ -306,7 +316,7 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 		wired["store"] = "memory (REDIS_URL is empty; forgets on restart)"
 		return memory.New(nil), nil
 	}
-	rs, err := redis.New(redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout})
+	rs, err := redis.New(redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout, KeepAbandoned: cfg.TTL})
 	if err != nil {
 		return nil, err
 	}
