@@ -96,12 +96,15 @@ type Config struct {
 		From      string // SMTP_FROM, as given (display name allowed)
 		TLSPolicy string // SMTP_TLS_POLICY: "mandatory", "opportunistic" or "none"
 	}
-	SendTimeout     time.Duration // SEND_TIMEOUT, per provider call
-	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
-	TemplatesDir    string        // TEMPLATES_DIR; empty: embedded templates only
-	HTTPAddr        string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
-	LogLevel        slog.Level    // LOG_LEVEL
-	LogFormat       string        // LOG_FORMAT: "json" or "text"
+	// AllowInsecureTransport lifts Load's refusal of clear-text credentials
+	// (see ALLOW_INSECURE_TRANSPORT), for a test lab.
+	AllowInsecureTransport bool          // ALLOW_INSECURE_TRANSPORT
+	SendTimeout            time.Duration // SEND_TIMEOUT, per provider call
+	ShutdownTimeout        time.Duration // SHUTDOWN_TIMEOUT
+	TemplatesDir           string        // TEMPLATES_DIR; empty: embedded templates only
+	HTTPAddr               string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
+	LogLevel               slog.Level    // LOG_LEVEL
+	LogFormat              string        // LOG_FORMAT: "json" or "text"
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
@@ -173,6 +176,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("from", s.From),
 			slog.String("tls_policy", s.TLSPolicy),
 		),
+		slog.Bool("allow_insecure_transport", c.AllowInsecureTransport),
 		slog.String("send_timeout", c.SendTimeout.String()),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("templates_dir", c.TemplatesDir),

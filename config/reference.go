@@ -53,6 +53,7 @@ var Reference = []Var{
 	{Name: "SMTP_PASSWORD", Meaning: "SMTP password; needs `SMTP_USERNAME`.", Secret: true},
 	{Name: "SMTP_FROM", Meaning: "Sender address, display name allowed (`Harborlight <noreply@example.com>`). Required with `SMTP_HOST`."},
 	{Name: "SMTP_TLS_POLICY", Default: "mandatory", Meaning: "`mandatory` (STARTTLS or fail), `opportunistic` (STARTTLS when offered) or `none`."},
+	{Name: "ALLOW_INSECURE_TRANSPORT", Default: "false", Meaning: "`true` lets credentials cross the network in clear text, which the worker otherwise refuses at start: an `http://` `TWILIO_API_URL` whose host is not loopback (127.0.0.0/8, ::1, `localhost`), and `KAFKA_SASL_MECHANISM=PLAIN` without `KAFKA_TLS=true`. For a test lab only; the worker logs `insecure_transport_allowed` at start."},
 	{Name: "SEND_TIMEOUT", Default: "10s", Meaning: "Limit on each provider call (Twilio request, SMTP session)."},
 	{Name: "SHUTDOWN_TIMEOUT", Default: "30s", Meaning: "After SIGTERM (or a rebalance), how long in-flight sends may take to finish before the worker exits. At least `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`, so a send in hand can finish and be recorded."},
 	{Name: "TEMPLATES_DIR", Meaning: "Directory of templates overriding the embedded ones. Empty: embedded templates only."},
