@@ -88,6 +88,7 @@ var fullEnv = map[string]string{
 	"IDEMPOTENCY_KEY_PREFIX":       "nw-test:",
 	"IDEMPOTENCY_BREAKER_FAILURES": "0",
 	"IDEMPOTENCY_BREAKER_COOLDOWN": "3s",
+	"IDEMPOTENCY_LEDGER_SIZE":      "2500",
 	"TWILIO_ACCOUNT_SID":           "AC0123456789abcdef0123456789abcdef",
 	"TWILIO_AUTH_TOKEN":            twilioToken,
 	"TWILIO_FROM_NUMBER":           "+15557654321",
@@ -140,6 +141,7 @@ var fields = map[string]field{
 	"IDEMPOTENCY_KEY_PREFIX":       {func(c config.Config) any { return c.Idempotency.KeyPrefix }, "nw-test:"},
 	"IDEMPOTENCY_BREAKER_FAILURES": {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 0},
 	"IDEMPOTENCY_BREAKER_COOLDOWN": {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
+	"IDEMPOTENCY_LEDGER_SIZE":      {func(c config.Config) any { return c.Idempotency.LedgerSize }, 2500},
 	"TWILIO_ACCOUNT_SID":           {func(c config.Config) any { return c.Twilio.AccountSID }, "AC0123456789abcdef0123456789abcdef"},
 	"TWILIO_AUTH_TOKEN":            {func(c config.Config) any { return c.Twilio.AuthToken }, config.Secret(twilioToken)},
 	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return c.Twilio.FromNumber }, "+15557654321"},
@@ -158,6 +160,27 @@ var fields = map[string]field{
 	"HTTP_ADDR":                    {func(c config.Config) any { return c.HTTPAddr }, "127.0.0.1:9090"},
 	"LOG_LEVEL":                    {func(c config.Config) any { return c.LogLevel }, slog.LevelDebug},
 	"LOG_FORMAT":                   {func(c config.Config) any { return c.LogFormat }, "text"},
+}
+
+// The tracing variables, added to fullEnv and fields in init.
+var (
+	tracingEnv = map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "http://otel-collector:4318/",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://traces.internal/otlp/v1/traces",
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        "http/protobuf",
+		"OTEL_SERVICE_NAME":                  "nw-test",
+	}
+	tracingFields = map[string]field{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        {func(c config.Config) any { return c.Tracing.Endpoint }, "http://otel-collector:4318/"},
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": {func(c config.Config) any { return c.Tracing.TracesEndpoint }, "https://traces.internal/otlp/v1/traces"},
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        {func(c config.Config) any { return c.Tracing.Protocol }, "http/protobuf"},
+		"OTEL_SERVICE_NAME":                  {func(c config.Config) any { return c.Tracing.ServiceName }, "nw-test"},
+	}
+)
+
+func init() {
+	maps.Copy(fullEnv, tracingEnv)
+	maps.Copy(fields, tracingFields)
 }
 
 func referenceNames() []string {
@@ -199,6 +222,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"IDEMPOTENCY_KEY_PREFIX", c.Idempotency.KeyPrefix, "notification-worker:idem:"},
 		{"IDEMPOTENCY_BREAKER_FAILURES", c.Idempotency.BreakerFailures, 5},
 		{"IDEMPOTENCY_BREAKER_COOLDOWN", c.Idempotency.BreakerCooldown, time.Second},
+		{"IDEMPOTENCY_LEDGER_SIZE", c.Idempotency.LedgerSize, 10000},
 		{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID, ""},
 		{"TWILIO_AUTH_TOKEN", c.Twilio.AuthToken, config.Secret("")},
 		{"TWILIO_FROM_NUMBER", c.Twilio.FromNumber, ""},
@@ -211,6 +235,11 @@ func TestLoad_Defaults(t *testing.T) {
 		{"SMTP_FROM", c.SMTP.From, ""},
 		{"SMTP_TLS_POLICY", c.SMTP.TLSPolicy, "mandatory"},
 		{"ALLOW_INSECURE_TRANSPORT", c.AllowInsecureTransport, false},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", c.Tracing.Endpoint, ""},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", c.Tracing.TracesEndpoint, ""},
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", c.Tracing.Protocol, "http/protobuf"},
+		{"OTEL_SERVICE_NAME", c.Tracing.ServiceName, "notification-worker"},
+		{"TracesURL", c.TracesURL(), ""},
 		{"SEND_TIMEOUT", c.SendTimeout, 10 * time.Second},
 		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 30 * time.Second},
 		{"TEMPLATES_DIR", c.TemplatesDir, ""},
@@ -412,6 +441,27 @@ func TestLoad_EmptyAndUnknown(t *testing.T) {
 	})
 }
 
+// TracesURL follows the OpenTelemetry specification: the signal's own
+// endpoint as given, else the base endpoint with /v1/traces; neither: off.
+func TestConfig_TracesURL(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"Off", nil, ""},
+		{"Base", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "http://collector:4318/v1/traces"},
+		{"BaseWithPath", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://gw.internal/otlp/"}, "https://gw.internal/otlp/v1/traces"},
+		{"TracesWins", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://other:4318/custom"}, "http://other:4318/custom"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := MustLoad(t, tt.env).TracesURL(); got != tt.want {
+				t.Errorf("TracesURL() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestLoad_Invalid names, for each bad value, the variable and the reason
 // an operator reads. Each case is the only problem in its environment.
 func TestLoad_Invalid(t *testing.T) {
@@ -449,6 +499,7 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "TwilioAPIURLWithUserInfo", env: map[string]string{"TWILIO_API_URL": "https://u:hunter2@proxy.internal"}, want: `TWILIO_API_URL="***": want a URL without user info, query or fragment`},
 		{name: "FailureMode", env: map[string]string{"IDEMPOTENCY_FAILURE_MODE": "OPEN"}, want: `IDEMPOTENCY_FAILURE_MODE="OPEN": want one of open, closed`},
 		{name: "BreakerFailures", env: map[string]string{"IDEMPOTENCY_BREAKER_FAILURES": "-1"}, want: `IDEMPOTENCY_BREAKER_FAILURES="-1": want an integer from 0 to 1000`},
+		{name: "LedgerSizeZero", env: map[string]string{"IDEMPOTENCY_LEDGER_SIZE": "0"}, want: `IDEMPOTENCY_LEDGER_SIZE="0": want an integer from 1 to 1000000`},
 		{name: "BreakerCooldown", env: map[string]string{"IDEMPOTENCY_BREAKER_COOLDOWN": "0"}, want: `IDEMPOTENCY_BREAKER_COOLDOWN="0": must be positive`},
 		{name: "TwilioSIDQuoted", env: map[string]string{"TWILIO_ACCOUNT_SID": `"AC1"`, "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_ACCOUNT_SID="\"AC1\"": want letters and digits only (Twilio rejects anything else with error 21222)`},
 		{name: "TwilioTokenNewline", env: map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok\n", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_AUTH_TOKEN="***": want letters and digits only`},
@@ -459,6 +510,9 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "SMTPPort", env: map[string]string{"SMTP_PORT": "0"}, want: `SMTP_PORT="0": want an integer from 1 to 65535`},
 		{name: "SMTPFrom", env: map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "Harborlight noreply"}, wantIn: `SMTP_FROM="Harborlight noreply": want an email address`},
 		{name: "SMTPTLSPolicy", env: map[string]string{"SMTP_TLS_POLICY": "starttls"}, want: `SMTP_TLS_POLICY="starttls": want one of mandatory, opportunistic, none`},
+		{name: "OTLPEndpointNotURL", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, want: `OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318": want an absolute http:// or https:// URL`},
+		{name: "OTLPTracesEndpointUserInfo", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:hunter2@collector/v1/traces"}, want: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="***": want a URL without user info, query or fragment`},
+		{name: "OTLPProtocolGRPC", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": only http/protobuf is supported (OTLP over HTTP, usually port 4318)`},
 		{name: "SendTimeoutZero", env: map[string]string{"SEND_TIMEOUT": "0s"}, want: `SEND_TIMEOUT="0s": must be positive`},
 		{name: "ShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, want: `SHUTDOWN_TIMEOUT="soon": want a duration such as 500ms, 30s or 48h`},
 		{name: "HTTPAddr", env: map[string]string{"HTTP_ADDR": "8080"}, want: `HTTP_ADDR="8080": want [host]:port, such as :8080, or off`},

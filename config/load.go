@@ -71,6 +71,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
 	i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 0, 1000)
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
+	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
 
 	t := &c.Twilio
 	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
@@ -93,6 +94,15 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	if !c.AllowInsecureTransport {
 		l.refuseClearText(t.APIURL)
 	}
+	tr := &c.Tracing
+	tr.Endpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_ENDPOINT")
+	tr.TracesEndpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if tr.Protocol = l.str("OTEL_EXPORTER_OTLP_PROTOCOL"); tr.Protocol != "http/protobuf" {
+		// Ignoring it would send HTTP to a gRPC port, and lose every span.
+		l.fail("OTEL_EXPORTER_OTLP_PROTOCOL", "only http/protobuf is supported (OTLP over HTTP, usually port 4318)")
+		tr.Protocol = ""
+	}
+	tr.ServiceName = l.str("OTEL_SERVICE_NAME")
 
 	c.SendTimeout = l.duration("SEND_TIMEOUT", positive)
 	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
@@ -472,6 +482,14 @@ func (l *loader) httpURL(name string) string {
 		return ""
 	}
 	return v
+}
+
+// optionalHTTPURL is httpURL for a variable that may be unset ("").
+func (l *loader) optionalHTTPURL(name string) string {
+	if l.value(name) == "" {
+		return ""
+	}
+	return l.httpURL(name)
 }
 
 // redisURL checks the scheme, host and database of a Redis URL. Its reasons

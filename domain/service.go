@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -41,6 +42,10 @@ type Config struct {
 	// ClaimWaitMax caps one wait between looks at another worker's pending
 	// claim (1s).
 	ClaimWaitMax time.Duration
+	// LedgerSize bounds the deliveries this process remembers while their
+	// sent record is owed to the store (DefaultLedgerSize); each is kept at
+	// most TTL.
+	LedgerSize int
 	// LogEvery rate-limits the warnings that an outage would repeat for every
 	// record (idempotency_check_unavailable, idempotency_record_failed): at
 	// most one per LogEvery, carrying the count suppressed since (1s).
@@ -63,6 +68,9 @@ func (c *Config) setDefaults() {
 	def(&c.SendTimeout, 10*time.Second)
 	def(&c.ClaimWaitMax, time.Second)
 	def(&c.LogEvery, time.Second)
+	if c.LedgerSize <= 0 {
+		c.LedgerSize = DefaultLedgerSize
+	}
 	if c.FailureMode == "" {
 		c.FailureMode = FailOpen
 	}
@@ -102,10 +110,27 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// DefaultLedgerSize is Config.LedgerSize's default: at about 200 bytes an
+// entry, a few megabytes, and minutes of a busy worker's sends during a
+// store outage.
+const DefaultLedgerSize = 10000
+
 // Service is "send unless already sent". It implements ports.Handler and is
 // safe for concurrent use.
+//
+// Besides the store, it remembers what it delivered in two places, so that
+// its own retries never send a notification twice: the record's
+// ports.Deliveries (every delivery, for the attempts at that record) and the
+// ledger (deliveries whose sent record the store has not confirmed, for any
+// record this process handles, bounded by Config.LedgerSize and Config.TTL).
+// Owed records are written from the ledger when the store answers again.
 type Service struct {
 	cfg         Config
+	ledger      *ledger
+	draining    atomic.Bool    // a drain goroutine runs
+	drains      sync.WaitGroup // the drain goroutine, for Close
+	closed      chan struct{}  // closed by Close
+	closeOnce   sync.Once
 	unavailable *rateLimited
 	recordFail  *rateLimited
 }
@@ -127,6 +152,8 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		cfg:         cfg,
+		ledger:      newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
+		closed:      make(chan struct{}),
 		unavailable: &rateLimited{every: cfg.LogEvery, now: cfg.Now},
 		recordFail:  &rateLimited{every: cfg.LogEvery, now: cfg.Now},
 	}, nil
@@ -142,8 +169,16 @@ func (s *Service) LongestHandle() time.Duration {
 	return time.Duration(len(ports.Channels)) * (s.cfg.ClaimTTL + s.cfg.SendTimeout + 3*s.cfg.StoreTimeout)
 }
 
+// Owed returns how many deliveries the ledger holds whose sent record is
+// still owed to the store, and how many were dropped from it because it was
+// full (each such drop reopens the store's own duplicate window for that
+// notification).
+func (s *Service) Owed() (owed int, evicted int64) { return s.ledger.len(), s.ledger.evictions() }
+
 // Handle decodes rec and delivers each of its notifications. It returns nil
-// when every notification was sent or was a duplicate. Otherwise the error's
+// when every notification was sent or was a duplicate. A notification found
+// in rec.Deliveries was delivered by an earlier attempt at rec: it is
+// neither sent nor reported again. Otherwise the error's
 // ports.Kind tells the consumer what to do: Permanent for a record that can
 // never succeed (it does not decode, its type is unknown, a provider refused
 // it for good), Unavailable when the store is down in the closed mode, and
@@ -181,7 +216,13 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	var failed []error
 	worst := ports.Permanent
 	for _, m := range msgs {
-		outcome, err := s.deliver(ctx, log.With(slog.String("channel", string(m.Channel))), m)
+		mlog := log.With(slog.String("channel", string(m.Channel)))
+		if _, ok := rec.Deliveries.Lookup(m.IdempotencyKey); ok {
+			s.payIfOwed(ctx, mlog, m.IdempotencyKey)
+			mlog.Debug("notification_delivered_earlier")
+			continue
+		}
+		outcome, err := s.deliver(ctx, mlog, m, rec.Deliveries)
 		s.cfg.Observer.Observe(m.Channel, outcome)
 		if err == nil {
 			continue
@@ -215,8 +256,13 @@ const (
 	duplicate                    // already sent: skip
 )
 
-// deliver runs the protocol for one notification.
-func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message) (ports.Outcome, error) {
+// deliver runs the protocol for one notification, and adds it to done once
+// the provider accepted it.
+func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message, done *ports.Deliveries) (ports.Outcome, error) {
+	if o, ok := s.ledger.lookup(m.IdempotencyKey); ok {
+		s.suppressOwed(ctx, log, o)
+		return ports.OutcomeDuplicate, nil
+	}
 	token := newToken()
 	res, err := s.claim(ctx, log, m.IdempotencyKey, token)
 	if err != nil {
@@ -244,16 +290,17 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 	if receipt.SentAt.IsZero() {
 		receipt.SentAt = s.cfg.Now()
 	}
+	done.Add(m.IdempotencyKey, receipt)
 
 	// The send happened: record it even if ctx was cancelled meanwhile, or a
-	// replay would send it again.
-	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	err = s.cfg.Store.Record(recCtx, m.IdempotencyKey, receipt, s.cfg.TTL)
-	cancel()
-	if err != nil {
+	// replay would send it again. What the store does not take, the ledger
+	// keeps until it does.
+	if err := s.record(ctx, m.IdempotencyKey, receipt, s.cfg.TTL); err != nil {
+		s.ledger.owe(m.IdempotencyKey, receipt)
 		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))
 	}
+	s.drainSoon()
 	log.Info("notification_sent",
 		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 		slog.String("provider_id", receipt.ProviderID),
@@ -313,6 +360,12 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string
 				slog.Time("sent_at", c.Receipt.SentAt))
 			return duplicate, nil
 		case ports.InFlight:
+			if o, ok := s.ledger.lookup(key); ok {
+				// This process delivered it and could not record it: the
+				// pending claim is ours, delivered, and nothing to wait on.
+				s.suppressOwed(ctx, log, o)
+				return duplicate, nil
+			}
 			// Another worker is sending it right now (a rebalance overlap).
 			// Sending too would duplicate; skipping would lose it if that
 			// send fails. Wait for its record, or for its claim to go.
@@ -330,6 +383,113 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string
 		}
 		wait = min(2*wait, s.cfg.ClaimWaitMax)
 	}
+}
+
+// record writes the sent record of key, living ttl, with the store timeout.
+// It runs even when ctx is cancelled: the send it records has happened.
+func (s *Service) record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	return s.cfg.Store.Record(rctx, key, r, ttl)
+}
+
+// pay writes the record the ledger owes for o, with what is left of its TTL
+// since the send, and settles o once the store took it.
+func (s *Service) pay(ctx context.Context, o owed) error {
+	ttl := s.cfg.TTL - s.cfg.Now().Sub(o.receipt.SentAt)
+	if ttl > 0 {
+		if err := s.record(ctx, o.key, o.receipt, min(ttl, s.cfg.TTL)); err != nil {
+			return err
+		}
+	}
+	s.ledger.settle(o)
+	return nil
+}
+
+// payIfOwed writes key's owed record, if the ledger holds one.
+func (s *Service) payIfOwed(ctx context.Context, log *slog.Logger, key string) {
+	if o, ok := s.ledger.lookup(key); ok {
+		if err := s.pay(ctx, o); err != nil {
+			s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+				slog.String("error", err.Error()))
+		}
+	}
+}
+
+// suppressOwed reports a notification this process delivered and still owes
+// a record for as a duplicate, and tries to write that record.
+func (s *Service) suppressOwed(ctx context.Context, log *slog.Logger, o owed) {
+	log.Info("duplicate_suppressed",
+		slog.String("provider_id", o.receipt.ProviderID),
+		slog.Time("sent_at", o.receipt.SentAt),
+		slog.Bool("recorded", false))
+	s.payIfOwed(ctx, log, o.key)
+}
+
+// drainBatch is how many owed records one look at the ledger takes, and
+// drainRetry how long the drain waits after a write the store refused.
+const (
+	drainBatch = 64
+	drainRetry = time.Second
+)
+
+// drainSoon makes sure a goroutine writes the ledger's owed records while
+// there are any: oldest first, waiting drainRetry after a write the store
+// refused. At most one runs; it ends when the ledger is empty or at Close.
+func (s *Service) drainSoon() {
+	if s.ledger.len() == 0 || !s.draining.CompareAndSwap(false, true) {
+		return
+	}
+	s.drains.Add(1)
+	go s.drain()
+}
+
+func (s *Service) drain() {
+	defer s.drains.Done()
+	for {
+		for s.payOldest() {
+		}
+		if s.ledger.len() > 0 {
+			select {
+			case <-s.closed:
+				s.draining.Store(false)
+				return
+			case <-time.After(drainRetry):
+				continue
+			}
+		}
+		// Empty. A debt entered after the look above would find draining
+		// still set and start no drain: look again once it is cleared.
+		s.draining.Store(false)
+		if s.ledger.len() == 0 || !s.draining.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// payOldest writes one batch of owed records and reports whether all were
+// written and more may be owed.
+func (s *Service) payOldest() bool {
+	batch := s.ledger.oldest(drainBatch)
+	for _, o := range batch {
+		select {
+		case <-s.closed:
+			return false
+		default:
+		}
+		if s.pay(context.Background(), o) != nil {
+			return false
+		}
+	}
+	return len(batch) > 0
+}
+
+// Close stops the writing of owed records in the background and waits for
+// it. Records still owed are lost with the process; a replay of theirs is
+// then protected by the store alone. Handle must not be called after Close.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.drains.Wait()
 }
 
 // release gives the key back after a failed send, so a retry or a replay

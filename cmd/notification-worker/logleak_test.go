@@ -19,6 +19,8 @@ import (
 	"github.com/emersion/go-sasl"
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
@@ -61,8 +63,9 @@ var nameLong = strings.Repeat("Grace Brewster Murray Hopper ", 10<<10/29)
 // every failed send, dead letters, retries, the store failing open) and
 // greps everything it wrote: its logs, the headers of its dead letters, its
 // metrics and /readyz, anything written through the default logger, the
-// errors it returned and, through run, stderr. No secret and no name may
-// appear; phone numbers and email addresses may appear only masked.
+// errors it returned, the trace spans it made and, through run, stderr. No
+// secret and no name may appear; phone numbers and email addresses may
+// appear only masked.
 func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 	suffix := uniqueName("x")[2:]
 	secrets := map[string]string{
@@ -128,7 +131,10 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"LOG_LEVEL":                    "debug",
 		})
 		var out logtest.Buffer
-		m := &Main{Config: cfg, Stdout: &out}
+		spans := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		m := &Main{Config: cfg, Stdout: &out, TracerProvider: tp}
 		MustOpen(t, m)
 		stop := MustRun(t, m)
 
@@ -214,6 +220,18 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 
 		logs := out.String()
 		assertNoLeak(t, "worker logs", logs, forbidden)
+		t.Run("Spans", func(t *testing.T) {
+			var b strings.Builder
+			for _, s := range spans.GetSpans() {
+				fmt.Fprintln(&b, s.Name, s.Status.Description, s.Attributes, s.Events)
+			}
+			assertNoLeak(t, "spans", b.String(), forbidden)
+			for _, want := range []string{"+1555***1111", "g***@example.com", "error.type"} {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("spans lack %s: were the failed sends traced?", want)
+				}
+			}
+		})
 		t.Run("EveryPathWasTaken", func(t *testing.T) {
 			// Without these the test would pass by logging nothing.
 			seen := map[string]int{}

@@ -12,11 +12,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/console"
 	"github.com/harborlight/notification-worker/adapters/httpapi"
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
@@ -70,6 +73,11 @@ type Main struct {
 	// pass one to two workers in turn, as they pass one Store, to read
 	// counts that span a restart.
 	Metrics *prometheus.Metrics
+	// TracerProvider overrides the tracing the configuration asks for (nil:
+	// OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none). Tests pass one
+	// that keeps the spans in memory.
+	TracerProvider trace.TracerProvider
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
@@ -98,6 +106,11 @@ func (m *Main) Open(ctx context.Context) error {
 		m.metrics = prometheus.New()
 	}
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
+	m.metrics.SetVersion(version)
+	tracer, err := m.openTracing(ctx, wired)
+	if err != nil {
+		return err
+	}
 
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
@@ -116,14 +129,15 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Outside the breaker, so its refusals count as the store unavailable.
-	store = m.metrics.InstrumentStore(store)
+	// Outside the breaker, so its refusals count as the store unavailable
+	// (and show in the trace).
+	store = tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers, err := m.openNotifiers(wired)
 	if err != nil {
 		return err
 	}
 	for ch, n := range notifiers {
-		notifiers[ch] = m.metrics.InstrumentNotifier(ch, n)
+		notifiers[ch] = tracer.Notifier(ch, wired[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
 	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
 	if err != nil {
@@ -138,13 +152,16 @@ func (m *Main) Open(ctx context.Context) error {
 		StoreTimeout: cfg.Idempotency.Timeout,
 		SendTimeout:  cfg.SendTimeout,
 		FailureMode:  domain.FailureMode(cfg.Idempotency.FailureMode),
+		LedgerSize:   cfg.Idempotency.LedgerSize,
 		Logger:       m.logger,
 		Observer:     observers(m.metrics, m.Observer),
 	})
 	if err != nil {
 		return err
 	}
-	m.handler = svc
+	m.handler = tracer.Handler(svc)
+	m.closers = append(m.closers, svc.Close)
+	m.metrics.TrackLedger(svc.Owed)
 
 	kcfg, err := m.kafkaConfig(brokers)
 	if err != nil {
@@ -162,12 +179,41 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := m.openHTTP(wired); err != nil {
 		return err
 	}
-	m.logger.Info("worker_starting", slog.Any("config", cfg), slog.Any("adapters", wired))
+	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", wired))
 	if cfg.AllowInsecureTransport {
 		m.logger.Warn("insecure_transport_allowed",
 			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, SASL PLAIN without TLS); for a test lab only"))
 	}
 	return nil
+}
+
+// openTracing returns the tracer the ports are decorated with: over
+// Main.TracerProvider when set, else exporting over OTLP when the
+// configuration names an endpoint, else nil (tracing off: nothing is
+// decorated). The provider built here is shut down by Close, after the
+// consumer, so the last records' spans are exported.
+func (m *Main) openTracing(ctx context.Context, wired map[string]string) (*otel.Tracer, error) {
+	switch url := m.Config.TracesURL(); {
+	case m.TracerProvider != nil:
+		wired["tracing"] = "given"
+		return otel.New(m.TracerProvider), nil
+	case url != "":
+		tp, err := otel.NewProvider(ctx, otel.ExportConfig{
+			URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: version, Logger: m.logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.closers = append(m.closers, func() {
+			if err := tp.Shutdown(); err != nil {
+				m.logger.Warn("tracing_shutdown_incomplete", slog.String("error", err.Error()))
+			}
+		})
+		wired["tracing"] = "otlp " + url
+		return otel.New(tp), nil
+	}
+	wired["tracing"] = "off (OTEL_EXPORTER_OTLP_ENDPOINT is empty)"
+	return nil, nil
 }
 
 // openHTTP starts /healthz, /readyz and /metrics on HTTP_ADDR, last in Open:
@@ -276,6 +322,7 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 	b := breaker.New(rs, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Probe: rs.Ping})
 	m.closers = append(m.closers, b.Close)
 	m.breaker = b
+	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
 	wired["store"] = "redis, behind a circuit breaker"
 	return b, nil
 }
@@ -427,5 +474,11 @@ func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
 func (all multiMetrics) HandlersAbandoned(delta int) {
 	for _, m := range all {
 		m.HandlersAbandoned(delta)
+	}
+}
+
+func (all multiMetrics) RecordRetried(topic string, kind ports.Kind) {
+	for _, m := range all {
+		m.RecordRetried(topic, kind)
 	}
 }

@@ -2,8 +2,9 @@
 // key-ordered concurrency against one-at-a-time handling, the cost of the
 // idempotency store (Redis, memory, none), throughput during a Redis outage
 // with and without the circuit breaker, the memory one idempotency key
-// takes in Redis, and the connections the Twilio adapter opens per 1000 SMS
-// with the throughput they cost.
+// takes in Redis, the connections the Twilio adapter opens per 1000 SMS
+// with the throughput they cost, and the cost of tracing (off, over a no-op
+// provider, on).
 //
 // Everything runs through the real pieces (the Sarama consumer on the
 // embedded kfake broker, the domain service, the real stores, a real

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
@@ -168,6 +169,9 @@ type run struct {
 	// serverCPU, when set, reads the CPU time a server process used so far
 	// (redis-server shares this machine's CPUs with the worker).
 	serverCPU func() time.Duration
+	// tracer, when set, decorates the handler, the store and the notifier
+	// as the worker does with tracing on; nil decorates nothing (off).
+	tracer *otel.Tracer
 }
 
 // measurement is what a run saw, from the moment the first record reached
@@ -251,8 +255,8 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 		sms = r.sms
 	}
 	svc, err := domain.NewService(domain.Config{
-		Store:     storeClock{r.store},
-		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
+		Store:     r.tracer.Store(storeClock{r.store}),
+		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: r.tracer.Notifier(ports.ChannelSMS, "double", sms)},
 		// The production defaults: IDEMPOTENCY_TIMEOUT 200ms, fail open,
 		// warnings at most once a second.
 		StoreTimeout: 200 * time.Millisecond,
@@ -264,6 +268,7 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	if err != nil {
 		b.Fatalf("NewService: %v", err)
 	}
+	handler := r.tracer.Handler(svc)
 	c, err := kafka.NewConsumer(kafka.Config{
 		Brokers:         br.brokers,
 		Topic:           br.topic,
@@ -287,7 +292,7 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	h := ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 		first.CompareAndSwap(0, time.Now().UnixNano())
 		t := &tally{}
-		err := svc.Handle(context.WithValue(ctx, tallyKey{}, t), rec)
+		err := handler.Handle(context.WithValue(ctx, tallyKey{}, t), rec)
 		if n := finished.Add(1); n <= int64(r.want) {
 			mu.Lock()
 			times = append(times, time.Duration(t.nanos.Load()))

@@ -74,6 +74,9 @@ const (
 	runRedisStore  = "store/redis"
 	runTwilioFresh = "twilio/client-per-send"
 	runTwilioPool  = "twilio/pooled"
+	runTracingOff  = "tracing/off"
+	runTracingNoop = "tracing/noop-provider"
+	runTracingOn   = "tracing/on"
 )
 
 // outageRun names an outage measurement.
@@ -102,6 +105,7 @@ func (r *registry) print(w io.Writer) {
 	r.printOutage(w)
 	r.printKeys(w)
 	r.printTwilio(w)
+	r.printTracing(w)
 	fmt.Fprintln(w)
 }
 
@@ -341,4 +345,31 @@ func bytesIEC(b float64) string {
 		return fmt.Sprintf("%.0f MiB", b/(1<<20))
 	}
 	return fmt.Sprintf("%.0f KiB", b/(1<<10))
+}
+
+func (r *registry) printTracing(w io.Writer) {
+	off, okOff := r.get(runTracingOff)
+	if !okOff {
+		return
+	}
+	fmt.Fprintf(w, "\n### 5. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "Off is what the worker runs without OTEL_EXPORTER_OTLP_ENDPOINT: nothing decorated. On samples every record (a record")
+	fmt.Fprintln(w, "span, and claim, send and record children) and batches the spans to an exporter that discards them.")
+	fmt.Fprintln(w)
+	header(w, "tracing", "records", "records/s", "rounds (records/s)", "ratio vs off", "worker CPU/record")
+	for _, c := range []struct{ label, name string }{
+		{"off", runTracingOff},
+		{"decorators over a no-op provider", runTracingNoop},
+		{"on (SDK, batch span processor)", runTracingOn},
+	} {
+		m, ok := r.get(c.name)
+		if !ok {
+			continue
+		}
+		rt := ratio(m, off, okOff)
+		if c.name == runTracingOff {
+			rt = "1.00x (baseline)"
+		}
+		row(w, c.label, fmt.Sprint(m.records), rate(m), roundRates(m), rt, us(m.cpuPerRecord()))
+	}
 }
