@@ -97,6 +97,9 @@ type Config struct {
 		From      string // SMTP_FROM, as given (display name allowed)
 		TLSPolicy string // SMTP_TLS_POLICY: "mandatory", "opportunistic" or "none"
 	}
+	// AllowInsecureTransport lifts Load's refusal of clear-text credentials
+	// (see ALLOW_INSECURE_TRANSPORT), for a test lab.
+	AllowInsecureTransport bool // ALLOW_INSECURE_TRANSPORT
 	// Tracing is OpenTelemetry's trace export, off unless an endpoint is
 	// set. The exporter reads the other standard OTEL_EXPORTER_OTLP_*
 	// variables (headers, timeout, compression, certificates) itself, and
@@ -204,6 +207,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("from", s.From),
 			slog.String("tls_policy", s.TLSPolicy),
 		),
+		slog.Bool("allow_insecure_transport", c.AllowInsecureTransport),
 		slog.Group("tracing",
 			slog.Bool("enabled", c.TracesURL() != ""),
 			slog.String("traces_url", c.TracesURL()),

@@ -100,6 +100,7 @@ var fullEnv = map[string]string{
 	"SMTP_PASSWORD":                smtpPassword,
 	"SMTP_FROM":                    "Harborlight <noreply@harborlight.example>",
 	"SMTP_TLS_POLICY":              "opportunistic",
+	"ALLOW_INSECURE_TRANSPORT":     "true", // TWILIO_API_URL is an http:// double
 	"SEND_TIMEOUT":                 "7s",
 	"RECONCILE_TIMEOUT":            "5m",
 	"UNKNOWN_OUTCOME_POLICY":       "dead_letter",
@@ -154,6 +155,7 @@ var fields = map[string]field{
 	"SMTP_PASSWORD":                {func(c config.Config) any { return c.SMTP.Password }, config.Secret(smtpPassword)},
 	"SMTP_FROM":                    {func(c config.Config) any { return c.SMTP.From }, "Harborlight <noreply@harborlight.example>"},
 	"SMTP_TLS_POLICY":              {func(c config.Config) any { return c.SMTP.TLSPolicy }, "opportunistic"},
+	"ALLOW_INSECURE_TRANSPORT":     {func(c config.Config) any { return c.AllowInsecureTransport }, true},
 	"SEND_TIMEOUT":                 {func(c config.Config) any { return c.SendTimeout }, 7 * time.Second},
 	"RECONCILE_TIMEOUT":            {func(c config.Config) any { return c.ReconcileTimeout }, 5 * time.Minute},
 	"UNKNOWN_OUTCOME_POLICY":       {func(c config.Config) any { return c.UnknownOutcomePolicy }, "dead_letter"},
@@ -236,6 +238,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"SMTP_PASSWORD", c.SMTP.Password, config.Secret("")},
 		{"SMTP_FROM", c.SMTP.From, ""},
 		{"SMTP_TLS_POLICY", c.SMTP.TLSPolicy, "mandatory"},
+		{"ALLOW_INSECURE_TRANSPORT", c.AllowInsecureTransport, false},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", c.Tracing.Endpoint, ""},
 		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", c.Tracing.TracesEndpoint, ""},
 		{"OTEL_EXPORTER_OTLP_PROTOCOL", c.Tracing.Protocol, "http/protobuf"},
@@ -636,7 +639,7 @@ func TestLoad_HalfConfigured(t *testing.T) {
 		},
 		{
 			name: "SASLMechanismWithoutCredentials",
-			env:  map[string]string{"KAFKA_BROKERS": "k1:9092", "KAFKA_SASL_MECHANISM": "PLAIN"},
+			env:  map[string]string{"KAFKA_BROKERS": "k1:9092", "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256"},
 			want: []string{
 				"KAFKA_SASL_USERNAME: required when KAFKA_SASL_MECHANISM is set",
 				"KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set",
@@ -683,6 +686,83 @@ func TestLoad_HalfConfigured(t *testing.T) {
 			t.Error("TwilioEnabled with only TWILIO_API_URL set")
 		}
 	})
+}
+
+// TestLoad_ClearTextCredentials: a setting that would send a credential
+// unencrypted stops the worker at start, naming the variable, unless
+// ALLOW_INSECURE_TRANSPORT=true says this is a test lab.
+func TestLoad_ClearTextCredentials(t *testing.T) {
+	twilio := func(apiURL string) map[string]string {
+		return map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "+15551234567", "TWILIO_API_URL": apiURL}
+	}
+	plain := func(tls string) map[string]string {
+		env := map[string]string{"KAFKA_BROKERS": "k1.internal:9092", "KAFKA_SASL_MECHANISM": "plain", "KAFKA_SASL_USERNAME": "nw", "KAFKA_SASL_PASSWORD": saslPassword}
+		if tls != "" {
+			env["KAFKA_TLS"] = tls
+		}
+		return env
+	}
+	with := func(env map[string]string, k, v string) map[string]string {
+		out := maps.Clone(env)
+		out[k] = v
+		return out
+	}
+	const (
+		refusedTwilio = "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send the Twilio auth token in clear text; use https://, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+		refusedPLAIN  = "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+	)
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"TwilioHTTPToAHostName", twilio("http://twilio-double:8089"), `TWILIO_API_URL="http://twilio-double:8089": ` + refusedTwilio},
+		{"TwilioHTTPToAnAddress", twilio("http://10.0.0.7"), `TWILIO_API_URL="http://10.0.0.7": ` + refusedTwilio},
+		{"TwilioHTTPToANameEndingInLocalhost", twilio("http://localhost.evil.example"), `TWILIO_API_URL="http://localhost.evil.example": ` + refusedTwilio},
+		{"TwilioHTTPWithoutCredentials", map[string]string{"TWILIO_API_URL": "http://proxy.internal"}, `TWILIO_API_URL="http://proxy.internal": ` + refusedTwilio},
+		{"SASLPlainWithoutTLS", plain(""), `KAFKA_SASL_MECHANISM="plain": ` + refusedPLAIN},
+		{"SASLPlainWithTLSFalse", plain("false"), `KAFKA_SASL_MECHANISM="plain": ` + refusedPLAIN},
+		{"OptOutNotABoolean", with(plain(""), "ALLOW_INSECURE_TRANSPORT", "yes"), `ALLOW_INSECURE_TRANSPORT="yes": want true or false`},
+	} {
+		t.Run("Refused/"+tt.name, func(t *testing.T) {
+			cerr := MustFail(t, tt.env)
+			if got := cerr.Problems[0].String(); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+			if strings.Contains(cerr.Error(), saslPassword) || strings.Contains(cerr.Error(), "tok\"") {
+				t.Errorf("error shows a credential: %v", cerr)
+			}
+		})
+	}
+	t.Run("OptOutNotABoolean/StillRefuses", func(t *testing.T) {
+		cerr := MustFail(t, with(plain(""), "ALLOW_INSECURE_TRANSPORT", "yes"))
+		if len(cerr.Problems) != 2 || cerr.Problems[1].Var != "KAFKA_SASL_MECHANISM" {
+			t.Errorf("problems %v, want the bad opt-out and the refusal it did not lift", cerr.Problems)
+		}
+	})
+
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"TwilioHTTPS", twilio("https://proxy.internal")},
+		{"TwilioHTTPToLocalhost", twilio("http://localhost:8089")},
+		{"TwilioHTTPToLocalhostUpperCase", twilio("http://LOCALHOST:8089")},
+		{"TwilioHTTPTo127", twilio("http://127.0.0.1:8089")},
+		{"TwilioHTTPTo127Slash8", twilio("http://127.5.6.7:8089")},
+		{"TwilioHTTPToIPv6Loopback", twilio("http://[::1]:8089")},
+		{"SASLPlainWithTLS", plain("true")},
+		{"SASLScramWithoutTLS", with(plain(""), "KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")},
+		{"OptOutTwilio", with(twilio("http://twilio-double:8089"), "ALLOW_INSECURE_TRANSPORT", "true")},
+		{"OptOutSASLPlain", with(plain(""), "ALLOW_INSECURE_TRANSPORT", "true")},
+	} {
+		t.Run("Accepted/"+tt.name, func(t *testing.T) {
+			c := MustLoad(t, tt.env)
+			if got, want := c.AllowInsecureTransport, tt.env["ALLOW_INSECURE_TRANSPORT"] == "true"; got != want {
+				t.Errorf("AllowInsecureTransport = %v, want %v", got, want)
+			}
+		})
+	}
 }
 
 // TestSecretsNeverShown renders a Config and a config Error every way a

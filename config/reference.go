@@ -54,6 +54,7 @@ var Reference = []Var{
 	{Name: "SMTP_PASSWORD", Meaning: "SMTP password; needs `SMTP_USERNAME`.", Secret: true},
 	{Name: "SMTP_FROM", Meaning: "Sender address, display name allowed (`Harborlight <noreply@example.com>`). Required with `SMTP_HOST`."},
 	{Name: "SMTP_TLS_POLICY", Default: "mandatory", Meaning: "`mandatory` (STARTTLS or fail), `opportunistic` (STARTTLS when offered) or `none`."},
+	{Name: "ALLOW_INSECURE_TRANSPORT", Default: "false", Meaning: "`true` lets credentials cross the network in clear text, which the worker otherwise refuses at start: an `http://` `TWILIO_API_URL` whose host is not loopback (127.0.0.0/8, ::1, `localhost`), and `KAFKA_SASL_MECHANISM=PLAIN` without `KAFKA_TLS=true`. For a test lab only; the worker logs `insecure_transport_allowed` at start."},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Meaning: "Base `http(s)` URL of an OTLP/HTTP receiver (a collector, port 4318); traces go to its `/v1/traces`. Empty (and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` empty): tracing is off, at no cost. The exporter reads the other standard `OTEL_EXPORTER_OTLP_*` variables (headers, timeout, compression, certificates), the SDK `OTEL_TRACES_SAMPLER` and `OTEL_RESOURCE_ATTRIBUTES`."},
 	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Meaning: "Full `http(s)` URL traces are sent to, path included; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`."},
 	{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Default: "http/protobuf", Meaning: "OTLP transport; `http/protobuf` is the only one this worker speaks (gRPC is refused at start rather than ignored)."},

@@ -80,26 +80,27 @@ var _ ports.Notifier = (*Notifier)(nil)
 // only read their fields once built (SendRequest writes the client only
 // when OAuth is set, which the Notifier never does), and http.Client and
 // http.Transport are safe for concurrent use. The client's setters
-// (SetAccountSid, SetTimeout, SetOauth) are called in New only, before the
-// client is shared.
+// (SetAccountSid, SetTimeout, SetOauth) write its fields: New calls
+// SetAccountSid, before the client is shared, and nothing calls them after.
 type Notifier struct {
 	sid, from string
 	msSID     string
 	apiURL    *url.URL
 	timeout   time.Duration
 	api       *api.ApiService
-	// sends holds each Send in progress (*send) by its placeholder; see send.
+	// sends holds each Send in progress (*sendInProgress) by its
+	// placeholder; see sendInProgress.
 	sends sync.Map
 	seq   atomic.Uint64
 }
 
-// send is one Send in progress, as its requests' transport sees it.
+// sendInProgress is one Send, as its request's transport sees it.
 // twilio-go's CreateMessage takes no context and reports an HTTP status
 // only when the body carries it; so Send registers its context under a
 // placeholder that it passes as the account SID of the request path, and
 // the transport looks the placeholder up, puts the real account SID in its
 // place, sends the request under the send's context and records the status.
-type send struct {
+type sendInProgress struct {
 	ctx    context.Context
 	status atomic.Int32 // written by RoundTrip, read by Send after CreateMessage returned
 }
@@ -216,7 +217,7 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 
-	s := &send{ctx: ctx}
+	s := &sendInProgress{ctx: ctx}
 	placeholder := sendPrefix + strconv.FormatUint(n.seq.Add(1), 10)
 	n.sends.Store(placeholder, s)
 	defer n.sends.Delete(placeholder)
@@ -267,7 +268,7 @@ type apiTransport struct {
 	base   http.RoundTripper
 	target *url.URL
 	sid    string
-	sends  *sync.Map // placeholder -> *send
+	sends  *sync.Map // placeholder -> *sendInProgress
 }
 
 func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -280,7 +281,7 @@ func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, errNoSend
 	}
-	s := v.(*send)
+	s := v.(*sendInProgress)
 	// twilio-go builds every request on context.Background(); s.ctx
 	// carries the send's deadline (the same as http.Client.Timeout) and the
 	// caller's cancellation, so replacing the context loses nothing.

@@ -190,6 +190,10 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", wired))
+	if cfg.AllowInsecureTransport {
+		m.logger.Warn("insecure_transport_allowed",
+			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, SASL PLAIN without TLS); for a test lab only"))
+	}
 	return nil
 }
 
