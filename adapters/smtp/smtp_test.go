@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
+
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/harborlight/notification-worker/adapters/smtp"
@@ -61,7 +63,7 @@ func TestNew(t *testing.T) {
 
 func TestSend(t *testing.T) {
 	t.Run("DeliveredAsReceived", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		m := testMessage("7f1c9a52:email")
 
@@ -103,7 +105,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("MessageIDDeterministic", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		for _, key := range []string{"evt-1:email", "evt-1:email", "evt-2:email"} {
 			MustSend(t, n, testMessage(key))
@@ -125,7 +127,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("CRLFInSubjectAndNameCannotInjectHeaders", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		m := testMessage("k")
 		m.Subject = "Out for delivery\r\nBcc: evil@attacker.example"
@@ -150,7 +152,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("NoKeyGetsAUniqueMessageID", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		r1 := MustSend(t, n, testMessage(""))
 		r2 := MustSend(t, n, testMessage(""))
@@ -160,7 +162,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("TextOnly", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		m := testMessage("k")
 		m.HTML = ""
 		MustSend(t, MustNew(t, plainConfig(srv)), m)
@@ -171,7 +173,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("ErrInvalidRecipientIsPermanent", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		m := testMessage("k")
 		m.To = "ada@@example"
 		_, err := MustNew(t, plainConfig(srv)).Send(context.Background(), m)
@@ -187,7 +189,7 @@ func TestSend(t *testing.T) {
 // TestSendConcurrent proves concurrent sends share nothing that races (run
 // with -race) and each message arrives whole.
 func TestSendConcurrent(t *testing.T) {
-	srv := StartServer(t, Script{Users: map[string]string{"mailer": "pw"}, Mechs: []string{"LOGIN"}})
+	srv := smtptest.StartServer(t, smtptest.Script{Users: map[string]string{"mailer": "pw"}, Mechs: []string{"LOGIN"}})
 	cfg := plainConfig(srv)
 	cfg.Username, cfg.Password = "mailer", "pw"
 	n := MustNew(t, cfg)
@@ -213,19 +215,19 @@ func TestSendConcurrent(t *testing.T) {
 func TestSendRejected(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		script   Script
+		script   smtptest.Script
 		kind     ports.Kind
 		code     int
 		enhanced string
 	}{
-		{"Rcpt550IsPermanent", Script{RcptErr: smtpErr(550, 5, 1, 1, "No such user ada@example.com")}, ports.Permanent, 550, "5.1.1"},
-		{"Rcpt451IsRetryable", Script{RcptErr: smtpErr(451, 4, 3, 0, "Try again later")}, ports.Retryable, 451, "4.3.0"},
-		{"Data554IsPermanent", Script{DataErr: smtpErr(554, 5, 6, 0, "Message rejected")}, ports.Permanent, 554, "5.6.0"},
-		{"Data451IsRetryable", Script{DataErr: smtpErr(451, 4, 7, 1, "Greylisted")}, ports.Retryable, 451, "4.7.1"},
-		{"AuthRequired530IsUnavailable", Script{Users: map[string]string{"mailer": "pw"}}, ports.Unavailable, 530, "5.7.0"},
+		{"Rcpt550IsPermanent", smtptest.Script{RcptErr: smtpErr(550, 5, 1, 1, "No such user ada@example.com")}, ports.Permanent, 550, "5.1.1"},
+		{"Rcpt451IsRetryable", smtptest.Script{RcptErr: smtpErr(451, 4, 3, 0, "Try again later")}, ports.Retryable, 451, "4.3.0"},
+		{"Data554IsPermanent", smtptest.Script{DataErr: smtpErr(554, 5, 6, 0, "Message rejected")}, ports.Permanent, 554, "5.6.0"},
+		{"Data451IsRetryable", smtptest.Script{DataErr: smtpErr(451, 4, 7, 1, "Greylisted")}, ports.Retryable, 451, "4.7.1"},
+		{"AuthRequired530IsUnavailable", smtptest.Script{Users: map[string]string{"mailer": "pw"}}, ports.Unavailable, 530, "5.7.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := StartServer(t, tc.script)
+			srv := smtptest.StartServer(t, tc.script)
 			_, err := MustNew(t, plainConfig(srv)).Send(context.Background(), testMessage("k"))
 			if err == nil {
 				t.Fatal("Send = nil error")
@@ -249,7 +251,7 @@ func TestAuth(t *testing.T) {
 	users := map[string]string{"mailer": "correct-horse"}
 
 	t.Run("PLAIN", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users, Mechs: []string{"PLAIN"}})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users, Mechs: []string{"PLAIN"}})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
 		MustSend(t, MustNew(t, cfg), testMessage("k"))
@@ -257,7 +259,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("LOGINWhenNoPLAIN", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users, Mechs: []string{"CRAM-MD5", "LOGIN"}})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users, Mechs: []string{"CRAM-MD5", "LOGIN"}})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
 		MustSend(t, MustNew(t, cfg), testMessage("k"))
@@ -265,7 +267,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("ErrWrongPasswordSaysAuthenticationFailed", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "wrong-password"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -292,7 +294,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("ErrNoUsableMechanismIsUnavailable", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users, Mechs: []string{"CRAM-MD5"}})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users, Mechs: []string{"CRAM-MD5"}})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -302,7 +304,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("ErrNoCredentialsInClearUnlessPolicyNone", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "opportunistic" // the server has no STARTTLS: the session stays in clear
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
@@ -318,7 +320,7 @@ func TestAuth(t *testing.T) {
 
 func TestTLSPolicy(t *testing.T) {
 	t.Run("MandatoryAgainstPlainServer", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -337,7 +339,7 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("NoneAgainstPlainServer", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		MustSend(t, MustNew(t, plainConfig(srv)), testMessage("k"))
 		if srv.Only(t).TLS {
 			t.Error("session used TLS under policy none")
@@ -345,7 +347,7 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("OpportunisticAgainstPlainServer", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "opportunistic"
 		MustSend(t, MustNew(t, cfg), testMessage("k"))
@@ -353,8 +355,8 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("MandatoryWithSTARTTLSAndAuth", func(t *testing.T) {
-		serverTLS, clientTLS := SelfSignedTLS(t)
-		srv := StartServer(t, Script{TLS: serverTLS, Users: map[string]string{"mailer": "pw"}})
+		serverTLS, clientTLS := smtptest.SelfSignedTLS(t)
+		srv := smtptest.StartServer(t, smtptest.Script{TLS: serverTLS, Users: map[string]string{"mailer": "pw"}})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
 		cfg.Username, cfg.Password = "mailer", "pw"
@@ -367,8 +369,8 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("ErrUntrustedCertificateIsUnavailable", func(t *testing.T) {
-		serverTLS, _ := SelfSignedTLS(t)
-		srv := StartServer(t, Script{TLS: serverTLS})
+		serverTLS, _ := smtptest.SelfSignedTLS(t)
+		srv := smtptest.StartServer(t, smtptest.Script{TLS: serverTLS})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -400,7 +402,7 @@ func TestSendBounded(t *testing.T) {
 	})
 
 	t.Run("SilentServerTimesOut", func(t *testing.T) {
-		host, port := SilentListener(t)
+		host, port := smtptest.SilentListener(t)
 		const timeout = 300 * time.Millisecond
 		n := MustNew(t, smtp.Config{Host: host, Port: port, From: testFrom, TLSPolicy: "none", Timeout: timeout})
 		start := time.Now()
@@ -414,7 +416,7 @@ func TestSendBounded(t *testing.T) {
 	})
 
 	t.Run("ContextCancelledStopsWaiting", func(t *testing.T) {
-		host, port := SilentListener(t)
+		host, port := smtptest.SilentListener(t)
 		n := MustNew(t, smtp.Config{Host: host, Port: port, From: testFrom, TLSPolicy: "none", Timeout: time.Minute})
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -433,7 +435,7 @@ func smtpErr(code, a, b, c int, msg string) error {
 	return &gosmtp.SMTPError{Code: code, EnhancedCode: gosmtp.EnhancedCode{a, b, c}, Message: msg}
 }
 
-func plainConfig(srv *Server) smtp.Config {
+func plainConfig(srv *smtptest.Server) smtp.Config {
 	return smtp.Config{Host: srv.Host, Port: srv.Port, From: testFrom, TLSPolicy: "none", Timeout: 10 * time.Second, HELO: "worker.test"}
 }
 

@@ -18,7 +18,10 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twilio/twilio-go/client"
@@ -29,8 +32,9 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultAPIURL  = "https://api.twilio.com"
-	DefaultTimeout = 10 * time.Second
+	DefaultAPIURL   = "https://api.twilio.com"
+	DefaultTimeout  = 10 * time.Second
+	DefaultMaxConns = 64
 )
 
 // Config configures a Notifier.
@@ -51,35 +55,70 @@ type Config struct {
 	// Timeout bounds one send, from the first byte out to the last byte of the
 	// answer, default DefaultTimeout.
 	Timeout time.Duration
-	// Transport is the base transport, for its connection pool, proxy and TLS
-	// settings; nil means a clone of http.DefaultTransport.
+	// MaxConns is the most connections the Notifier opens to the API at
+	// once, and the most it keeps idle for the next sends, default
+	// DefaultMaxConns. Give it the most sends that run at once (the worker's
+	// MAX_IN_FLIGHT): then every send finds a kept connection once the pool
+	// is warm, and none waits for one. A send beyond it waits for a free
+	// connection, within its Timeout. It applies only when Transport is nil.
+	MaxConns int
+	// Transport is the base transport, for its own connection pool, proxy
+	// and TLS settings; nil means one built by New: a clone of
+	// http.DefaultTransport (proxy from the environment, keep-alive,
+	// HTTP/2 where the API offers it) sized by MaxConns.
 	Transport http.RoundTripper
 }
 
 var _ ports.Notifier = (*Notifier)(nil)
 
-// Notifier sends SMS through Twilio. It is safe for concurrent use: each Send
-// builds its own small twilio-go client around the shared transport, so sends
-// share connections and nothing else.
+// Notifier sends SMS through Twilio. It is safe for concurrent use.
+//
+// New builds one twilio-go client and one HTTP client and transport, shared
+// by every send, so sends reuse kept-alive connections instead of paying a
+// TCP and TLS handshake each. Sharing is safe: read in twilio-go v1.31.0,
+// client.Client.SendRequest, RequestHandler and ApiService.CreateMessage
+// only read their fields once built (SendRequest writes the client only
+// when OAuth is set, which the Notifier never does), and http.Client and
+// http.Transport are safe for concurrent use. The client's setters
+// (SetAccountSid, SetTimeout, SetOauth) write its fields: New calls
+// SetAccountSid, before the client is shared, and nothing calls them after.
 type Notifier struct {
-	sid, token  string
-	from, msSID string
-	apiURL      *url.URL
-	timeout     time.Duration
-	base        http.RoundTripper
+	sid, from string
+	msSID     string
+	apiURL    *url.URL
+	timeout   time.Duration
+	api       *api.ApiService
+	// sends holds each Send in progress (*sendInProgress) by its
+	// placeholder; see sendInProgress.
+	sends sync.Map
+	seq   atomic.Uint64
+}
+
+// sendInProgress is one Send, as its request's transport sees it.
+// twilio-go's CreateMessage takes no context and reports an HTTP status
+// only when the body carries it; so Send registers its context under a
+// placeholder that it passes as the account SID of the request path, and
+// the transport looks the placeholder up, puts the real account SID in its
+// place, sends the request under the send's context and records the status.
+type sendInProgress struct {
+	ctx    context.Context
+	status atomic.Int32 // written by RoundTrip, read by Send after CreateMessage returned
 }
 
 var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
 
-// New validates cfg, applies defaults and returns a Notifier. It does not
-// contact Twilio. Its error names every missing or invalid field at once,
-// and never contains the auth token.
+// New validates cfg, applies defaults and returns a Notifier with its
+// clients built. It does not contact Twilio. Its error names every missing
+// or invalid field at once, and never contains the auth token.
 func New(cfg Config) (*Notifier, error) {
 	if cfg.APIURL == "" {
 		cfg.APIURL = DefaultAPIURL
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 
 	var bad []string
@@ -105,24 +144,54 @@ func New(cfg Config) (*Notifier, error) {
 	if cfg.Timeout < 0 {
 		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
 	}
+	if cfg.MaxConns < 0 {
+		bad = append(bad, fmt.Sprintf("MaxConns %d must be positive", cfg.MaxConns))
+	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("twilio: invalid config: %s", strings.Join(bad, "; "))
 	}
 
 	base := cfg.Transport
 	if base == nil {
-		base = http.DefaultTransport.(*http.Transport).Clone()
+		base = pooledTransport(cfg.MaxConns)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &Notifier{
+	n := &Notifier{
 		sid:     cfg.AccountSID,
-		token:   cfg.AuthToken,
 		from:    cfg.From,
 		msSID:   cfg.MessagingServiceSID,
 		apiURL:  u,
 		timeout: cfg.Timeout,
-		base:    base,
-	}, nil
+	}
+	c := &client.Client{
+		Credentials: client.NewCredentials(cfg.AccountSID, cfg.AuthToken),
+		HTTPClient: &http.Client{
+			Transport: &apiTransport{base: base, target: u, sid: cfg.AccountSID, sends: &n.sends},
+			Timeout:   cfg.Timeout,
+			// twilio-go's own default: a redirect is an answer, not a hop.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	c.SetAccountSid(cfg.AccountSID)
+	// Not NewRequestHandler: it reads TWILIO_EDGE and TWILIO_REGION from the
+	// environment, and configuration is read once, by the config package.
+	n.api = api.NewApiService(&client.RequestHandler{Client: c})
+	return n, nil
+}
+
+// pooledTransport is http.DefaultTransport's configuration (proxy from the
+// environment, 30 s dial timeout and TCP keep-alive, 10 s TLS handshake
+// timeout, 90 s idle timeout, HTTP/2 attempted over TLS) with a pool of
+// maxConns connections to the API host, all of which may stay idle between
+// sends. Go's default keeps 2 idle connections per host, so a burst of
+// concurrent sends opened a new connection for most of them.
+func pooledTransport(maxConns int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxConnsPerHost = maxConns
+	t.MaxIdleConnsPerHost = maxConns
+	t.MaxIdleConns = maxConns
+	t.ForceAttemptHTTP2 = true
+	return t
 }
 
 // Send sends m.Text to m.To and returns Twilio's message SID as the
@@ -142,38 +211,31 @@ func New(cfg Config) (*Notifier, error) {
 // ProviderID: Twilio has accepted the message, and a retry would send the
 // customer a second SMS.
 func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	// Cancelled on return, which also closes a connection whose answer
+	// twilio-go left unread (it does not close an error's body), so the
+	// pool never loses one to a failed send.
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 
-	rt := &sendTransport{base: n.base, target: n.apiURL, ctx: ctx}
-	c := &client.Client{
-		Credentials: client.NewCredentials(n.sid, n.token),
-		HTTPClient: &http.Client{
-			Transport: rt,
-			Timeout:   n.timeout,
-			// twilio-go's own default: a redirect is an answer, not a hop.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
-	}
-	c.SetAccountSid(n.sid) // else the path holds an empty account SID
-	rh := client.NewRequestHandler(c)
-	// NewRequestHandler reads TWILIO_EDGE and TWILIO_REGION from the
-	// environment; configuration is read once, by the config package.
-	rh.Edge, rh.Region = "", ""
+	s := &sendInProgress{ctx: ctx}
+	placeholder := sendPrefix + strconv.FormatUint(n.seq.Add(1), 10)
+	n.sends.Store(placeholder, s)
+	defer n.sends.Delete(placeholder)
 
-	params := (&api.CreateMessageParams{}).SetTo(m.To).SetBody(m.Text)
+	params := (&api.CreateMessageParams{}).SetPathAccountSid(placeholder).SetTo(m.To).SetBody(m.Text)
 	if n.msSID != "" {
 		params.SetMessagingServiceSid(n.msSID)
 	} else {
 		params.SetFrom(n.from)
 	}
 
-	msg, err := api.NewApiService(rh).CreateMessage(params)
+	msg, err := n.api.CreateMessage(params)
 	sentAt := time.Now()
+	status := int(s.status.Load())
 	// Only a 2xx means Twilio took the message. twilio-go also returns
 	// without error for a 3xx whose body is JSON (a proxy, an http:// API
 	// URL): counting that as sent would record it and suppress every replay.
-	if rt.status >= 200 && rt.status < 300 {
+	if status >= 200 && status < 300 {
 		var sid string
 		if msg != nil && msg.Sid != nil {
 			sid = *msg.Sid
@@ -181,34 +243,57 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 		return ports.Receipt{ProviderID: sid, SentAt: sentAt}, nil
 	}
 	if err == nil {
-		err = fmt.Errorf("unexpected HTTP status %d", rt.status)
+		err = fmt.Errorf("unexpected HTTP status %d", status)
 	}
-	return ports.Receipt{}, n.classify(ctx, m, rt.status, err)
+	return ports.Receipt{}, n.classify(ctx, m, status, err)
 }
 
-// sendTransport is the per-send transport: it sends twilio-go's requests to
-// the configured API URL and under the send's context, and remembers the
-// HTTP status, which twilio-go only reports when the body says it.
-type sendTransport struct {
+// sendPrefix starts every placeholder; no account SID starts with it
+// (they start with "AC").
+const sendPrefix = "send-"
+
+// accountsSegment precedes the account SID in every path of Twilio's
+// 2010-04-01 API.
+const accountsSegment = "/Accounts/"
+
+// errNoSend is returned, before anything is sent, for a request whose path
+// holds no placeholder of a Send in progress.
+var errNoSend = errors.New("twilio: request outside a send")
+
+// apiTransport is the transport every send shares: it sends twilio-go's
+// requests to the configured API URL with the account SID in place of the
+// send's placeholder, under the send's context, and records the HTTP
+// status for the send.
+type apiTransport struct {
 	base   http.RoundTripper
 	target *url.URL
-	ctx    context.Context
-	status int // written by RoundTrip, read by Send after CreateMessage returned
+	sid    string
+	sends  *sync.Map // placeholder -> *sendInProgress
 }
 
-func (t *sendTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	// twilio-go builds every request on context.Background(); t.ctx carries
-	// the send's deadline (the same as http.Client.Timeout) and the caller's
-	// cancellation, so replacing the context loses nothing.
-	r := req.Clone(t.ctx)
+func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	before, after, ok := strings.Cut(req.URL.Path, accountsSegment)
+	placeholder, rest, _ := strings.Cut(after, "/")
+	v, found := t.sends.Load(placeholder)
+	if !ok || !found {
+		if req.Body != nil {
+			_ = req.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, errNoSend
+	}
+	s := v.(*sendInProgress)
+	// twilio-go builds every request on context.Background(); s.ctx
+	// carries the send's deadline (the same as http.Client.Timeout) and the
+	// caller's cancellation, so replacing the context loses nothing.
+	r := req.Clone(s.ctx)
 	r.URL.Scheme = t.target.Scheme
 	r.URL.Host = t.target.Host
-	r.URL.Path = t.target.Path + r.URL.Path
+	r.URL.Path = t.target.Path + before + accountsSegment + t.sid + "/" + rest
 	r.URL.RawPath = ""
 	r.Host = ""
 	resp, err := t.base.RoundTrip(r)
 	if resp != nil {
-		t.status = resp.StatusCode
+		s.status.Store(int32(resp.StatusCode))
 	}
 	return resp, err
 }
@@ -326,12 +411,19 @@ var senderCodes = map[int]bool{
 // sender's rate limit, so it is worth retrying, not dead-lettering.
 const codeQueueFull = 21611
 
-// redirected returns raw (a URL twilio-go built) as the transport sent it.
+// redirected returns raw (a URL twilio-go built) as the transport sent it:
+// to the configured API URL, with the account SID in place of the
+// placeholder.
 func (n *Notifier) redirected(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
 	}
-	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+u.Path, ""
+	path := u.Path
+	if before, after, ok := strings.Cut(path, accountsSegment); ok {
+		_, rest, _ := strings.Cut(after, "/")
+		path = before + accountsSegment + n.sid + "/" + rest
+	}
+	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+path, ""
 	return u.String()
 }

@@ -10,10 +10,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -251,6 +253,78 @@ func TestSendConcurrent(t *testing.T) {
 	if len(bodies) != senders {
 		t.Errorf("server saw %d distinct bodies, want %d", len(bodies), senders)
 	}
+}
+
+// TestSendReusesConnections sends through one Notifier to the Twilio
+// double, which counts the connections its listener accepts: with the pool
+// sized to the sends in flight, no send opens a connection beyond it.
+func TestSendReusesConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		sends, inFlight    int
+		maxConns, wantMost int
+	}{
+		{"PoolSizedToSendsInFlight", 2000, 64, 64, 64},
+		// Sends beyond the pool wait for a free connection instead of
+		// opening one.
+		{"PoolSmallerThanSendsInFlight", 500, 64, 8, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, apiURL := StartDouble(t)
+			n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL, MaxConns: tc.maxConns, Timeout: 30 * time.Second})
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			next := make(chan int)
+			go func() {
+				defer close(next)
+				for i := range tc.sends {
+					select {
+					case next <- i:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for range tc.inFlight {
+				wg.Go(func() {
+					for i := range next {
+						m := ports.Message{EventID: fmt.Sprint(i), Channel: ports.ChannelSMS, To: testTo, Text: fmt.Sprint("msg ", i)}
+						if _, err := n.Send(ctx, m); err != nil && failed.Add(1) <= 3 {
+							t.Errorf("send %d: %v", i, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+
+			bodies := map[string]bool{}
+			for _, m := range d.Messages() {
+				bodies[m.Body] = true
+			}
+			if len(bodies) != tc.sends {
+				t.Errorf("double accepted %d distinct messages, want %d (%d sends failed)", len(bodies), tc.sends, failed.Load())
+			}
+			if got := d.Connections(); got > int64(tc.wantMost) || got == 0 {
+				t.Errorf("%d sends at %d in flight opened %d connections, want 1 to %d", tc.sends, tc.inFlight, got, tc.wantMost)
+			}
+		})
+	}
+}
+
+// StartDouble serves the Twilio double (integration/twiliodouble/double)
+// for testSID and testToken on 127.0.0.1, on a listener that counts
+// connections, until the test ends. It returns the double and its URL.
+func StartDouble(tb testing.TB) (*double.Double, string) {
+	tb.Helper()
+	d := double.New(testSID, testToken)
+	srv := httptest.NewUnstartedServer(d)
+	srv.Listener = d.Listener(srv.Listener)
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return d, srv.URL
 }
 
 // FakeTwilio is an httptest double of Twilio's Messages endpoint that records

@@ -11,7 +11,13 @@
 //	GET    /attempts  every send request, accepted or failed (JSON list of Attempt)
 //	POST   /faults    add a Fault (JSON body)
 //	DELETE /faults    remove every fault
+//	GET    /connections  {"accepted": n}: connections accepted so far
 //	GET    /healthz   200 once serving
+//
+// The double counts connections only on a listener it wrapped (see
+// Double.Listener): how many TCP handshakes, and so how many TLS handshakes
+// against the real API, its clients paid. Requests to the control API count
+// too.
 package double
 
 import (
@@ -20,8 +26,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -88,6 +96,8 @@ type Double struct {
 	authToken  string
 	mux        *http.ServeMux
 
+	accepted atomic.Int64 // connections accepted by a listener from Listener
+
 	mu       sync.Mutex
 	messages []Message
 	attempts []Attempt
@@ -104,12 +114,42 @@ func New(accountSID, authToken string) *Double {
 	d.mux.HandleFunc("GET /attempts", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Attempts()) })
 	d.mux.HandleFunc("POST /faults", d.addFault)
 	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
+	d.mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]int64{"accepted": d.Connections()})
+	})
 	d.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return d
 }
 
 // ServeHTTP serves the Twilio endpoint and the control API.
 func (d *Double) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
+
+// Listener returns ln, counting every connection it accepts into d. Serve
+// the double on it (http.Server.Serve(d.Listener(ln))) for Connections to
+// mean anything.
+func (d *Double) Listener(ln net.Listener) net.Listener {
+	return &countingListener{Listener: ln, accepted: &d.accepted}
+}
+
+// Connections returns how many connections the listeners from Listener
+// have accepted so far. It never decreases: a test reads it before and
+// after what it measures.
+func (d *Double) Connections() int64 { return d.accepted.Load() }
+
+// countingListener is a net.Listener that counts the connections it
+// accepts.
+type countingListener struct {
+	net.Listener
+	accepted *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
 
 // Messages returns a copy of the accepted messages, oldest first.
 func (d *Double) Messages() []Message {

@@ -1,6 +1,7 @@
 package double_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -155,6 +156,45 @@ func TestDouble(t *testing.T) {
 		}
 		if len(d.Messages()) != 0 {
 			t.Fatal("a timed-out send was recorded as accepted")
+		}
+	})
+
+	t.Run("CountsConnections", func(t *testing.T) {
+		d := double.New(sid, token)
+		srv := httptest.NewUnstartedServer(d)
+		srv.Listener = d.Listener(srv.Listener)
+		srv.Start()
+		defer srv.Close()
+
+		// One keep-alive client: three sends, one connection.
+		rc := newTwilio(t, srv, sid, token)
+		for range 3 {
+			if _, err := send(rc, "+15551234567"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := d.Connections(); got != 1 {
+			t.Errorf("after 3 sends on one kept-alive connection: %d connections, want 1", got)
+		}
+
+		// Without keep-alive, each request is a connection of its own; the
+		// control API reads the count over HTTP.
+		noKeepAlive := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+		var got struct{ Accepted int64 }
+		for range 2 {
+			resp, err := noKeepAlive.Get(srv.URL + "/connections")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.Accepted = -1
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got.Accepted != 3 {
+			t.Errorf("GET /connections = %d on the third connection, want 3", got.Accepted)
 		}
 	})
 }
