@@ -79,6 +79,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
 	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
 	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
+	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
 	l.twilioComplete()
 
 	s := &c.SMTP
