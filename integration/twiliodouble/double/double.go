@@ -74,6 +74,8 @@ type Fault struct {
 	// Delay means "accept, but slowly".
 	Status int `json:"status,omitempty"`
 	// Code is Twilio's error code in the body (21211: invalid To number).
+	// Zero means the code Twilio gives the Status (20429, 20500, 20503,
+	// ...: 20000 + the status), as every error Twilio answers carries one.
 	Code int `json:"code,omitempty"`
 	// Message is the error text in the body; a default is derived from Code.
 	Message string `json:"message,omitempty"`
@@ -310,11 +312,15 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if f.Status >= 300 {
+			code := f.Code
+			if code == 0 {
+				code = 20000 + f.Status
+			}
 			msg := f.Message
 			if msg == "" {
-				msg = defaultMessage(f.Code, m.To)
+				msg = defaultMessage(code, m.To)
 			}
-			d.answer(w, m, f.Status, f.Code, msg)
+			d.answer(w, m, f.Status, code, msg)
 			return
 		}
 	}
@@ -535,6 +541,8 @@ func defaultMessage(code int, to string) string {
 		return fmt.Sprintf("The 'To' number %s is not a valid phone number.", to)
 	case 20429:
 		return "Too Many Requests"
+	case 20500:
+		return "Internal Server Error"
 	}
 	return "Service Unavailable"
 }

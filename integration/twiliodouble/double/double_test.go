@@ -127,8 +127,9 @@ func TestDouble(t *testing.T) {
 		for i := range 2 {
 			_, err := send(rc, "+15551234567")
 			var tErr *client.TwilioRestError
-			if !errors.As(err, &tErr) || tErr.Status != 503 {
-				t.Fatalf("send %d: err = %v, want 503", i, err)
+			// Twilio's own 503 carries its code, as every error of Twilio's does.
+			if !errors.As(err, &tErr) || tErr.Status != 503 || tErr.Code != 20503 {
+				t.Fatalf("send %d: err = %v, want 503 with code 20503", i, err)
 			}
 		}
 		if _, err := send(rc, "+15551234567"); err != nil {
