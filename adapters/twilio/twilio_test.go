@@ -220,6 +220,54 @@ func TestSend(t *testing.T) {
 		AssertSafeErrorText(t, err, fake.URL)
 	})
 
+	t.Run("HTTP2HangingServerIsUnknown", func(t *testing.T) {
+		// The real API speaks HTTP/2: the written request is seen there too.
+		arrived := make(chan struct{}, 1)
+		srv := httptest.NewUnstartedServer(hang(t, arrived))
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		var proto atomic.Value
+		base := srv.Client().Transport
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: srv.URL, Timeout: 300 * time.Millisecond,
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := base.RoundTrip(r)
+				if resp != nil {
+					proto.Store(resp.Proto)
+				}
+				return resp, err
+			})})
+		_, err := n.Send(context.Background(), msg)
+		if !errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want an unknown outcome", err)
+		}
+		select {
+		case <-arrived:
+		default:
+			t.Fatal("the request never reached the server")
+		}
+		// And a send that is answered is sent, over HTTP/2.
+		ok := httptest.NewUnstartedServer(reply(http.StatusCreated, `{"sid":"SM1"}`))
+		ok.EnableHTTP2 = true
+		ok.StartTLS()
+		t.Cleanup(ok.Close)
+		base = ok.Client().Transport
+		n = MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: ok.URL,
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := base.RoundTrip(r)
+				if resp != nil {
+					proto.Store(resp.Proto)
+				}
+				return resp, err
+			})})
+		if _, err := n.Send(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := proto.Load().(string); p != "HTTP/2.0" {
+			t.Errorf("protocol %q, want HTTP/2.0", p)
+		}
+	})
+
 	t.Run("TLSHandshakeFailureIsRetryable", func(t *testing.T) {
 		var reached atomic.Int64
 		srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) }))
@@ -453,6 +501,10 @@ func hang(tb testing.TB, arrived chan<- struct{}) http.HandlerFunc {
 func twilioError(status, code int, message string) string {
 	return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, message, code, status)
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // MustNew returns a Notifier for cfg, failing the test on error.
 func MustNew(tb testing.TB, cfg twilio.Config) *twilio.Notifier {
