@@ -82,11 +82,12 @@ type Config struct {
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 	}
 	Twilio struct {
-		AccountSID          string // TWILIO_ACCOUNT_SID
-		AuthToken           Secret // TWILIO_AUTH_TOKEN
-		FromNumber          string // TWILIO_FROM_NUMBER, E.164
-		MessagingServiceSID string // TWILIO_MESSAGING_SERVICE_SID
-		APIURL              string // TWILIO_API_URL, without a trailing slash
+		AccountSID          string        // TWILIO_ACCOUNT_SID
+		AuthToken           Secret        // TWILIO_AUTH_TOKEN
+		FromNumber          string        // TWILIO_FROM_NUMBER, E.164
+		MessagingServiceSID string        // TWILIO_MESSAGING_SERVICE_SID
+		APIURL              string        // TWILIO_API_URL, without a trailing slash
+		ListLag             time.Duration // TWILIO_LIST_LAG
 	}
 	SMTP struct {
 		// Host is empty when email goes to the console.

@@ -87,6 +87,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
 	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
 	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
+	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
 	l.twilioComplete()
 
 	s := &c.SMTP
@@ -130,6 +131,10 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+i.Timeout {
 		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
 			"): a send in hand at shutdown must be able to finish and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
+	}
+	if c.ReconcileTimeout > 0 && c.Twilio.ListLag > 0 && c.ReconcileTimeout <= c.Twilio.ListLag {
+		l.fail("RECONCILE_TIMEOUT", "must exceed TWILIO_LIST_LAG ("+c.Twilio.ListLag.String()+
+			"): until the list has caught up Twilio can only answer \"cannot tell\", and every unknown SMS would fall to UNKNOWN_OUTCOME_POLICY")
 	}
 	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
 		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+

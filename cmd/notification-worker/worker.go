@@ -366,6 +366,7 @@ func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.N
 			MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
 			APIURL:              cfg.Twilio.APIURL,
 			Timeout:             cfg.SendTimeout,
+			ListLag:             cfg.Twilio.ListLag,
 			// At most one SMS per record in flight: a connection each.
 			MaxConns: cfg.Kafka.MaxInFlight,
 		})
