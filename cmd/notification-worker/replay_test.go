@@ -183,3 +183,28 @@ func mustGetAll(tb testing.TB, c rueidis.Client, prefix string, keys []string) [
 	}
 	return vals
 }
+
+// TestMain_RefusesAnUnboundedRedisQueue: a combination whose calls could
+// pile up beyond the largest ring the Redis store makes (a write_timeout of
+// days keeps an unanswered command that long) is refused at Open, naming
+// what to change, before any connection to Redis.
+func TestMain_RefusesAnUnboundedRedisQueue(t *testing.T) {
+	cfg := MustLoadConfig(t, map[string]string{
+		"KAFKA_BROKERS":                "127.0.0.1:1",
+		"REDIS_URL":                    "redis://127.0.0.1:1?write_timeout=72h",
+		"MAX_IN_FLIGHT":                "4096",
+		"IDEMPOTENCY_BREAKER_COOLDOWN": "1s",
+		"HTTP_ADDR":                    "",
+	})
+	m := &Main{Config: cfg, Stdout: io.Discard}
+	t.Cleanup(m.Close)
+	err := m.Open(context.Background())
+	if err == nil {
+		t.Fatal("Open succeeded")
+	}
+	for _, want := range []string{"MAX_IN_FLIGHT=4096", "IDEMPOTENCY_BREAKER_COOLDOWN=1s", "write_timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open: %v; want it to name %s", err, want)
+		}
+	}
+}
