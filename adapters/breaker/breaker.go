@@ -70,14 +70,14 @@ type Config struct {
 
 // MaxUnanswered returns the most calls a store behind a Breaker with cfg
 // can hold unanswered at once, when callers goroutines call it, each one
-// call at a time and holding at most one claim it has not settled, and
-// each call returns by its deadline.
+// call at a time and holding at most two claims it has not settled (a
+// record's SMS and email), and each call returns by its deadline.
 //
 // With the circuit closed, fewer than cfg.Unanswered calls failed within
 // cfg.UnansweredFor (calls that failed earlier are answered or dropped by
 // then, which is what UnansweredFor must say of the store), and callers
 // calls are in flight. When it opens, those callers calls may fail too,
-// and while it is open each caller may still settle one claim (see
+// and while it is open each caller may still settle its claims (see
 // Breaker); the only other calls are probes, one per cooldown, none
 // longer than cfg.UnansweredFor ago. A probe that succeeds reaches every
 // connection the store has (the Redis store's Ping does), so the store
@@ -91,7 +91,7 @@ func MaxUnanswered(cfg Config, callers int) int {
 		return -1
 	}
 	probes := int(cfg.UnansweredFor/cfg.Cooldown) + 1
-	return 3*callers + cfg.Unanswered + probes
+	return 4*callers + cfg.Unanswered + probes
 }
 
 // ForCallers returns cfg with its Unanswered bound set for a store that may

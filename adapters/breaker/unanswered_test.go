@@ -118,9 +118,9 @@ func TestForCallers(t *testing.T) {
 	if cfg.Unanswered != 1029 || cfg.UnansweredFor != 13*time.Second {
 		t.Fatalf("Unanswered %d within %v, want 1029 (callers + Failures) within 13s", cfg.Unanswered, cfg.UnansweredFor)
 	}
-	// 1024 in flight, 1024 more failing once it opens, 1024 claims
+	// 1024 in flight, 1024 more failing once it opens, two claims each
 	// settled while open, 1029 failed before it opened, 14 probes.
-	if want := 3*1024 + 1029 + 14; maxUnanswered != want {
+	if want := 4*1024 + 1029 + 14; maxUnanswered != want {
 		t.Fatalf("MaxUnanswered = %d, want %d", maxUnanswered, want)
 	}
 	if got := breaker.MaxUnanswered(breaker.Config{}, 64); got != -1 {
