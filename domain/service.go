@@ -313,11 +313,11 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 	case res == conflict:
 		return s.conflict(log, m, found.Receipt)
 	case res == reclaimed || wasUnknown:
-		since, first := found.Lease.Start, s.cfg.Now()
+		w := ports.Unknown{Token: token, Since: found.Lease.Start, Until: found.Lease.Until, First: s.cfg.Now()}
 		if wasUnknown {
-			since, first = unknown.Since, unknown.First
+			w = unknown
 		}
-		outcome, err, send := s.reconcile(ctx, log, m, done, token, since, first, wasUnknown)
+		outcome, err, send := s.reconcile(ctx, log, m, done, w, wasUnknown)
 		if !send {
 			return outcome, err
 		}
@@ -342,7 +342,8 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 	if errors.Is(err, ports.ErrOutcomeUnknown) {
 		// The provider may have it: keep the claim, and reconcile on the
 		// next attempt rather than send again now.
-		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, First: s.cfg.Now()})
+		now := s.cfg.Now()
+		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, Until: now, First: now})
 		log.Warn("send_outcome_unknown",
 			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 			slog.String("error", err.Error()))
@@ -445,7 +446,9 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, 
 				slog.Time("sent_at", c.Receipt.SentAt))
 			return duplicate, c, nil
 		case ports.TakenOver:
-			log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start))
+			if c.Lease.Token != token {
+				log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start))
+			}
 			return reclaimed, c, nil
 		case ports.InFlight:
 			if c.Lease.Token == token {
