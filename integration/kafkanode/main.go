@@ -89,18 +89,21 @@ func run(args []string) error {
 	}
 
 	props := map[string]string{
-		"node.id":                          strconv.Itoa(*nodeID),
-		"process.roles":                    "broker,controller",
-		"listeners":                        fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", *port, *ctrlPort),
-		"advertised.listeners":             fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", *port),
-		"controller.listener.names":        "CONTROLLER",
-		"inter.broker.listener.name":       "PLAINTEXT",
-		"listener.security.protocol.map":   "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-		"log.dirs":                         dataDir,
-		"num.partitions":                   strconv.Itoa(*partitions),
-		"auto.create.topics.enable":        "true",
-		"default.replication.factor":       strconv.Itoa(*replication),
-		"min.insync.replicas":              strconv.Itoa(*minISR),
+		"node.id":                        strconv.Itoa(*nodeID),
+		"process.roles":                  "broker,controller",
+		"listeners":                      fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", *port, *ctrlPort),
+		"advertised.listeners":           fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", *port),
+		"controller.listener.names":      "CONTROLLER",
+		"inter.broker.listener.name":     "PLAINTEXT",
+		"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+		"log.dirs":                       dataDir,
+		"num.partitions":                 strconv.Itoa(*partitions),
+		"auto.create.topics.enable":      "true",
+		"default.replication.factor":     strconv.Itoa(*replication),
+		"min.insync.replicas":            strconv.Itoa(*minISR),
+		// The internal topics default to 3 replicas, which one node cannot
+		// hold: the offsets topic would never be created and no group would
+		// get a coordinator.
 		"offsets.topic.replication.factor": strconv.Itoa(*replication),
 		// Fewer than the default 50: the offsets topic is created when the
 		// first group appears, and 50 partitions take seconds to create.
@@ -109,8 +112,9 @@ func run(args []string) error {
 		"transaction.state.log.min.isr":                    strconv.Itoa(min(*minISR, *replication)),
 		"share.coordinator.state.topic.replication.factor": strconv.Itoa(*replication),
 		"share.coordinator.state.topic.min.isr":            strconv.Itoa(min(*minISR, *replication)),
-		"group.initial.rebalance.delay.ms":                 "0",
-		"group.min.session.timeout.ms":                     "100",
+		// Kafka delays a new group's first rebalance by 3 s, waiting for more
+		// members; every scenario starts a group, so that would be 3 s each.
+		"group.initial.rebalance.delay.ms": "0",
 	}
 	if *voters == "" {
 		props["controller.quorum.bootstrap.servers"] = fmt.Sprintf("127.0.0.1:%d", *ctrlPort)
