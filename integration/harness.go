@@ -42,6 +42,13 @@ func dockerAPI() (*testcontainers.DockerClient, error) {
 	return dockerCli, dockerErr
 }
 
+// DockerAvailable reports whether a Docker engine answers, for callers that
+// can do without containers (benchmarks) rather than fail.
+func DockerAvailable() bool {
+	_, err := dockerAPI()
+	return err == nil
+}
+
 // dockerClient is dockerAPI for a test: a missing engine fails the test with
 // the command that starts one.
 func dockerClient(t testing.TB) *testcontainers.DockerClient {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/harborlight/notification-worker/integration"
 )
 
 // TestMain prints the table once every benchmark of the run has finished,
@@ -72,6 +74,9 @@ const (
 	runNoStore     = "store/none"
 	runMemoryStore = "store/memory"
 	runRedisStore  = "store/redis"
+	// The consumer on each broker.
+	runBrokerKfake  = "broker/kfake"
+	runBrokerApache = "broker/apache-kafka"
 )
 
 // outageRun names an outage measurement.
@@ -99,7 +104,29 @@ func (r *registry) print(w io.Writer) {
 	r.printStores(w)
 	r.printOutage(w)
 	r.printKeys(w)
+	r.printBrokers(w)
 	fmt.Fprintln(w)
+}
+
+func (r *registry) printBrokers(w io.Writer) {
+	kf, okKf := r.get(runBrokerKfake)
+	ak, okAk := r.get(runBrokerApache)
+	if !okKf && !okAk {
+		return
+	}
+	fmt.Fprintf(w, "\n### 5. The consumer on each broker (MaxInFlight 64, memory store, zero-latency notifier, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "kfake runs in this process (its CPU counts in worker CPU/record); Apache Kafka in its container, on the same 2 CPUs.")
+	fmt.Fprintln(w, "Join is the time from starting the consumer to its first record (group join, first fetch), in the fastest round.")
+	fmt.Fprintln(w)
+	header(w, "broker", "records", "records/s", "rounds (records/s)", "ratio vs kfake", "worker CPU/record", "join")
+	if okKf {
+		row(w, "kfake (embedded, franz-go)", fmt.Sprint(kf.records), rate(kf), roundRates(kf), "1.00x (baseline)", us(kf.cpuPerRecord()), ms(kf.join))
+	}
+	if okAk {
+		row(w, "Apache Kafka "+integration.KafkaVersion+" (KRaft, 1 node)", fmt.Sprint(ak.records), rate(ak), roundRates(ak), ratio(ak, kf, okKf), us(ak.cpuPerRecord()), ms(ak.join))
+	} else {
+		row(w, "Apache Kafka "+integration.KafkaVersion, "n/a", "not run: see the benchmark's log", "", "", "", "")
+	}
 }
 
 // ratio formats got/base, or n/a when the baseline did not run.
