@@ -49,6 +49,8 @@ type Kafka struct {
 
 	// replication is the replication factor CreateTopic asks for.
 	replication int16
+	// settings are server properties every Apache Kafka node gets.
+	settings map[string]string
 	// nodes are the Apache Kafka containers, nodes[i] with node.id i+1.
 	nodes  []*kafkaNode
 	client *kgo.Client
@@ -73,7 +75,16 @@ type kafkaNode struct {
 // as Apache Kafka through the entry program of integration/kafkanode.
 func StartKafka(t testing.TB) *Kafka {
 	t.Helper()
-	k := &Kafka{replication: 1}
+	return StartKafkaWithSettings(t, nil)
+}
+
+// StartKafkaWithSettings is StartKafka with server properties that differ
+// from the harness's (see integration/kafkanode), such as
+// group.min.session.timeout.ms for clients with short sessions. kfake,
+// where the harness falls back to it, ignores them.
+func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
+	t.Helper()
+	k := &Kafka{replication: 1, settings: settings}
 	img, fallback := kafkaImage(t)
 	switch {
 	case img == "":
@@ -224,6 +235,9 @@ func (k *Kafka) startApache(t testing.TB, img string, n int) {
 		}
 		if n > 1 {
 			cmd = append(cmd, "-voters", strings.Join(voters, ","))
+		}
+		for key, v := range k.settings {
+			cmd = append(cmd, "-set", key+"="+v)
 		}
 		c := startContainer(t, testcontainers.ContainerRequest{
 			Image:        img,
