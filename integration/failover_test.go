@@ -207,6 +207,11 @@ func TestBrokerFailover(t *testing.T) {
 		if n > logged[at] {
 			unlogged += n - logged[at]
 			t.Logf("record %s: %d dead letter(s) in the topic, %d event_dead_lettered logged", at, n, logged[at])
+			for _, ev := range w.Events("dead_letter_failed") {
+				if fmt.Sprintf("%v/%v", ev["partition"], ev["offset"]) == at {
+					t.Logf("record %s: dead_letter_failed attempt %v: %v", at, ev["attempt"], ev["error"])
+				}
+			}
 		}
 	}
 	for at, n := range logged {
@@ -214,7 +219,8 @@ func TestBrokerFailover(t *testing.T) {
 			unwritten += n - written[at]
 		}
 	}
-	t.Logf("dead letters beyond one per poison record: %d, of which %d written again by a replay and %d in the topic the worker did not log (a retried write whose first attempt landed)", dlAgain, dlAgain-unlogged, unlogged)
+	t.Logf("dead letters beyond one per poison record: %d, of which %d written again by a replay and %d in the topic the worker did not log (a retried write whose first attempt landed); %d dead_letter_failed lines",
+		dlAgain, dlAgain-unlogged, unlogged, w.Count("dead_letter_failed"))
 	t.Run("EveryLoggedDeadLetterIsInTheTopic", func(t *testing.T) {
 		if unwritten > 0 {
 			t.Errorf("%d event_dead_lettered logged with no dead letter in the topic", unwritten)
