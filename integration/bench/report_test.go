@@ -74,6 +74,11 @@ const (
 	runNoStore     = "store/none"
 	runMemoryStore = "store/memory"
 	runRedisStore  = "store/redis"
+	runTwilioFresh = "twilio/client-per-send"
+	runTwilioPool  = "twilio/pooled"
+	runTracingOff  = "tracing/off"
+	runTracingNoop = "tracing/noop-provider"
+	runTracingOn   = "tracing/on"
 	// The consumer on each broker.
 	runBrokerKfake  = "broker/kfake"
 	runBrokerApache = "broker/apache-kafka"
@@ -104,6 +109,8 @@ func (r *registry) print(w io.Writer) {
 	r.printStores(w)
 	r.printOutage(w)
 	r.printKeys(w)
+	r.printTwilio(w)
+	r.printTracing(w)
 	r.printBrokers(w)
 	fmt.Fprintln(w)
 }
@@ -114,7 +121,7 @@ func (r *registry) printBrokers(w io.Writer) {
 	if !okKf && !okAk {
 		return
 	}
-	fmt.Fprintf(w, "\n### 5. The consumer on each broker (MaxInFlight 64, memory store, zero-latency notifier, %d partitions)\n\n", partitions)
+	fmt.Fprintf(w, "\n### 7. The consumer on each broker (MaxInFlight 64, memory store, zero-latency notifier, %d partitions)\n\n", partitions)
 	fmt.Fprintln(w, "kfake runs in this process (its CPU counts in worker CPU/record); Apache Kafka in its container, on the same 2 CPUs.")
 	fmt.Fprintln(w, "Join is the time from starting the consumer to its first record (group join, first fetch), in the fastest round.")
 	fmt.Fprintln(w)
@@ -330,6 +337,33 @@ func (r *registry) printKeys(w io.Writer) {
 	}
 }
 
+func (r *registry) printTwilio(w io.Writer) {
+	before, okBefore := r.get(runTwilioFresh)
+	after, okAfter := r.get(runTwilioPool)
+	if !okBefore && !okAfter {
+		return
+	}
+	fmt.Fprintf(w, "\n### 5. Twilio connections (the Twilio adapter against the zero-latency Twilio double over loopback HTTP, MaxInFlight 64, memory store, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "New connections are counted at the double's listener over the whole run; against the real API each one is a TCP and a TLS handshake.")
+	fmt.Fprintln(w, "Before: Go's default transport (2 idle connections per host) and a twilio-go client per send; after: one client and a pool of MaxInFlight connections.")
+	fmt.Fprintln(w)
+	header(w, "Twilio adapter", "SMS", "records/s", "rounds (records/s)", "new connections", "new connections per 1000 SMS", "ratio vs before")
+	if okBefore {
+		row(w, "before: client per send, default pool", fmt.Sprint(before.records), rate(before), roundRates(before), fmt.Sprint(before.conns), perThousand(before), "1.00x (baseline)")
+	}
+	if okAfter {
+		row(w, "after: one client, pool of 64", fmt.Sprint(after.records), rate(after), roundRates(after), fmt.Sprint(after.conns), perThousand(after), ratio(after, before, okBefore))
+	}
+}
+
+// perThousand is m's new connections per 1000 records.
+func perThousand(m measurement) string {
+	if m.records == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", float64(m.conns)*1000/float64(m.records))
+}
+
 func bytesIEC(b float64) string {
 	switch {
 	case b >= 1<<30:
@@ -338,4 +372,31 @@ func bytesIEC(b float64) string {
 		return fmt.Sprintf("%.0f MiB", b/(1<<20))
 	}
 	return fmt.Sprintf("%.0f KiB", b/(1<<10))
+}
+
+func (r *registry) printTracing(w io.Writer) {
+	off, okOff := r.get(runTracingOff)
+	if !okOff {
+		return
+	}
+	fmt.Fprintf(w, "\n### 6. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "Off is what the worker runs without OTEL_EXPORTER_OTLP_ENDPOINT: nothing decorated. On samples every record (a record")
+	fmt.Fprintln(w, "span, and claim, send and record children) and batches the spans to an exporter that discards them.")
+	fmt.Fprintln(w)
+	header(w, "tracing", "records", "records/s", "rounds (records/s)", "ratio vs off", "worker CPU/record")
+	for _, c := range []struct{ label, name string }{
+		{"off", runTracingOff},
+		{"decorators over a no-op provider", runTracingNoop},
+		{"on (SDK, batch span processor)", runTracingOn},
+	} {
+		m, ok := r.get(c.name)
+		if !ok {
+			continue
+		}
+		rt := ratio(m, off, okOff)
+		if c.name == runTracingOff {
+			rt = "1.00x (baseline)"
+		}
+		row(w, c.label, fmt.Sprint(m.records), rate(m), roundRates(m), rt, us(m.cpuPerRecord()))
+	}
 }
