@@ -45,6 +45,9 @@ type faultRig struct {
 // faultRigOptions says which optional peers a test needs.
 type faultRigOptions struct {
 	SMTP bool // an in-process scripted SMTP server for the email channel
+	// KafkaNodes > 1 runs an Apache Kafka cluster of that many nodes, the
+	// topic replicated to all (integration.StartKafkaCluster); else one broker.
+	KafkaNodes int
 }
 
 // startFaultRig starts Kafka, Redis and the Twilio double (and, if asked,
@@ -53,9 +56,15 @@ type faultRigOptions struct {
 func startFaultRig(t *testing.T, opts faultRigOptions) *faultRig {
 	t.Helper()
 	name := faultName(t)
+	var kafka *integration.Kafka
+	if opts.KafkaNodes > 1 {
+		kafka = integration.StartKafkaCluster(t, opts.KafkaNodes)
+	} else {
+		kafka = integration.StartKafka(t)
+	}
 	r := &faultRig{
 		t:      t,
-		Kafka:  integration.StartKafka(t),
+		Kafka:  kafka,
 		Redis:  integration.StartRedis(t),
 		Twilio: integration.StartTwilioDouble(t),
 		Topic:  name,

@@ -228,7 +228,13 @@ func (cfg Config) validate(consumer bool) error {
 func (cfg Config) saramaConfig() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.ClientID = "notification-worker"
-	sc.Version = sarama.DefaultVersion
+	// The protocol versions Sarama speaks: the lowest that gives every
+	// feature the worker uses or is built to switch on (cooperative-sticky
+	// assignment needs 2.4; static membership 2.3; record headers for dead
+	// letters 0.11). Kafka 4.x refuses requests older than 2.1's (KIP-896),
+	// so this also stays inside what current brokers accept. The oldest
+	// broker supported is therefore Apache Kafka 2.4.0.
+	sc.Version = sarama.V2_4_0_0
 
 	if cfg.TLS != nil {
 		sc.Net.TLS.Enable = true

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/harborlight/notification-worker/integration"
 )
 
 // TestMain prints the table once every benchmark of the run has finished,
@@ -77,6 +79,9 @@ const (
 	runTracingOff  = "tracing/off"
 	runTracingNoop = "tracing/noop-provider"
 	runTracingOn   = "tracing/on"
+	// The consumer on each broker.
+	runBrokerKfake  = "broker/kfake"
+	runBrokerApache = "broker/apache-kafka"
 )
 
 // outageRun names an outage measurement.
@@ -101,7 +106,29 @@ func (r *registry) print(w io.Writer) {
 	r.printKeys(w)
 	r.printTwilio(w)
 	r.printTracing(w)
+	r.printBrokers(w)
 	fmt.Fprintln(w)
+}
+
+func (r *registry) printBrokers(w io.Writer) {
+	kf, okKf := r.get(runBrokerKfake)
+	ak, okAk := r.get(runBrokerApache)
+	if !okKf && !okAk {
+		return
+	}
+	fmt.Fprintf(w, "\n### 7. The consumer on each broker (MaxInFlight 64, memory store, zero-latency notifier, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "kfake runs in this process (its CPU counts in worker CPU/record); Apache Kafka in its container, on the same 2 CPUs.")
+	fmt.Fprintln(w, "Join is the time from starting the consumer to its first record (group join, first fetch), in the fastest round.")
+	fmt.Fprintln(w)
+	header(w, "broker", "records", "records/s", "rounds (records/s)", "ratio vs kfake", "worker CPU/record", "join")
+	if okKf {
+		row(w, "kfake (embedded, franz-go)", fmt.Sprint(kf.records), rate(kf), roundRates(kf), "1.00x (baseline)", us(kf.cpuPerRecord()), ms(kf.join))
+	}
+	if okAk {
+		row(w, "Apache Kafka "+integration.KafkaVersion+" (KRaft, 1 node)", fmt.Sprint(ak.records), rate(ak), roundRates(ak), ratio(ak, kf, okKf), us(ak.cpuPerRecord()), ms(ak.join))
+	} else {
+		row(w, "Apache Kafka "+integration.KafkaVersion, "n/a", "not run: see the benchmark's log", "", "", "", "")
+	}
 }
 
 // ratio formats got/base, or n/a when the baseline did not run.
@@ -340,7 +367,7 @@ func (r *registry) printTracing(w io.Writer) {
 	if !okOff {
 		return
 	}
-	fmt.Fprintf(w, "\n### 5. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
+	fmt.Fprintf(w, "\n### 6. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
 	fmt.Fprintln(w, "Off is what the worker runs without OTEL_EXPORTER_OTLP_ENDPOINT: nothing decorated. On samples every record (a record")
 	fmt.Fprintln(w, "span, and claim, send and record children) and batches the spans to an exporter that discards them.")
 	fmt.Fprintln(w)
