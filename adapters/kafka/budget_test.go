@@ -126,10 +126,10 @@ func TestConsumer_HeldRecordsStayWithinByteBudget(t *testing.T) {
 	// What the heap holds beyond the broker's copy of the topic: the
 	// admitted records (the budget), at most one record per partition
 	// waiting for admission, and what Sarama reads ahead, at most one fetch
-	// response of budget/8 per partition; plus 4 MiB for the clients and
+	// response of budget/16 per partition; plus 4 MiB for the clients and
 	// goroutines. Without the budget the worker reads the whole 40 MiB.
 	grown := liveHeap() - before
-	bound := int64(budget + partitions*perRecord + partitions*budget/8 + 4<<20)
+	bound := int64(budget + partitions*perRecord + partitions*budget/16 + 4<<20)
 	t.Logf("live heap grew by %.1f MiB with %d records held (%.1f MiB by the consumer's count); bound %.1f MiB; backlog %.1f MiB",
 		mib(grown), calls.Load(), mib(rc.c.BufferedBytes()), mib(bound), mib(int64(total*valueBytes)))
 	if grown > bound {

@@ -311,11 +311,11 @@ func (cfg Config) groupConfig() *sarama.Config {
 //     for Consumer.MaxProcessingTime it stops fetching it.
 //   - fetchDefault, budget/64 (16 KiB to 1 MiB): what one fetch asks of one
 //     partition, so the fetch a stopped partition sits on stays small.
-//   - fetchMaxBytes, budget/8 (64 KiB to 50 MiB): what one fetch response
+//   - fetchMaxBytes, budget/16 (64 KiB to 50 MiB): what one fetch response
 //     holds across partitions. Sarama's records are slices of the response,
 //     so until the consumer takes (and copies, see detach) a partition's
 //     last record of a response, the whole response stays in memory: each
-//     partition holds at most one, budget/8 bytes.
+//     partition holds at most one, budget/16 bytes.
 //
 // The broker still returns a record batch larger than either limit whole
 // when it is the first of its partition or response (KIP-74), so a large
@@ -324,7 +324,7 @@ func (cfg Config) groupConfig() *sarama.Config {
 // record is a notification never sent.
 func readAhead(budget int64) (channelBuffer int, fetchDefault, fetchMaxBytes int32) {
 	clamp := func(v, lo, hi int64) int32 { return int32(min(max(v, lo), hi)) }
-	return 0, clamp(budget/64, 16<<10, 1<<20), clamp(budget/8, 64<<10, 50<<20)
+	return 0, clamp(budget/64, 16<<10, 1<<20), clamp(budget/16, 64<<10, 50<<20)
 }
 
 // maxTopicNameLen is Kafka's limit on a topic name's length.

@@ -27,7 +27,7 @@
 //     reading and Sarama stops fetching (a record larger than the whole
 //     MaxBufferedBytes is admitted alone). Sarama's own read-ahead is sized
 //     from MaxBufferedBytes too: no channel buffer, fetches of
-//     MaxBufferedBytes/64 per partition and MaxBufferedBytes/8 per response. Behind one unfinished record, a partition takes in at most
+//     MaxBufferedBytes/64 per partition and MaxBufferedBytes/16 per response. Behind one unfinished record, a partition takes in at most
 //     64*MaxInFlight offsets (finished ones included) before it stops
 //     reading until that record finishes.
 //   - Retryable errors are tried up to RetryMaxAttempts times, then dead-lettered;
