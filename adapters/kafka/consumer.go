@@ -378,8 +378,9 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				return nil
 			}
 			// Waiting here is what stops this partition once the byte
-			// budget is spent: the next record stays in Sarama, which then stops
-			// fetching the partition.
+			// budget is spent: the next record stays in Sarama, which
+			// then stops fetching the partition. This one is held
+			// meanwhile, uncounted: one record per partition.
 			if !g.run.budget.acquire(heldBytes(msg), ctx.Done()) {
 				<-g.run.window
 				return nil
