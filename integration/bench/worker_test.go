@@ -33,9 +33,16 @@ type rssRun struct {
 	records    int   // published before the worker started
 	peak       int64 // VmHWM when the run stopped
 	heapGoal   int64 // the largest heap goal seen: twice the live heap (GOGC=100)
-	sent       int   // sends the provider double saw during the run
-	elapsed    time.Duration
-	plateau    bool // stopped on a plateau, not on the time bound
+	// anon is the largest RssAnon sampled: the resident memory the Go
+	// runtime mapped, without the binary's file-backed pages, which the
+	// kernel can drop and read again.
+	anon int64
+	// limited says GOMEMLIMIT was set: the heap goal is then capped by
+	// it, and half of it is no longer the live heap.
+	limited bool
+	sent    int // sends the provider double saw during the run
+	elapsed time.Duration
+	plateau bool // stopped on a plateau, not on the time bound
 }
 
 // Names of the worker process measurements.
@@ -43,6 +50,11 @@ const (
 	runRSSIdle  = "rss/idle"
 	runRSSLarge = "rss/200KiB"
 	runRSSSmall = "rss/1KiB"
+	// runRSSLimited is the 200 KiB backlog with the soft limit the worker
+	// sets in a pod whose memory limit is podLimit.
+	runRSSLimited = "rss/200KiB/limited"
+	podLimit      = 128 << 20
+	podSoftLimit  = podLimit / 10 * 9 // memlimit.DefaultRatio of it
 )
 
 // BenchmarkWorkerPeakRSS runs the worker binary, with default settings and
@@ -51,7 +63,10 @@ const (
 // reads the worker's peak RSS (VmHWM). The run stops once the peak has not
 // grown by 1 MiB for 5 s (after at least 10 s), or after 45 s: the point is the
 // peak while the backlog is read, not draining it at 32 sends a second.
-// The baseline is the same worker idle, on an empty topic.
+// The baseline is the same worker idle, on an empty topic. A last run
+// repeats the 200 KiB backlog with GOMEMLIMIT at 90% of 128 MiB, what the
+// worker sets itself in a pod of that limit: the smallest pod the live
+// heap fits in with room to spare.
 func BenchmarkWorkerPeakRSS(b *testing.B) {
 	needRedis(b)
 	srv := mustRedis(b)
@@ -60,13 +75,18 @@ func BenchmarkWorkerPeakRSS(b *testing.B) {
 		results.putRSS(runRSSIdle, measureRSS(b, srv.URL(), tw, 0))
 		results.putRSS(runRSSLarge, measureRSS(b, srv.URL(), tw, largeRecord))
 		results.putRSS(runRSSSmall, measureRSS(b, srv.URL(), tw, smallRecord))
+		// As the worker would set it in a pod limited to podLimit.
+		results.putRSS(runRSSLimited, measureRSS(b, srv.URL(), tw, largeRecord, "GOMEMLIMIT", strconv.Itoa(podSoftLimit)))
 	}
 	if r, ok := results.getRSS(runRSSLarge); ok {
 		b.ReportMetric(float64(r.peak)/(1<<20), "peak-RSS-MiB-200KiB")
 	}
 }
 
-func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int) rssRun {
+// measureRSS runs one worker against a fresh broker holding a GiB backlog
+// of recordSize records (none when 0), with the environment pairs in
+// extra on top of the defaults.
+func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int, extra ...string) rssRun {
 	b.Helper()
 	topic := "shipment-events"
 	broker, stopBroker := mustBrokerProcess(b, topic)
@@ -84,6 +104,10 @@ func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int) r
 	for k, v := range tw.env {
 		env[k] = v
 	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+		r.limited = r.limited || extra[i] == "GOMEMLIMIT"
+	}
 	sentBefore := len(tw.d.Attempts())
 	w := startWorker(b, env)
 	defer stopWorker(b, w)
@@ -99,6 +123,9 @@ func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int) r
 		hwm, err := procStatus(w.PID(), "VmHWM")
 		if err != nil {
 			b.Fatalf("worker exited while measured: %v", err)
+		}
+		if anon, err := procStatus(w.PID(), "RssAnon"); err == nil {
+			r.anon = max(r.anon, anon)
 		}
 		if goal, err := metricValue(context.Background(), w, heapGoalSeries); err == nil {
 			r.heapGoal = max(r.heapGoal, int64(goal))
