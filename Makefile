@@ -5,24 +5,32 @@
 GO      ?= go
 BIN     := bin/notification-worker
 PKGS    := ./...
+# The worker's version, linked in by `make build` and `make image`: the
+# start-up line and notification_worker_build_info show it.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+export VERSION
 
 # testcontainers-go on this kind of machine: no reaper image can be pulled,
 # and without the override it mistakes the host for a container.
 export TESTCONTAINERS_RYUK_DISABLED := true
 export TESTCONTAINERS_HOST_OVERRIDE := 127.0.0.1
 
-.PHONY: build run test test-unit test-integration lint bench fuzz check-deploy image images docker-up deps clean
+.PHONY: build run test test-unit test-rules test-integration lint bench fuzz check-deploy image images docker-up deps clean
 
 build: ## static binary into bin/
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/notification-worker
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -ldflags '-X main.version=$(VERSION)' -o $(BIN) ./cmd/notification-worker
 
 run: ## the 2026-04-02 incident replayed on an embedded broker, in-memory store, console notifier
 	$(GO) run ./cmd/notification-worker demo
 
-test: deps test-unit test-integration ## every test
+test: deps test-unit test-rules test-integration ## every test
 
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
+	promtool check rules deploy/prometheus/rules.yaml
+	promtool test rules deploy/prometheus/rules_test.yaml
 
 test-integration: images ## end-to-end scenarios on testcontainers (needs a Docker engine)
 	$(GO) test -race -tags integration -count=1 -timeout 12m ./integration/...

@@ -80,13 +80,15 @@ type Config struct {
 		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
 		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES; 0 disables the breaker
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
+		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 	}
 	Twilio struct {
-		AccountSID          string // TWILIO_ACCOUNT_SID
-		AuthToken           Secret // TWILIO_AUTH_TOKEN
-		FromNumber          string // TWILIO_FROM_NUMBER, E.164
-		MessagingServiceSID string // TWILIO_MESSAGING_SERVICE_SID
-		APIURL              string // TWILIO_API_URL, without a trailing slash
+		AccountSID          string        // TWILIO_ACCOUNT_SID
+		AuthToken           Secret        // TWILIO_AUTH_TOKEN
+		FromNumber          string        // TWILIO_FROM_NUMBER, E.164
+		MessagingServiceSID string        // TWILIO_MESSAGING_SERVICE_SID
+		APIURL              string        // TWILIO_API_URL, without a trailing slash
+		ListLag             time.Duration // TWILIO_LIST_LAG
 	}
 	SMTP struct {
 		// Host is empty when email goes to the console.
@@ -97,12 +99,29 @@ type Config struct {
 		From      string // SMTP_FROM, as given (display name allowed)
 		TLSPolicy string // SMTP_TLS_POLICY: "mandatory", "opportunistic" or "none"
 	}
-	SendTimeout     time.Duration // SEND_TIMEOUT, per provider call
-	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
-	TemplatesDir    string        // TEMPLATES_DIR; empty: embedded templates only
-	HTTPAddr        string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
-	LogLevel        slog.Level    // LOG_LEVEL
-	LogFormat       string        // LOG_FORMAT: "json" or "text"
+	// AllowInsecureTransport lifts Load's refusal of clear-text credentials
+	// (see ALLOW_INSECURE_TRANSPORT), for a test lab.
+	AllowInsecureTransport bool // ALLOW_INSECURE_TRANSPORT
+	// Tracing is OpenTelemetry's trace export, off unless an endpoint is
+	// set. The exporter reads the other standard OTEL_EXPORTER_OTLP_*
+	// variables (headers, timeout, compression, certificates) itself, and
+	// the SDK OTEL_TRACES_SAMPLER and OTEL_RESOURCE_ATTRIBUTES.
+	Tracing struct {
+		Endpoint       string // OTEL_EXPORTER_OTLP_ENDPOINT: base URL, "/v1/traces" is added
+		TracesEndpoint string // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: full URL, wins over Endpoint
+		Protocol       string // OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf", the only one supported
+		ServiceName    string // OTEL_SERVICE_NAME
+	}
+	SendTimeout time.Duration // SEND_TIMEOUT, per provider call
+	// ReconcileTimeout and UnknownOutcomePolicy: RECONCILE_TIMEOUT,
+	// UNKNOWN_OUTCOME_POLICY ("resend" or "dead_letter").
+	ReconcileTimeout     time.Duration
+	UnknownOutcomePolicy string
+	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
+	TemplatesDir         string        // TEMPLATES_DIR; empty: embedded templates only
+	HTTPAddr             string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
+	LogLevel             slog.Level    // LOG_LEVEL
+	LogFormat            string        // LOG_FORMAT: "json" or "text"
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
@@ -111,6 +130,21 @@ type Config struct {
 func (c Config) TwilioEnabled() bool {
 	t := c.Twilio
 	return t.AccountSID != "" && t.AuthToken != "" && (t.FromNumber != "" || t.MessagingServiceSID != "")
+}
+
+// TracesURL returns the URL spans are exported to over OTLP/HTTP:
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else
+// OTEL_EXPORTER_OTLP_ENDPOINT with "/v1/traces" appended to its path (as
+// the OpenTelemetry specification says), else "": tracing is off.
+func (c Config) TracesURL() string {
+	t := c.Tracing
+	switch {
+	case t.TracesEndpoint != "":
+		return t.TracesEndpoint
+	case t.Endpoint != "":
+		return strings.TrimRight(t.Endpoint, "/") + "/v1/traces"
+	}
+	return ""
 }
 
 // SMTPEnabled reports whether email goes through SMTP (SMTP_HOST is set);
@@ -157,6 +191,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("key_prefix", i.KeyPrefix),
 			slog.Int("breaker_failures", i.BreakerFailures),
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
+			slog.Int("ledger_size", i.LedgerSize),
 		),
 		slog.Group("twilio",
 			slog.Bool("enabled", c.TwilioEnabled()),
@@ -175,7 +210,15 @@ func (c Config) LogValue() slog.Value {
 			slog.String("from", s.From),
 			slog.String("tls_policy", s.TLSPolicy),
 		),
+		slog.Bool("allow_insecure_transport", c.AllowInsecureTransport),
+		slog.Group("tracing",
+			slog.Bool("enabled", c.TracesURL() != ""),
+			slog.String("traces_url", c.TracesURL()),
+			slog.String("service_name", c.Tracing.ServiceName),
+		),
 		slog.String("send_timeout", c.SendTimeout.String()),
+		slog.String("reconcile_timeout", c.ReconcileTimeout.String()),
+		slog.String("unknown_outcome_policy", c.UnknownOutcomePolicy),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),

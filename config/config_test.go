@@ -89,18 +89,23 @@ var fullEnv = map[string]string{
 	"IDEMPOTENCY_KEY_PREFIX":       "nw-test:",
 	"IDEMPOTENCY_BREAKER_FAILURES": "0",
 	"IDEMPOTENCY_BREAKER_COOLDOWN": "3s",
+	"IDEMPOTENCY_LEDGER_SIZE":      "2500",
 	"TWILIO_ACCOUNT_SID":           "AC0123456789abcdef0123456789abcdef",
 	"TWILIO_AUTH_TOKEN":            twilioToken,
 	"TWILIO_FROM_NUMBER":           "+15557654321",
 	"TWILIO_MESSAGING_SERVICE_SID": "MG0123456789abcdef0123456789abcdef",
 	"TWILIO_API_URL":               "http://twilio-double:4010/",
+	"TWILIO_LIST_LAG":              "90s",
 	"SMTP_HOST":                    "smtp.internal",
 	"SMTP_PORT":                    "2525",
 	"SMTP_USERNAME":                "mailer",
 	"SMTP_PASSWORD":                smtpPassword,
 	"SMTP_FROM":                    "Harborlight <noreply@harborlight.example>",
 	"SMTP_TLS_POLICY":              "opportunistic",
+	"ALLOW_INSECURE_TRANSPORT":     "true", // TWILIO_API_URL is an http:// double
 	"SEND_TIMEOUT":                 "7s",
+	"RECONCILE_TIMEOUT":            "5m",
+	"UNKNOWN_OUTCOME_POLICY":       "dead_letter",
 	"SHUTDOWN_TIMEOUT":             "45s",
 	"TEMPLATES_DIR":                "/srv/templates",
 	"HTTP_ADDR":                    "127.0.0.1:9090",
@@ -141,23 +146,49 @@ var fields = map[string]field{
 	"IDEMPOTENCY_KEY_PREFIX":       {func(c config.Config) any { return c.Idempotency.KeyPrefix }, "nw-test:"},
 	"IDEMPOTENCY_BREAKER_FAILURES": {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 0},
 	"IDEMPOTENCY_BREAKER_COOLDOWN": {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
+	"IDEMPOTENCY_LEDGER_SIZE":      {func(c config.Config) any { return c.Idempotency.LedgerSize }, 2500},
 	"TWILIO_ACCOUNT_SID":           {func(c config.Config) any { return c.Twilio.AccountSID }, "AC0123456789abcdef0123456789abcdef"},
 	"TWILIO_AUTH_TOKEN":            {func(c config.Config) any { return c.Twilio.AuthToken }, config.Secret(twilioToken)},
 	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return c.Twilio.FromNumber }, "+15557654321"},
 	"TWILIO_MESSAGING_SERVICE_SID": {func(c config.Config) any { return c.Twilio.MessagingServiceSID }, "MG0123456789abcdef0123456789abcdef"},
 	"TWILIO_API_URL":               {func(c config.Config) any { return c.Twilio.APIURL }, "http://twilio-double:4010"},
+	"TWILIO_LIST_LAG":              {func(c config.Config) any { return c.Twilio.ListLag }, 90 * time.Second},
 	"SMTP_HOST":                    {func(c config.Config) any { return c.SMTP.Host }, "smtp.internal"},
 	"SMTP_PORT":                    {func(c config.Config) any { return c.SMTP.Port }, 2525},
 	"SMTP_USERNAME":                {func(c config.Config) any { return c.SMTP.Username }, "mailer"},
 	"SMTP_PASSWORD":                {func(c config.Config) any { return c.SMTP.Password }, config.Secret(smtpPassword)},
 	"SMTP_FROM":                    {func(c config.Config) any { return c.SMTP.From }, "Harborlight <noreply@harborlight.example>"},
 	"SMTP_TLS_POLICY":              {func(c config.Config) any { return c.SMTP.TLSPolicy }, "opportunistic"},
+	"ALLOW_INSECURE_TRANSPORT":     {func(c config.Config) any { return c.AllowInsecureTransport }, true},
 	"SEND_TIMEOUT":                 {func(c config.Config) any { return c.SendTimeout }, 7 * time.Second},
+	"RECONCILE_TIMEOUT":            {func(c config.Config) any { return c.ReconcileTimeout }, 5 * time.Minute},
+	"UNKNOWN_OUTCOME_POLICY":       {func(c config.Config) any { return c.UnknownOutcomePolicy }, "dead_letter"},
 	"SHUTDOWN_TIMEOUT":             {func(c config.Config) any { return c.ShutdownTimeout }, 45 * time.Second},
 	"TEMPLATES_DIR":                {func(c config.Config) any { return c.TemplatesDir }, "/srv/templates"},
 	"HTTP_ADDR":                    {func(c config.Config) any { return c.HTTPAddr }, "127.0.0.1:9090"},
 	"LOG_LEVEL":                    {func(c config.Config) any { return c.LogLevel }, slog.LevelDebug},
 	"LOG_FORMAT":                   {func(c config.Config) any { return c.LogFormat }, "text"},
+}
+
+// The tracing variables, added to fullEnv and fields in init.
+var (
+	tracingEnv = map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "http://otel-collector:4318/",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://traces.internal/otlp/v1/traces",
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        "http/protobuf",
+		"OTEL_SERVICE_NAME":                  "nw-test",
+	}
+	tracingFields = map[string]field{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        {func(c config.Config) any { return c.Tracing.Endpoint }, "http://otel-collector:4318/"},
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": {func(c config.Config) any { return c.Tracing.TracesEndpoint }, "https://traces.internal/otlp/v1/traces"},
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        {func(c config.Config) any { return c.Tracing.Protocol }, "http/protobuf"},
+		"OTEL_SERVICE_NAME":                  {func(c config.Config) any { return c.Tracing.ServiceName }, "nw-test"},
+	}
+)
+
+func init() {
+	maps.Copy(fullEnv, tracingEnv)
+	maps.Copy(fields, tracingFields)
 }
 
 func referenceNames() []string {
@@ -200,18 +231,28 @@ func TestLoad_Defaults(t *testing.T) {
 		{"IDEMPOTENCY_KEY_PREFIX", c.Idempotency.KeyPrefix, "notification-worker:idem:"},
 		{"IDEMPOTENCY_BREAKER_FAILURES", c.Idempotency.BreakerFailures, 5},
 		{"IDEMPOTENCY_BREAKER_COOLDOWN", c.Idempotency.BreakerCooldown, time.Second},
+		{"IDEMPOTENCY_LEDGER_SIZE", c.Idempotency.LedgerSize, 10000},
 		{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID, ""},
 		{"TWILIO_AUTH_TOKEN", c.Twilio.AuthToken, config.Secret("")},
 		{"TWILIO_FROM_NUMBER", c.Twilio.FromNumber, ""},
 		{"TWILIO_MESSAGING_SERVICE_SID", c.Twilio.MessagingServiceSID, ""},
 		{"TWILIO_API_URL", c.Twilio.APIURL, "https://api.twilio.com"},
+		{"TWILIO_LIST_LAG", c.Twilio.ListLag, time.Minute},
 		{"SMTP_HOST", c.SMTP.Host, ""},
 		{"SMTP_PORT", c.SMTP.Port, 587},
 		{"SMTP_USERNAME", c.SMTP.Username, ""},
 		{"SMTP_PASSWORD", c.SMTP.Password, config.Secret("")},
 		{"SMTP_FROM", c.SMTP.From, ""},
 		{"SMTP_TLS_POLICY", c.SMTP.TLSPolicy, "mandatory"},
+		{"ALLOW_INSECURE_TRANSPORT", c.AllowInsecureTransport, false},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", c.Tracing.Endpoint, ""},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", c.Tracing.TracesEndpoint, ""},
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", c.Tracing.Protocol, "http/protobuf"},
+		{"OTEL_SERVICE_NAME", c.Tracing.ServiceName, "notification-worker"},
+		{"TracesURL", c.TracesURL(), ""},
 		{"SEND_TIMEOUT", c.SendTimeout, 10 * time.Second},
+		{"RECONCILE_TIMEOUT", c.ReconcileTimeout, 2 * time.Minute},
+		{"UNKNOWN_OUTCOME_POLICY", c.UnknownOutcomePolicy, "resend"},
 		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 30 * time.Second},
 		{"TEMPLATES_DIR", c.TemplatesDir, ""},
 		{"HTTP_ADDR", c.HTTPAddr, ":8080"},
@@ -414,6 +455,27 @@ func TestLoad_EmptyAndUnknown(t *testing.T) {
 	})
 }
 
+// TracesURL follows the OpenTelemetry specification: the signal's own
+// endpoint as given, else the base endpoint with /v1/traces; neither: off.
+func TestConfig_TracesURL(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"Off", nil, ""},
+		{"Base", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "http://collector:4318/v1/traces"},
+		{"BaseWithPath", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://gw.internal/otlp/"}, "https://gw.internal/otlp/v1/traces"},
+		{"TracesWins", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://other:4318/custom"}, "http://other:4318/custom"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := MustLoad(t, tt.env).TracesURL(); got != tt.want {
+				t.Errorf("TracesURL() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestLoad_Invalid names, for each bad value, the variable and the reason
 // an operator reads. Each case is the only problem in its environment.
 func TestLoad_Invalid(t *testing.T) {
@@ -453,6 +515,7 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "TwilioAPIURLWithUserInfo", env: map[string]string{"TWILIO_API_URL": "https://u:hunter2@proxy.internal"}, want: `TWILIO_API_URL="***": want a URL without user info, query or fragment`},
 		{name: "FailureMode", env: map[string]string{"IDEMPOTENCY_FAILURE_MODE": "OPEN"}, want: `IDEMPOTENCY_FAILURE_MODE="OPEN": want one of open, closed`},
 		{name: "BreakerFailures", env: map[string]string{"IDEMPOTENCY_BREAKER_FAILURES": "-1"}, want: `IDEMPOTENCY_BREAKER_FAILURES="-1": want an integer from 0 to 1000`},
+		{name: "LedgerSizeZero", env: map[string]string{"IDEMPOTENCY_LEDGER_SIZE": "0"}, want: `IDEMPOTENCY_LEDGER_SIZE="0": want an integer from 1 to 1000000`},
 		{name: "BreakerCooldown", env: map[string]string{"IDEMPOTENCY_BREAKER_COOLDOWN": "0"}, want: `IDEMPOTENCY_BREAKER_COOLDOWN="0": must be positive`},
 		{name: "TwilioSIDQuoted", env: map[string]string{"TWILIO_ACCOUNT_SID": `"AC1"`, "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_ACCOUNT_SID="\"AC1\"": want letters and digits only (Twilio rejects anything else with error 21222)`},
 		{name: "TwilioTokenNewline", env: map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok\n", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_AUTH_TOKEN="***": want letters and digits only`},
@@ -463,6 +526,11 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "SMTPPort", env: map[string]string{"SMTP_PORT": "0"}, want: `SMTP_PORT="0": want an integer from 1 to 65535`},
 		{name: "SMTPFrom", env: map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "Harborlight noreply"}, wantIn: `SMTP_FROM="Harborlight noreply": want an email address`},
 		{name: "SMTPTLSPolicy", env: map[string]string{"SMTP_TLS_POLICY": "starttls"}, want: `SMTP_TLS_POLICY="starttls": want one of mandatory, opportunistic, none`},
+		{name: "OTLPEndpointNotURL", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, want: `OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318": want an absolute http:// or https:// URL`},
+		{name: "OTLPTracesEndpointUserInfo", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:hunter2@collector/v1/traces"}, want: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="***": want a URL without user info, query or fragment`},
+		{name: "OTLPProtocolGRPC", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": only http/protobuf is supported (OTLP over HTTP, usually port 4318)`},
+		{name: "ReconcileNotAboveListLag", env: map[string]string{"RECONCILE_TIMEOUT": "1m"}, wantIn: `RECONCILE_TIMEOUT="1m": must exceed TWILIO_LIST_LAG (1m0s)`},
+		{name: "UnknownOutcomePolicy", env: map[string]string{"UNKNOWN_OUTCOME_POLICY": "drop"}, want: `UNKNOWN_OUTCOME_POLICY="drop": want one of resend, dead_letter`},
 		{name: "SendTimeoutZero", env: map[string]string{"SEND_TIMEOUT": "0s"}, want: `SEND_TIMEOUT="0s": must be positive`},
 		{name: "ShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, want: `SHUTDOWN_TIMEOUT="soon": want a duration such as 500ms, 30s or 48h`},
 		{name: "HTTPAddr", env: map[string]string{"HTTP_ADDR": "8080"}, want: `HTTP_ADDR="8080": want [host]:port, such as :8080, or off`},
@@ -582,7 +650,7 @@ func TestLoad_HalfConfigured(t *testing.T) {
 		},
 		{
 			name: "SASLMechanismWithoutCredentials",
-			env:  map[string]string{"KAFKA_BROKERS": "k1:9092", "KAFKA_SASL_MECHANISM": "PLAIN"},
+			env:  map[string]string{"KAFKA_BROKERS": "k1:9092", "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256"},
 			want: []string{
 				"KAFKA_SASL_USERNAME: required when KAFKA_SASL_MECHANISM is set",
 				"KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set",
@@ -629,6 +697,83 @@ func TestLoad_HalfConfigured(t *testing.T) {
 			t.Error("TwilioEnabled with only TWILIO_API_URL set")
 		}
 	})
+}
+
+// TestLoad_ClearTextCredentials: a setting that would send a credential
+// unencrypted stops the worker at start, naming the variable, unless
+// ALLOW_INSECURE_TRANSPORT=true says this is a test lab.
+func TestLoad_ClearTextCredentials(t *testing.T) {
+	twilio := func(apiURL string) map[string]string {
+		return map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "+15551234567", "TWILIO_API_URL": apiURL}
+	}
+	plain := func(tls string) map[string]string {
+		env := map[string]string{"KAFKA_BROKERS": "k1.internal:9092", "KAFKA_SASL_MECHANISM": "plain", "KAFKA_SASL_USERNAME": "nw", "KAFKA_SASL_PASSWORD": saslPassword}
+		if tls != "" {
+			env["KAFKA_TLS"] = tls
+		}
+		return env
+	}
+	with := func(env map[string]string, k, v string) map[string]string {
+		out := maps.Clone(env)
+		out[k] = v
+		return out
+	}
+	const (
+		refusedTwilio = "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send the Twilio auth token in clear text; use https://, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+		refusedPLAIN  = "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+	)
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"TwilioHTTPToAHostName", twilio("http://twilio-double:8089"), `TWILIO_API_URL="http://twilio-double:8089": ` + refusedTwilio},
+		{"TwilioHTTPToAnAddress", twilio("http://10.0.0.7"), `TWILIO_API_URL="http://10.0.0.7": ` + refusedTwilio},
+		{"TwilioHTTPToANameEndingInLocalhost", twilio("http://localhost.evil.example"), `TWILIO_API_URL="http://localhost.evil.example": ` + refusedTwilio},
+		{"TwilioHTTPWithoutCredentials", map[string]string{"TWILIO_API_URL": "http://proxy.internal"}, `TWILIO_API_URL="http://proxy.internal": ` + refusedTwilio},
+		{"SASLPlainWithoutTLS", plain(""), `KAFKA_SASL_MECHANISM="plain": ` + refusedPLAIN},
+		{"SASLPlainWithTLSFalse", plain("false"), `KAFKA_SASL_MECHANISM="plain": ` + refusedPLAIN},
+		{"OptOutNotABoolean", with(plain(""), "ALLOW_INSECURE_TRANSPORT", "yes"), `ALLOW_INSECURE_TRANSPORT="yes": want true or false`},
+	} {
+		t.Run("Refused/"+tt.name, func(t *testing.T) {
+			cerr := MustFail(t, tt.env)
+			if got := cerr.Problems[0].String(); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+			if strings.Contains(cerr.Error(), saslPassword) || strings.Contains(cerr.Error(), "tok\"") {
+				t.Errorf("error shows a credential: %v", cerr)
+			}
+		})
+	}
+	t.Run("OptOutNotABoolean/StillRefuses", func(t *testing.T) {
+		cerr := MustFail(t, with(plain(""), "ALLOW_INSECURE_TRANSPORT", "yes"))
+		if len(cerr.Problems) != 2 || cerr.Problems[1].Var != "KAFKA_SASL_MECHANISM" {
+			t.Errorf("problems %v, want the bad opt-out and the refusal it did not lift", cerr.Problems)
+		}
+	})
+
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"TwilioHTTPS", twilio("https://proxy.internal")},
+		{"TwilioHTTPToLocalhost", twilio("http://localhost:8089")},
+		{"TwilioHTTPToLocalhostUpperCase", twilio("http://LOCALHOST:8089")},
+		{"TwilioHTTPTo127", twilio("http://127.0.0.1:8089")},
+		{"TwilioHTTPTo127Slash8", twilio("http://127.5.6.7:8089")},
+		{"TwilioHTTPToIPv6Loopback", twilio("http://[::1]:8089")},
+		{"SASLPlainWithTLS", plain("true")},
+		{"SASLScramWithoutTLS", with(plain(""), "KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")},
+		{"OptOutTwilio", with(twilio("http://twilio-double:8089"), "ALLOW_INSECURE_TRANSPORT", "true")},
+		{"OptOutSASLPlain", with(plain(""), "ALLOW_INSECURE_TRANSPORT", "true")},
+	} {
+		t.Run("Accepted/"+tt.name, func(t *testing.T) {
+			c := MustLoad(t, tt.env)
+			if got, want := c.AllowInsecureTransport, tt.env["ALLOW_INSECURE_TRANSPORT"] == "true"; got != want {
+				t.Errorf("AllowInsecureTransport = %v, want %v", got, want)
+			}
+		})
+	}
 }
 
 // TestSecretsNeverShown renders a Config and a config Error every way a

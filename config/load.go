@@ -78,6 +78,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
 	i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 0, 1000)
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
+	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
 
 	t := &c.Twilio
 	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
@@ -85,6 +86,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
 	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
 	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
+	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
 	l.twilioComplete()
 
 	s := &c.SMTP
@@ -96,7 +98,23 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	s.TLSPolicy = l.oneOf("SMTP_TLS_POLICY", false, "mandatory", "opportunistic", "none")
 	l.smtpComplete()
 
+	c.AllowInsecureTransport = l.boolean("ALLOW_INSECURE_TRANSPORT")
+	if !c.AllowInsecureTransport {
+		l.refuseClearText(t.APIURL)
+	}
+	tr := &c.Tracing
+	tr.Endpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_ENDPOINT")
+	tr.TracesEndpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if tr.Protocol = l.str("OTEL_EXPORTER_OTLP_PROTOCOL"); tr.Protocol != "http/protobuf" {
+		// Ignoring it would send HTTP to a gRPC port, and lose every span.
+		l.fail("OTEL_EXPORTER_OTLP_PROTOCOL", "only http/protobuf is supported (OTLP over HTTP, usually port 4318)")
+		tr.Protocol = ""
+	}
+	tr.ServiceName = l.str("OTEL_SERVICE_NAME")
+
 	c.SendTimeout = l.duration("SEND_TIMEOUT", positive)
+	c.ReconcileTimeout = l.duration("RECONCILE_TIMEOUT", positive)
+	c.UnknownOutcomePolicy = l.oneOf("UNKNOWN_OUTCOME_POLICY", false, "resend", "dead_letter")
 	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
 	c.TemplatesDir = l.str("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
@@ -112,6 +130,10 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+i.Timeout {
 		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
 			"): a send in hand at shutdown must be able to finish and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
+	}
+	if c.ReconcileTimeout > 0 && c.Twilio.ListLag > 0 && c.ReconcileTimeout <= c.Twilio.ListLag {
+		l.fail("RECONCILE_TIMEOUT", "must exceed TWILIO_LIST_LAG ("+c.Twilio.ListLag.String()+
+			"): until the list has caught up Twilio can only answer \"cannot tell\", and every unknown SMS would fall to UNKNOWN_OUTCOME_POLICY")
 	}
 	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
 		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+
@@ -148,6 +170,34 @@ func (l *loader) kafkaSecurity() {
 		}
 	}
 	l.requiredWith("KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")
+}
+
+// refuseClearText rejects the settings that would send a credential
+// across the network unencrypted: an http:// Twilio API URL (apiURL, as
+// Load parsed it; "" when it was invalid) to a host that is not loopback,
+// which carries the auth token in Basic auth, and SASL PLAIN to real
+// brokers without TLS, which carries the password as it is. Load skips it
+// when ALLOW_INSECURE_TRANSPORT is true.
+func (l *loader) refuseClearText(apiURL string) {
+	const optOut = "or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+	if u, err := url.Parse(apiURL); apiURL != "" && err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+		l.fail("TWILIO_API_URL", "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send the Twilio auth token in clear text; use https://, "+optOut)
+	}
+	tlsOn, _ := strconv.ParseBool(l.value("KAFKA_TLS"))
+	if l.set("KAFKA_BROKERS") && strings.EqualFold(l.value("KAFKA_SASL_MECHANISM"), "PLAIN") && !tlsOn {
+		l.fail("KAFKA_SASL_MECHANISM", "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, "+optOut)
+	}
+}
+
+// loopback reports whether host (without a port) names this machine:
+// "localhost" or an address in 127.0.0.0/8 or ::1. Other names are not
+// resolved: what a name resolves to can change after start.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // twilioComplete rejects a partial Twilio set: with some credentials given,
@@ -446,6 +496,14 @@ func (l *loader) httpURL(name string) string {
 		return ""
 	}
 	return v
+}
+
+// optionalHTTPURL is httpURL for a variable that may be unset ("").
+func (l *loader) optionalHTTPURL(name string) string {
+	if l.value(name) == "" {
+		return ""
+	}
+	return l.httpURL(name)
 }
 
 // redisURL checks the scheme, host and database of a Redis URL. Its reasons

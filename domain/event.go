@@ -99,9 +99,14 @@ func (d *Data) UnmarshalJSON(b []byte) error {
 
 // InvalidEventError says why a record is not a valid event. It is permanent:
 // the same bytes fail the same way on every replay.
+//
+// Its text goes into logs and dead-letter headers, so it never holds a
+// field of the recipient in clear: a phone number or an email address
+// appears masked (ports.MaskPhone, ports.MaskEmail) or not at all, a name
+// never, and a length error gives the length, not the value.
 type InvalidEventError struct {
 	Field  string // JSON path of the offending field; empty for the record as a whole
-	Value  string // the offending value, cut to a readable length; never a full address
+	Value  string // the offending value, cut to a readable length; masked or empty for a recipient's field
 	Reason string
 }
 
@@ -269,8 +274,8 @@ func (ev *Event) normalize() error {
 	}
 
 	ev.Recipient.Name = oneLine(ev.Recipient.Name)
-	if utf8.RuneCountInString(ev.Recipient.Name) > MaxNameRunes {
-		return invalid("recipient.name", ev.Recipient.Name, fmt.Sprintf("longer than %d characters", MaxNameRunes))
+	if n := utf8.RuneCountInString(ev.Recipient.Name); n > MaxNameRunes {
+		return invalid("recipient.name", "", fmt.Sprintf("%d characters, longer than %d", n, MaxNameRunes))
 	}
 	// A blank address is no address: a producer that writes "phone": " "
 	// has no phone for the customer, and the email should still go out.
@@ -279,14 +284,14 @@ func (ev *Event) normalize() error {
 	if ev.Recipient.Phone != "" {
 		p, err := NormalizePhone(ev.Recipient.Phone)
 		if err != nil {
-			return invalid("recipient.phone", ports.MaskPhone(ev.Recipient.Phone), err.Error())
+			return invalidAddress("recipient.phone", ev.Recipient.Phone, phoneShaped, ports.MaskPhone, err)
 		}
 		ev.Recipient.Phone = p
 	}
 	if ev.Recipient.Email != "" {
 		e, err := normalizeEmail(ev.Recipient.Email)
 		if err != nil {
-			return invalid("recipient.email", ports.MaskEmail(ev.Recipient.Email), err.Error())
+			return invalidAddress("recipient.email", ev.Recipient.Email, emailShaped, ports.MaskEmail, err)
 		}
 		ev.Recipient.Email = e
 	}
@@ -317,6 +322,39 @@ func (ev *Event) normalize() error {
 	}
 	ev.Channels = chans
 	return nil
+}
+
+// invalidAddress reports the recipient's address v in field as invalid
+// for err. It shows v masked by mask only when shapely(v), when v could be
+// an address of that kind; anything else, text that a mask keeping a few
+// characters or the domain would partly reveal (a name in the wrong field,
+// a 10 kB value), is shown by its length alone.
+func invalidAddress(field, v string, shapely func(string) bool, mask func(string) string, err error) error {
+	if !shapely(v) {
+		return invalid(field, "", fmt.Sprintf("%v (a value of %d bytes, not shown)", err, len(v)))
+	}
+	return invalid(field, mask(v), err.Error())
+}
+
+// phoneShaped reports whether v holds only what a written phone number
+// does: digits, "+" and the separators NormalizePhone drops, 32 bytes at
+// most.
+func phoneShaped(v string) bool {
+	return len(v) <= 32 && strings.Trim(v, "+0123456789 .-()") == ""
+}
+
+// emailShaped reports whether v could be an email address: at most
+// MaxEmailLen bytes, one "@", and no space, control or format character.
+func emailShaped(v string) bool {
+	if len(v) > MaxEmailLen || strings.Count(v, "@") != 1 {
+		return false
+	}
+	for _, r := range v {
+		if unicode.IsSpace(r) || !unicode.IsGraphic(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // badText is the reason for text holding U+FFFD, the mark of bytes that

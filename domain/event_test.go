@@ -68,6 +68,58 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestDecode_RecipientNotInErrors: an invalid event's error goes into logs
+// and dead-letter headers, so it names the field and the problem but holds
+// no name, and an address only masked or not at all; a length error gives
+// the length.
+func TestDecode_RecipientNotInErrors(t *testing.T) {
+	hopper := "Grace Brewster Murray Hopper"
+	long := strings.Repeat(hopper+" ", 10<<10/(len(hopper)+1)) // about 10 kB
+	rec := func(recipient string) string {
+		return `{"event_id":"e","type":"t","shipment_id":"s","recipient":` + recipient + `}`
+	}
+	for _, tc := range []struct {
+		name, value, field string
+		secret             []string // what the error must not hold
+		want               string   // what it must
+	}{
+		{"TenKilobyteName", rec(`{"name":"` + long + `","phone":"+15551234567"}`), "recipient.name",
+			[]string{"Grace", "Hopper", "Brewster"}, "characters, longer than 100"},
+		{"NameJustTooLong", rec(`{"name":"` + strings.Repeat("é", 101) + `","phone":"+15551234567"}`), "recipient.name",
+			[]string{"éé"}, "101 characters, longer than 100"},
+		{"NameInPhoneField", rec(`{"phone":"` + hopper + `"}`), "recipient.phone",
+			[]string{"Grace", "race", "pper"}, "28 bytes, not shown"},
+		{"TenKilobytePhone", rec(`{"phone":"+1555` + strings.Repeat("1", 10<<10) + `"}`), "recipient.phone",
+			[]string{"+1555", "1111"}, "10245 bytes, not shown"},
+		{"ShortPhoneMasked", rec(`{"phone":"+1 555 01"}`), "recipient.phone",
+			[]string{"555"}, `"+1***01"`},
+		{"TenKilobyteEmail", rec(`{"email":"grace.hopper@` + strings.Repeat("navy", 10<<8) + `.mil"}`), "recipient.email",
+			[]string{"grace", "navynavy"}, "longer than 254 bytes (a value of 10257 bytes, not shown)"},
+		{"NameInEmailField", rec(`{"email":"Grace Hopper <grace@navy.mil>"}`), "recipient.email",
+			[]string{"Grace", "Hopper", "grace"}, "not shown"},
+		{"BadEmailMasked", rec(`{"email":"grace@@navy.mil"}`), "recipient.email",
+			[]string{"grace"}, "not shown"},
+		{"BadEmailDomainMasked", rec(`{"email":"grace@navy..mil"}`), "recipient.email",
+			[]string{"grace"}, `"g***@navy..mil"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := domain.Decode([]byte(tc.value))
+			var ie *domain.InvalidEventError
+			if !errors.As(err, &ie) || ie.Field != tc.field {
+				t.Fatalf("Decode: %v, want an *InvalidEventError on %s", err, tc.field)
+			}
+			for _, s := range tc.secret {
+				if strings.Contains(err.Error(), s) {
+					t.Errorf("error %q holds %q", err, s)
+				}
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestTemplates(t *testing.T) {
 	ev, err := domain.Decode([]byte(`{"event_id":"e1","type":"shipment.out_for_delivery","shipment_id":"SHP-1",
 		"recipient":{"name":"<script>alert(1)</script>","phone":"+15551234567","email":"ada@example.com"},

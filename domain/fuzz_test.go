@@ -364,3 +364,63 @@ func parseKey(t *testing.T, key string) (eventID, ch string) {
 	}
 	return id, strings.NewReplacer("%3A", ":", "%25", "%").Replace(c)
 }
+
+// FuzzFingerprint checks the fingerprint's two promises: the same deciding
+// fields give the same fingerprint, whatever else differs (the name,
+// occurred_at, the order data was written in); and a change to any one
+// deciding field (type, shipment, the channel's address, a data key or
+// value) gives another.
+func FuzzFingerprint(f *testing.F) {
+	f.Add("shipment.out_for_delivery", "SHP-1", "+15551234567", "eta", "14:00", "url", "https://t.example/1", uint8(0), "x")
+	f.Add("shipment.delivered", "", "", "", "", "", "", uint8(3), "")
+	f.Add("t", "S:1", "a@b.example", "k", "v", "kv", "", uint8(5), "k")
+	f.Fuzz(func(t *testing.T, typ, shipment, addr, k1, v1, k2, v2 string, which uint8, change string) {
+		if k1 == k2 {
+			v1 = v2 // one key: the map holds one value
+		}
+		ev := domain.Event{Type: typ, ShipmentID: shipment, Recipient: domain.Recipient{Name: "Ada", Phone: addr, Email: addr}, Data: domain.Data{k1: v1, k2: v2}}
+		fp := domain.Fingerprint(ev, ports.ChannelSMS)
+		if len(fp) != domain.FingerprintLen {
+			t.Fatalf("fingerprint %q: length %d, want %d", fp, len(fp), domain.FingerprintLen)
+		}
+
+		same := ev
+		same.Recipient.Name, same.OccurredAt, same.EventID = change, time.Unix(int64(which), 0), change
+		same.Recipient.Email = addr + change // not the SMS channel's address
+		same.Data = domain.Data{k2: v2, k1: v1}
+		if got := domain.Fingerprint(same, ports.ChannelSMS); got != fp {
+			t.Fatalf("same deciding fields, fingerprints %q and %q", fp, got)
+		}
+
+		other := ev
+		other.Data = domain.Data{k1: v1, k2: v2}
+		switch which % 6 {
+		case 0:
+			other.Type = typ + change + "!"
+		case 1:
+			other.ShipmentID = shipment + change + "!"
+		case 2:
+			other.Recipient.Phone = addr + change + "!"
+		case 3:
+			other.Data[k1] = v1 + change + "!"
+		case 4:
+			delete(other.Data, k1)
+			other.Data[k1+change+"!"] = v1
+		case 5:
+			// Moving bytes between two fields must change it too.
+			if k1 == k2 || change == "" {
+				return
+			}
+			other.Type, other.ShipmentID = typ+change, strings.TrimPrefix(shipment, change)
+			if other.ShipmentID == shipment {
+				other.ShipmentID = change + shipment
+			}
+		}
+		if k1 == k2 && which%6 == 4 {
+			return // the rename also dropped k2
+		}
+		if got := domain.Fingerprint(other, ports.ChannelSMS); got == fp {
+			t.Fatalf("change %d (%q) left the fingerprint %q unchanged", which%6, change, fp)
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -31,6 +32,19 @@ type Config struct {
 	Store     ports.IdempotencyStore           // required
 	Notifiers map[ports.Channel]ports.Notifier // one per channel events may use
 	Templates *Templates                       // nil: the embedded templates
+	// Reconcilers ask a channel's provider whether a send whose outcome is
+	// unknown went out. A channel without one cannot be asked: its unknown
+	// sends go straight to UnknownPolicy.
+	Reconcilers map[ports.Channel]ports.Reconciler
+	// ReconcileFor bounds how long a provider that cannot tell yet is asked
+	// again (the record waits, as Unavailable) before UnknownPolicy applies
+	// (2m).
+	ReconcileFor time.Duration
+	// UnknownPolicy is what to do with a send whose outcome nobody can tell
+	// (PolicyResend unless set).
+	UnknownPolicy UnknownPolicy
+	// Reconciled, when set, is told the result of every reconciliation.
+	Reconciled func(ch ports.Channel, r ports.ReconcileResult)
 
 	TTL          time.Duration // lifetime of a sent record (48h)
 	ClaimTTL     time.Duration // lifetime of a pending claim (60s)
@@ -41,6 +55,10 @@ type Config struct {
 	// ClaimWaitMax caps one wait between looks at another worker's pending
 	// claim (1s).
 	ClaimWaitMax time.Duration
+	// LedgerSize bounds the deliveries this process remembers while their
+	// sent record is owed to the store (DefaultLedgerSize); each is kept at
+	// most TTL.
+	LedgerSize int
 	// LogEvery rate-limits the warnings that an outage would repeat for every
 	// record (idempotency_check_unavailable, idempotency_record_failed): at
 	// most one per LogEvery, carrying the count suppressed since (1s).
@@ -63,6 +81,16 @@ func (c *Config) setDefaults() {
 	def(&c.SendTimeout, 10*time.Second)
 	def(&c.ClaimWaitMax, time.Second)
 	def(&c.LogEvery, time.Second)
+	def(&c.ReconcileFor, 2*time.Minute)
+	if c.UnknownPolicy == "" {
+		c.UnknownPolicy = PolicyResend
+	}
+	if c.Reconciled == nil {
+		c.Reconciled = func(ports.Channel, ports.ReconcileResult) {}
+	}
+	if c.LedgerSize <= 0 {
+		c.LedgerSize = DefaultLedgerSize
+	}
 	if c.FailureMode == "" {
 		c.FailureMode = FailOpen
 	}
@@ -90,6 +118,9 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("notifier for channel %q: unknown channel or nil", ch))
 		}
 	}
+	if c.UnknownPolicy != PolicyResend && c.UnknownPolicy != PolicyDeadLetter {
+		errs = append(errs, fmt.Errorf("unknown-outcome policy %q: want %q or %q", c.UnknownPolicy, PolicyResend, PolicyDeadLetter))
+	}
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		errs = append(errs, fmt.Errorf("failure mode %q: want %q or %q", c.FailureMode, FailOpen, FailClosed))
 	}
@@ -102,10 +133,27 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// DefaultLedgerSize is Config.LedgerSize's default: at about 200 bytes an
+// entry, a few megabytes, and minutes of a busy worker's sends during a
+// store outage.
+const DefaultLedgerSize = 10000
+
 // Service is "send unless already sent". It implements ports.Handler and is
 // safe for concurrent use.
+//
+// Besides the store, it remembers what it delivered in two places, so that
+// its own retries never send a notification twice: the record's
+// ports.Deliveries (every delivery, for the attempts at that record) and the
+// ledger (deliveries whose sent record the store has not confirmed, for any
+// record this process handles, bounded by Config.LedgerSize and Config.TTL).
+// Owed records are written from the ledger when the store answers again.
 type Service struct {
 	cfg         Config
+	ledger      *ledger
+	draining    atomic.Bool    // a drain goroutine runs
+	drains      sync.WaitGroup // the drain goroutine, for Close
+	closed      chan struct{}  // closed by Close
+	closeOnce   sync.Once
 	unavailable *rateLimited
 	recordFail  *rateLimited
 }
@@ -127,6 +175,8 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		cfg:         cfg,
+		ledger:      newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
+		closed:      make(chan struct{}),
 		unavailable: &rateLimited{every: cfg.LogEvery, now: cfg.Now},
 		recordFail:  &rateLimited{every: cfg.LogEvery, now: cfg.Now},
 	}, nil
@@ -134,16 +184,25 @@ func NewService(cfg Config) (*Service, error) {
 
 // LongestHandle bounds how long Handle takes on one record, with every
 // dependency as slow as its timeout allows: per channel, a wait on another
-// worker's claim (the claim TTL, then one more look), the send (the send
-// timeout), and the record or release (a store timeout each; three in all,
-// for margin). A call running longer is not waiting on anything the service
-// bounds: a notifier ignoring its context, or a bug.
+// worker's claim (the claim TTL, then one more look), a reconciliation and
+// a send (the send timeout each), and the claims, records and releases
+// around them (a store timeout each; five in all). A call running longer is
+// not waiting on anything the service bounds: a notifier ignoring its
+// context, or a bug.
 func (s *Service) LongestHandle() time.Duration {
-	return time.Duration(len(ports.Channels)) * (s.cfg.ClaimTTL + s.cfg.SendTimeout + 3*s.cfg.StoreTimeout)
+	return time.Duration(len(ports.Channels)) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout)
 }
 
+// Owed returns how many deliveries the ledger holds whose sent record is
+// still owed to the store, and how many were dropped from it because it was
+// full (each such drop reopens the store's own duplicate window for that
+// notification).
+func (s *Service) Owed() (owed int, evicted int64) { return s.ledger.len(), s.ledger.evictions() }
+
 // Handle decodes rec and delivers each of its notifications. It returns nil
-// when every notification was sent or was a duplicate. Otherwise the error's
+// when every notification was sent or was a duplicate. A notification found
+// in rec.Deliveries was delivered by an earlier attempt at rec: it is
+// neither sent nor reported again. Otherwise the error's
 // ports.Kind tells the consumer what to do: Permanent for a record that can
 // never succeed (it does not decode, its type is unknown, a provider refused
 // it for good), Unavailable when the store is down in the closed mode, and
@@ -175,14 +234,23 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		if err != nil {
 			return ports.MarkPermanent(fmt.Errorf("event %s: %w", ev.EventID, err))
 		}
+		m.Fingerprint = Fingerprint(ev, ch)
 		msgs = append(msgs, m)
 	}
 
 	var failed []error
 	worst := ports.Permanent
 	for _, m := range msgs {
-		outcome, err := s.deliver(ctx, log.With(slog.String("channel", string(m.Channel))), m)
-		s.cfg.Observer.Observe(m.Channel, outcome)
+		mlog := log.With(slog.String("channel", string(m.Channel)))
+		if _, ok := rec.Deliveries.Lookup(m.IdempotencyKey); ok {
+			s.payIfOwed(ctx, mlog, m.IdempotencyKey)
+			mlog.Debug("notification_delivered_earlier")
+			continue
+		}
+		outcome, err := s.deliver(ctx, mlog, m, rec.Deliveries)
+		if outcome != stillUnknown {
+			s.cfg.Observer.Observe(m.Channel, outcome)
+		}
 		if err == nil {
 			continue
 		}
@@ -206,6 +274,11 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	return err
 }
 
+// stillUnknown is deliver's outcome for a notification whose unknown
+// outcome was reported by an earlier attempt and is not known yet: not
+// reported again.
+const stillUnknown ports.Outcome = ""
+
 // claimResult is what the claim step decided.
 type claimResult int
 
@@ -213,20 +286,69 @@ const (
 	claimed   claimResult = iota // we hold the key: send, then record or release
 	unchecked                    // the store could not answer, failing open: send, then try to record
 	duplicate                    // already sent: skip
+	conflict                     // already sent, but for another message: dead-letter
+	reclaimed                    // we hold a claim whose send may have gone out: reconcile first
 )
 
-// deliver runs the protocol for one notification.
-func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message) (ports.Outcome, error) {
+// deliver runs the protocol for one notification, and adds it to done once
+// the provider accepted it.
+func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message, done *ports.Deliveries) (ports.Outcome, error) {
+	key := m.IdempotencyKey
+	if o, ok := s.ledger.lookup(key); ok {
+		return s.fromLedger(ctx, log, m, o)
+	}
 	token := newToken()
-	res, err := s.claim(ctx, log, m.IdempotencyKey, token)
-	if err != nil {
+	unknown, wasUnknown := done.Unknown(key)
+	if wasUnknown {
+		// Claim with the token of the send whose outcome is unknown: its
+		// claim, which that attempt kept, is then found to be ours.
+		token = unknown.Token
+	}
+	res, found, err := s.claim(ctx, log, m, token)
+	switch {
+	case err != nil:
 		return ports.OutcomeFailedRetryable, err
-	}
-	if res == duplicate {
+	case res == duplicate:
 		return ports.OutcomeDuplicate, nil
+	case res == conflict:
+		return s.conflict(log, m, found.Receipt)
+	case res == reclaimed || wasUnknown:
+		w := ports.Unknown{Token: token, Since: found.Lease.Start, Until: found.Lease.Until, First: s.cfg.Now()}
+		if wasUnknown {
+			w = unknown
+		}
+		outcome, err, send := s.reconcile(ctx, log, m, done, w, wasUnknown)
+		if !send {
+			return outcome, err
+		}
+		// Not delivered, or nobody can tell and the policy resends: send
+		// under a claim of our own with a full lease.
+		if res != unchecked {
+			s.release(ctx, log, key, token)
+		}
+		token = newToken()
+		if res, _, err = s.claim(ctx, log, m, token); err != nil || (res != claimed && res != unchecked) {
+			return ports.OutcomeFailedRetryable, errors.Join(err, fmt.Errorf("claim %s: taken again after reconciling", key))
+		}
 	}
+	return s.sendAndRecord(ctx, log, m, done, res, token)
+}
 
+// sendAndRecord sends m, holding the claim token (res claimed) or
+// unchecked, and records the send.
+func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.Message, done *ports.Deliveries, res claimResult, token string) (ports.Outcome, error) {
+	start := s.cfg.Now()
 	receipt, err := s.send(ctx, log, m, res, token)
+	if errors.Is(err, ports.ErrOutcomeUnknown) {
+		// The provider may have it: keep the claim, and reconcile on the
+		// next attempt rather than send again now.
+		now := s.cfg.Now()
+		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, Until: now, First: now})
+		log.Warn("send_outcome_unknown",
+			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("error", err.Error()))
+		return ports.OutcomeUnknown, ports.MarkUnavailable(fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
+	}
 	if err != nil {
 		if res == claimed {
 			s.release(ctx, log, m.IdempotencyKey, token)
@@ -241,19 +363,7 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 			slog.String("error", err.Error()))
 		return outcome, fmt.Errorf("send %s: %w", m.IdempotencyKey, err)
 	}
-	if receipt.SentAt.IsZero() {
-		receipt.SentAt = s.cfg.Now()
-	}
-
-	// The send happened: record it even if ctx was cancelled meanwhile, or a
-	// replay would send it again.
-	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	err = s.cfg.Store.Record(recCtx, m.IdempotencyKey, receipt, s.cfg.TTL)
-	cancel()
-	if err != nil {
-		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
-			slog.String("error", err.Error()))
-	}
+	s.delivered(ctx, log, m, done, receipt)
 	log.Info("notification_sent",
 		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 		slog.String("provider_id", receipt.ProviderID),
@@ -261,10 +371,27 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 	return ports.OutcomeSent, nil
 }
 
+// delivered remembers a delivery of m in done and records it. The record
+// is written even if ctx was cancelled meanwhile, or a replay would send it
+// again; what the store does not take, the ledger keeps until it does.
+func (s *Service) delivered(ctx context.Context, log *slog.Logger, m ports.Message, done *ports.Deliveries, r ports.Receipt) {
+	if r.SentAt.IsZero() {
+		r.SentAt = s.cfg.Now()
+	}
+	r.Fingerprint = m.Fingerprint
+	done.Add(m.IdempotencyKey, r)
+	if err := s.record(ctx, m.IdempotencyKey, r, s.cfg.TTL); err != nil {
+		s.ledger.owe(m.IdempotencyKey, r)
+		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+			slog.String("error", err.Error()))
+	}
+	s.drainSoon()
+}
+
 // send calls the channel's notifier. Should the notifier panic, it gives
 // the claim back before letting the panic go on to the event source (which
 // recovers and dead-letters the record): otherwise the pending claim would
-// hold off every replay of the record for the whole claim TTL.
+// hold off every replay of the record until it is taken over.
 func (s *Service) send(ctx context.Context, log *slog.Logger, m ports.Message, res claimResult, token string) (ports.Receipt, error) {
 	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
@@ -280,9 +407,12 @@ func (s *Service) send(ctx context.Context, log *slog.Logger, m ports.Message, r
 }
 
 // claim takes the key, or finds it sent, or waits while another worker holds
-// it. It returns an error only when the notification must not be sent now.
-func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string) (claimResult, error) {
-	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL)
+// it. found is what the store reported: the record of a duplicate or a
+// conflict, the lease of a claim reclaimed. It returns an error only when
+// the notification must not be sent now.
+func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, token string) (res claimResult, found ports.Claim, err error) {
+	key := m.IdempotencyKey
+	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL + s.cfg.ClaimWaitMax)
 	wait := s.cfg.ClaimWaitMax / 16
 	sawInFlight := false
 	for {
@@ -291,45 +421,211 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, key, token string
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return 0, ctx.Err()
+			return 0, c, ctx.Err()
 		case err != nil && sawInFlight:
 			// We know another worker is sending this one: failing open now
 			// would send it a second time. A store that cannot answer is
 			// just one more look that told us nothing; keep waiting.
 			c.State = ports.InFlight
 		case err != nil && s.cfg.FailureMode == FailClosed:
-			return 0, ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err))
+			return 0, c, ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err))
 		case err != nil:
 			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))
-			return unchecked, nil
+			return unchecked, c, nil
 		}
 		switch c.State {
 		case ports.Claimed:
-			return claimed, nil
+			return claimed, c, nil
 		case ports.AlreadySent:
+			if conflicting(c.Receipt, m) {
+				return conflict, c, nil
+			}
 			log.Info("duplicate_suppressed",
 				slog.String("provider_id", c.Receipt.ProviderID),
 				slog.Time("sent_at", c.Receipt.SentAt))
-			return duplicate, nil
+			return duplicate, c, nil
+		case ports.TakenOver:
+			if c.Lease.Token != token {
+				log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start))
+			}
+			return reclaimed, c, nil
 		case ports.InFlight:
+			if c.Lease.Token == token {
+				// Our own claim, kept by an earlier attempt whose send
+				// ended unknown.
+				return reclaimed, c, nil
+			}
+			if o, ok := s.ledger.lookup(key); ok {
+				// This process delivered it and could not record it: the
+				// pending claim is ours, delivered, and nothing to wait on.
+				res, err := s.fromLedger(ctx, log, m, o)
+				if res == ports.OutcomeConflict {
+					return conflict, ports.Claim{Receipt: o.receipt}, nil
+				}
+				return duplicate, c, err
+			}
 			// Another worker is sending it right now (a rebalance overlap).
 			// Sending too would duplicate; skipping would lose it if that
-			// send fails. Wait for its record, or for its claim to go.
+			// send fails. Wait for its record, for its claim to go, or for
+			// its lease to pass (then the next look takes it over).
 			sawInFlight = true
+			if !c.Lease.Until.IsZero() {
+				if until := c.Lease.Until.Add(s.cfg.ClaimWaitMax); until.After(deadline) {
+					deadline = until
+				}
+			}
 		default:
-			return 0, fmt.Errorf("claim %s: store answered an unknown state %v", key, c.State)
+			return 0, c, fmt.Errorf("claim %s: store answered an unknown state %v", key, c.State)
 		}
 		left := deadline.Sub(s.cfg.Now())
 		if left <= 0 {
-			return 0, fmt.Errorf("claim %s: held by another worker for longer than the claim TTL %v", key, s.cfg.ClaimTTL)
+			return 0, c, fmt.Errorf("claim %s: held by another worker for longer than the claim TTL %v", key, s.cfg.ClaimTTL)
 		}
 		log.Debug("claim_in_flight_wait", slog.Duration("wait", min(wait, left)))
 		if err := sleep(ctx, min(wait, left)); err != nil {
-			return 0, err
+			return 0, c, err
 		}
 		wait = min(2*wait, s.cfg.ClaimWaitMax)
 	}
+}
+
+// conflicting reports whether r records a message other than m under m's
+// key. A record without a fingerprint (written before fingerprints) never
+// conflicts.
+func conflicting(r ports.Receipt, m ports.Message) bool {
+	return r.Fingerprint != "" && m.Fingerprint != "" && r.Fingerprint != m.Fingerprint
+}
+
+// conflict reports an event_id that was sent for another message: nothing
+// is sent, and the record goes to the dead letter topic for the producer's
+// owners to look at.
+func (s *Service) conflict(log *slog.Logger, m ports.Message, sent ports.Receipt) (ports.Outcome, error) {
+	log.Error("event_id_conflict",
+		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+		slog.String("fingerprint", m.Fingerprint),
+		slog.String("sent_fingerprint", sent.Fingerprint),
+		slog.String("sent_provider_id", sent.ProviderID),
+		slog.Time("sent_at", sent.SentAt))
+	return ports.OutcomeConflict, ports.MarkPermanent(fmt.Errorf("%s: event_id reused with a different payload", m.IdempotencyKey))
+}
+
+// fromLedger reports a notification this process delivered and still owes
+// a record for: a duplicate (and it tries to write the record), or a
+// conflict when the ledger's delivery was another message.
+func (s *Service) fromLedger(ctx context.Context, log *slog.Logger, m ports.Message, o owed) (ports.Outcome, error) {
+	if conflicting(o.receipt, m) {
+		return s.conflict(log, m, o.receipt)
+	}
+	s.suppressOwed(ctx, log, o)
+	return ports.OutcomeDuplicate, nil
+}
+
+// record writes the sent record of key, living ttl, with the store timeout.
+// It runs even when ctx is cancelled: the send it records has happened.
+func (s *Service) record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	return s.cfg.Store.Record(rctx, key, r, ttl)
+}
+
+// pay writes the record the ledger owes for o, with what is left of its TTL
+// since the send, and settles o once the store took it.
+func (s *Service) pay(ctx context.Context, o owed) error {
+	ttl := s.cfg.TTL - s.cfg.Now().Sub(o.receipt.SentAt)
+	if ttl > 0 {
+		if err := s.record(ctx, o.key, o.receipt, min(ttl, s.cfg.TTL)); err != nil {
+			return err
+		}
+	}
+	s.ledger.settle(o)
+	return nil
+}
+
+// payIfOwed writes key's owed record, if the ledger holds one.
+func (s *Service) payIfOwed(ctx context.Context, log *slog.Logger, key string) {
+	if o, ok := s.ledger.lookup(key); ok {
+		if err := s.pay(ctx, o); err != nil {
+			s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+				slog.String("error", err.Error()))
+		}
+	}
+}
+
+// suppressOwed reports a notification this process delivered and still owes
+// a record for as a duplicate, and tries to write that record.
+func (s *Service) suppressOwed(ctx context.Context, log *slog.Logger, o owed) {
+	log.Info("duplicate_suppressed",
+		slog.String("provider_id", o.receipt.ProviderID),
+		slog.Time("sent_at", o.receipt.SentAt),
+		slog.Bool("recorded", false))
+	s.payIfOwed(ctx, log, o.key)
+}
+
+// drainBatch is how many owed records one look at the ledger takes, and
+// drainRetry how long the drain waits after a write the store refused.
+const (
+	drainBatch = 64
+	drainRetry = time.Second
+)
+
+// drainSoon makes sure a goroutine writes the ledger's owed records while
+// there are any: oldest first, waiting drainRetry after a write the store
+// refused. At most one runs; it ends when the ledger is empty or at Close.
+func (s *Service) drainSoon() {
+	if s.ledger.len() == 0 || !s.draining.CompareAndSwap(false, true) {
+		return
+	}
+	s.drains.Add(1)
+	go s.drain()
+}
+
+func (s *Service) drain() {
+	defer s.drains.Done()
+	for {
+		for s.payOldest() {
+		}
+		if s.ledger.len() > 0 {
+			select {
+			case <-s.closed:
+				s.draining.Store(false)
+				return
+			case <-time.After(drainRetry):
+				continue
+			}
+		}
+		// Empty. A debt entered after the look above would find draining
+		// still set and start no drain: look again once it is cleared.
+		s.draining.Store(false)
+		if s.ledger.len() == 0 || !s.draining.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// payOldest writes one batch of owed records and reports whether all were
+// written and more may be owed.
+func (s *Service) payOldest() bool {
+	batch := s.ledger.oldest(drainBatch)
+	for _, o := range batch {
+		select {
+		case <-s.closed:
+			return false
+		default:
+		}
+		if s.pay(context.Background(), o) != nil {
+			return false
+		}
+	}
+	return len(batch) > 0
+}
+
+// Close stops the writing of owed records in the background and waits for
+// it. Records still owed are lost with the process; a replay of theirs is
+// then protected by the store alone. Handle must not be called after Close.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.drains.Wait()
 }
 
 // release gives the key back after a failed send, so a retry or a replay

@@ -87,10 +87,12 @@ type world struct {
 	svc      *domain.Service
 }
 
-func newWorld(t *testing.T, mode domain.FailureMode) *world {
+// newWorld builds a Service on a fake store and two providers; each of
+// opts may change its Config first.
+func newWorld(t *testing.T, mode domain.FailureMode, opts ...func(*domain.Config)) *world {
 	t.Helper()
 	w := &world{store: newFakeStore(), sms: &provider{}, email: &provider{}, logs: &logtest.Buffer{}, outcomes: map[ports.Outcome]int{}}
-	svc, err := domain.NewService(domain.Config{
+	cfg := domain.Config{
 		Store:        w.store,
 		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: w.sms, ports.ChannelEmail: w.email},
 		TTL:          time.Hour,
@@ -106,10 +108,15 @@ func newWorld(t *testing.T, mode domain.FailureMode) *world {
 			w.outcomes[o]++
 			w.mu.Unlock()
 		}),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := domain.NewService(cfg)
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}
+	t.Cleanup(svc.Close)
 	w.svc = svc
 	return w
 }
@@ -235,7 +242,7 @@ func TestService(t *testing.T) {
 	t.Run("InFlightBeyondClaimTTLIsRetryable", func(t *testing.T) {
 		w := newWorld(t, domain.FailOpen)
 		w.store.ClaimFunc = func(context.Context, string, string, time.Duration) (ports.Claim, error) {
-			return ports.Claim{State: ports.InFlight, Owner: "stuck"}, nil
+			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "stuck"}}, nil
 		}
 		err := w.handle(t, event("e1", "sms"))
 		if err == nil || ports.KindOf(err) != ports.Retryable {
@@ -377,7 +384,7 @@ func TestService(t *testing.T) {
 			}
 			_ = w.handle(t, event("e1", "sms"))
 			c, _ := w.store.Store.Claim(context.Background(), "sms:e1", "probe", time.Minute)
-			if c.State != ports.InFlight || c.Owner != "other-worker" {
+			if c.State != ports.InFlight || c.Lease.Token != "other-worker" {
 				t.Fatalf("after our failed send: %+v, want other-worker's claim intact", c)
 			}
 		})
@@ -443,7 +450,7 @@ func tokenOf(t *testing.T, s *memory.Store, key string) string {
 	if err != nil || c.State != ports.InFlight {
 		t.Fatalf("key %s: %+v, %v; want in flight", key, c, err)
 	}
-	return c.Owner
+	return c.Lease.Token
 }
 
 // TestService_LongestHandleBoundsASlowRecord: every dependency as slow as
@@ -471,7 +478,7 @@ func TestService_LongestHandleBoundsASlowRecord(t *testing.T) {
 		}
 		mu.Unlock()
 		if time.Since(first) < claimTTL-15*time.Millisecond {
-			return ports.Claim{State: ports.InFlight, Owner: "other-worker"}, nil
+			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "other-worker"}}, nil
 		}
 		return store.Store.Claim(ctx, key, token, ttl)
 	}

@@ -51,8 +51,9 @@ func StartTwilioDouble(t testing.TB) *Twilio {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: double.New(tw.AccountSID, tw.AuthToken)}
-		go func() { _ = srv.Serve(ln) }()
+		d := double.New(tw.AccountSID, tw.AuthToken)
+		srv := &http.Server{Handler: d}
+		go func() { _ = srv.Serve(d.Listener(ln)) }()
 		t.Cleanup(func() { _ = srv.Close() })
 		tw.URL = "http://" + ln.Addr().String()
 		return tw

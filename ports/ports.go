@@ -6,6 +6,7 @@ package ports
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -41,6 +42,23 @@ type Record struct {
 	Key       []byte
 	Value     []byte
 	Timestamp time.Time
+	// Deliveries is shared by every attempt the event source makes at this
+	// record: a notification delivered by one attempt is in it for the
+	// next. Nil when the source does not retry.
+	Deliveries *Deliveries
+	// Headers are the record's headers, in the order the source carried
+	// them; nil when it had none. Keys may repeat (Kafka allows it). They
+	// carry what the producer passes along besides the event, such as the
+	// W3C trace context (traceparent, tracestate). A Handler reads them and
+	// must not modify them: the source may share their bytes with its own
+	// copy of the record (for a dead letter, say).
+	Headers []Header
+}
+
+// Header is one header of a Record: a key and its value, as bytes.
+type Header struct {
+	Key   string
+	Value []byte
 }
 
 // Origin is "topic/partition@offset", the record's place in the log.
@@ -91,6 +109,9 @@ type Message struct {
 	// Text is the SMS body, or the email's plain-text part.
 	Text string
 	HTML string
+	// Fingerprint digests what decided this message (domain.Fingerprint);
+	// the sent record keeps it.
+	Fingerprint string
 }
 
 // Receipt is the provider's word that a message was accepted.
@@ -99,16 +120,57 @@ type Receipt struct {
 	// Message-ID).
 	ProviderID string
 	SentAt     time.Time
+	// Fingerprint is a short digest of what decided the message (see
+	// domain.Fingerprint), kept with the sent record so a later event that
+	// reuses the event_id for another message is told apart. Empty in a
+	// record written before fingerprints existed.
+	Fingerprint string
 }
 
 // Notifier sends messages on one channel.
 type Notifier interface {
 	// Send delivers m and returns the provider's receipt. It honours ctx's
 	// deadline. An error that no retry can cure (an invalid number, a
-	// rejected address) is wrapped with Permanent; every other error is
-	// retryable. Send must be safe for concurrent use.
+	// rejected address) is wrapped with Permanent; an error after which
+	// the provider may have accepted the message (the request was written
+	// and no answer came, or a gateway answered in the provider's place)
+	// wraps ErrOutcomeUnknown; every other error is retryable and means the
+	// message was not accepted. Send must be safe for concurrent use.
 	Send(ctx context.Context, m Message) (Receipt, error)
 }
+
+// ErrOutcomeUnknown is wrapped by a Notifier's error when the provider may
+// have accepted the message: sending it again could duplicate it, and
+// giving up could lose it. The caller keeps the claim and reconciles.
+var ErrOutcomeUnknown = errors.New("send outcome unknown: the provider may have accepted the message")
+
+// Reconciler is implemented by a Notifier whose provider can be asked what
+// it accepted.
+type Reconciler interface {
+	// Reconcile reports whether the provider accepted m in the window
+	// [since, until]: Delivered with the provider's receipt, or not. An
+	// error means the provider cannot tell now (its API failed, or the
+	// window is too recent for its listing to be complete); asking again
+	// later may tell. Reconcile must be safe for concurrent use and honour
+	// ctx's deadline.
+	Reconcile(ctx context.Context, m Message, since, until time.Time) (Reconciliation, error)
+}
+
+// Reconciliation is what a Reconciler found.
+type Reconciliation struct {
+	Delivered bool
+	Receipt   Receipt // when Delivered
+}
+
+// ReconcileResult names how one reconciliation ended, for metrics.
+type ReconcileResult string
+
+// The results a reconciliation reports.
+const (
+	ReconciledDelivered    ReconcileResult = "delivered"
+	ReconciledNotDelivered ReconcileResult = "not_delivered"
+	ReconcileCannotTell    ReconcileResult = "cannot_tell"
+)
 
 // ClaimState is what a Claim found under the key.
 type ClaimState int
@@ -118,8 +180,14 @@ const (
 	Claimed ClaimState = iota + 1
 	// AlreadySent: the key holds a sent record; Claim.Receipt is set.
 	AlreadySent
-	// InFlight: the key holds a pending claim; Claim.Owner is its token.
+	// InFlight: the key holds a pending claim whose lease is live (or
+	// unknown: a claim written before leases); Claim.Lease is its lease.
 	InFlight
+	// TakenOver: the key held a pending claim whose lease had passed (its
+	// worker died, or lost track of its send) and now holds ours;
+	// Claim.Lease is the lease taken over. Its send may have reached the
+	// provider: reconcile before sending.
+	TakenOver
 )
 
 // String returns the state's name, for logs and test failures.
@@ -131,6 +199,8 @@ func (s ClaimState) String() string {
 		return "already_sent"
 	case InFlight:
 		return "in_flight"
+	case TakenOver:
+		return "taken_over"
 	}
 	return "ClaimState(" + strconv.Itoa(int(s)) + ")"
 }
@@ -140,9 +210,21 @@ type Claim struct {
 	State ClaimState
 	// Receipt is the sent record, when State is AlreadySent.
 	Receipt Receipt
-	// Owner is the token of the pending claim, when State is InFlight (it may
-	// be the caller's own token, from an earlier attempt).
-	Owner string
+	// Lease is the pending claim found, when State is InFlight (it may be
+	// the caller's own, from an earlier attempt) or TakenOver.
+	Lease Lease
+}
+
+// Lease is a pending claim: whose it is and when it runs out. Until its
+// lease passes, a claim's worker is taken to be sending; after, the claim is
+// abandoned, and the next Claim of its key takes it over. The key itself
+// outlives the lease, so an abandoned claim is found rather than forgotten.
+type Lease struct {
+	Token string
+	Start time.Time // when the claim was made; zero if unknown
+	// Until is when the lease runs out. Zero: unknown (a claim written
+	// before leases), which is live for as long as its key exists.
+	Until time.Time
 }
 
 // IdempotencyStore remembers which notifications were sent. Keys are
@@ -151,9 +233,12 @@ type Claim struct {
 // ctx is done. Any error means "the store could not answer": the caller
 // applies its failure mode.
 type IdempotencyStore interface {
-	// Claim atomically sets key to a pending claim owned by token, living
-	// ttl, if and only if key is absent; otherwise it leaves key alone and
-	// reports what it holds.
+	// Claim atomically sets key to a pending claim owned by token, with a
+	// lease of ttl from now, if key is absent (Claimed) or holds a claim
+	// whose lease has passed (TakenOver: of many concurrent callers, one
+	// takes it over, the others see InFlight). Otherwise it leaves key alone
+	// and reports what it holds. A claim's key lives longer than its lease,
+	// so that an abandoned claim can be found; Record or Release ends it.
 	Claim(ctx context.Context, key, token string, ttl time.Duration) (Claim, error)
 	// Record sets key to a sent record holding r, living ttl, whatever key
 	// held before.
@@ -173,10 +258,17 @@ const (
 	OutcomeDuplicate       Outcome = "duplicate"
 	OutcomeFailedRetryable Outcome = "failed_retryable"
 	OutcomeFailedPermanent Outcome = "failed_permanent"
+	// OutcomeUnknown: the provider may or may not have accepted the
+	// message; the claim is kept and the send is reconciled.
+	OutcomeUnknown Outcome = "unknown"
+	// OutcomeConflict: the event_id was already sent for another message
+	// (its fingerprint differs); nothing is sent and the record is
+	// dead-lettered.
+	OutcomeConflict Outcome = "conflict"
 )
 
 // Outcomes lists every Outcome, for metrics that must expose all of them.
-var Outcomes = []Outcome{OutcomeSent, OutcomeDuplicate, OutcomeFailedRetryable, OutcomeFailedPermanent}
+var Outcomes = []Outcome{OutcomeSent, OutcomeDuplicate, OutcomeFailedRetryable, OutcomeFailedPermanent, OutcomeUnknown, OutcomeConflict}
 
 // Observer is told how every notification ended. It exists so metrics can be
 // kept outside the domain. Observe must be safe for concurrent use and must

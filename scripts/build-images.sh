@@ -171,11 +171,14 @@ build_worker() {
   mkdir -p bin
   # The same steps as `make image`; the CA bundle is staged into the build
   # context because a scratch image has none and the worker dials TLS.
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' \
+  # VERSION (from `make image`, else git describe) is linked in as the
+  # worker's version: its start-up line and build_info metric show it.
+  local version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=auto -ldflags="-s -w -X main.version=$version" \
     -o bin/notification-worker-linux-amd64 ./cmd/notification-worker
   cp /etc/ssl/certs/ca-certificates.crt bin/ca-certificates.crt
   # Docker's layer cache makes this a no-op when the binary did not change.
-  docker_build -t notification-worker:dev .
+  docker_build --build-arg "VERSION=$version" -t notification-worker:dev .
 }
 
 targets=("$@")

@@ -13,6 +13,9 @@
 #      document comes with the k8s.io/kubernetes Go module (fetched by `go mod
 #      download`, into the module cache, outside this module's go.mod);
 #      scripts/checkdeploy turns it into kubeconform's schema files.
+#      deploy/k8s/monitoring (ServiceMonitor, PrometheusRule) is validated
+#      against the Prometheus Operator's CRDs, which its Go module ships
+#      (fetched the same way), made strict by scripts/checkdeploy too.
 #   3. deploy/k8s/kustomization.yaml: lists every manifest but the example
 #      Secret, and `kubectl kustomize` output validates too (when kubectl is
 #      installed; it is optional).
@@ -27,11 +30,14 @@
 #   K8S_VERSION           Kubernetes whose API the manifests are checked
 #                         against (default v1.37.2, the k8s.io/kubernetes
 #                         module version)
+#   PROMETHEUS_OPERATOR_VERSION  the Prometheus Operator whose CRDs
+#                         deploy/k8s/monitoring is checked against (default v0.89.0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kubeconform_version=${KUBECONFORM_VERSION:-v0.8.0}
 k8s_version=${K8S_VERSION:-v1.37.2}
+operator_version=${PROMETHEUS_OPERATOR_VERSION:-v0.89.0}
 # The kinds deploy/k8s uses; a new kind needs its entry here.
 kinds=(Deployment.apps/v1 ConfigMap.v1 Service.v1 PodDisruptionBudget.policy/v1 Secret.v1)
 
@@ -97,6 +103,15 @@ swagger=$k8s_dir/api/openapi-spec/swagger.json
 [ -f "$swagger" ] || die "k8s.io/kubernetes@$k8s_version has no $swagger"
 schemas=$work/schemas
 go run ./scripts/checkdeploy -swagger "$swagger" -out "$schemas" "${kinds[@]}"
+
+say "schemas: Prometheus Operator $operator_version CRDs (ServiceMonitor, PrometheusRule)"
+operator_dir=$(cd "$work" && GOFLAGS= go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" |
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+for crd in servicemonitors prometheusrules; do
+  f=$operator_dir/jsonnet/prometheus-operator/$crd-crd.json
+  [ -f "$f" ] || die "prometheus-operator@$operator_version has no $f"
+  go run ./scripts/checkdeploy -crd "$f" -out "$schemas"
+done
 
 validate() {
   # -strict: unknown fields and duplicate keys fail. The schemas are strict

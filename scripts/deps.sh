@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the host packages the tests need on a fresh Debian machine (as
-# root): redis-server for the store's tests. Idempotent and quick when
+# root): redis-server for the store's tests, promtool (Debian's prometheus
+# package) for the alert rules' tests. Idempotent and quick when
 # everything is there. The Docker engine is scripts/docker-up.sh's job.
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -16,7 +18,7 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # Debian starts a redis-server on 6379 on install; the tests start their
-  # own on free ports and do not need it.
+  # Debian starts a redis-server on 6379 (and a prometheus on 9090, where
+  # an init system runs) on install; the tests need neither.
 fi
-echo "deps: ok ($(redis-server --version | cut -d' ' -f3))"
+echo "deps: ok ($(redis-server --version | cut -d' ' -f3), $(promtool --version 2>&1 | head -1))"

@@ -150,7 +150,7 @@ func (b *Breaker) Claim(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	c, err := b.store.Claim(ctx, key, token, ttl)
 	b.observe(ctx, err)
-	if err == nil && c.State == ports.Claimed {
+	if err == nil && (c.State == ports.Claimed || c.State == ports.TakenOver) {
 		b.mu.Lock()
 		b.owed[key]++
 		b.mu.Unlock()

@@ -103,8 +103,8 @@ type Config struct {
 
 	// Logger receives the adapter's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics is told about dead letters, panics, lag and abandoned handler
-	// calls; nil means none.
+	// Metrics is told about dead letters, retries, panics, lag and abandoned
+	// handler calls; nil means none.
 	Metrics Metrics
 }
 
@@ -119,6 +119,9 @@ type Metrics interface {
 	// revoke or shutdown that are still running (see Consumer.Wedged):
 	// positive when a partition abandons them, -1 as each returns.
 	HandlersAbandoned(delta int)
+	// RecordRetried counts a retry of a record of topic, scheduled after
+	// its handler failed with an error of kind (Retryable or Unavailable).
+	RecordRetried(topic string, kind ports.Kind)
 }
 
 type noMetrics struct{}
@@ -127,6 +130,7 @@ func (noMetrics) RecordDeadLettered(string, ports.Kind) {}
 func (noMetrics) HandlerPanicked(string)                {}
 func (noMetrics) ConsumerLag(string, int32, int64)      {}
 func (noMetrics) HandlersAbandoned(int)                 {}
+func (noMetrics) RecordRetried(string, ports.Kind)      {}
 
 // withDefaults returns a copy of cfg with every zero field set to its default.
 func (cfg Config) withDefaults() Config {

@@ -142,6 +142,8 @@ func (m *fakeMetrics) ConsumerLag(_ string, partition int32, lag int64) {
 
 func (m *fakeMetrics) HandlersAbandoned(int) {}
 
+func (m *fakeMetrics) RecordRetried(string, ports.Kind) {}
+
 // counts returns the dead letters and panics reported so far.
 func (m *fakeMetrics) counts() (deadLettered, panics int) {
 	m.mu.Lock()

@@ -255,6 +255,10 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		Key:       msg.Key,
 		Value:     msg.Value,
 		Timestamp: msg.Timestamp,
+		Headers:   recordHeaders(msg.Headers),
+		// One for every attempt below: what one attempt delivered, the
+		// next does not send again.
+		Deliveries: ports.NewDeliveries(),
 	}
 	// retryable counts only Retryable failures: an outage answered with
 	// Unavailable must not eat the record's retry budget.
@@ -285,6 +289,7 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 			}
 		}
 		wait := backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+		cfg.Metrics.RecordRetried(p.topic, kind)
 		p.log.Warn("record_retry_scheduled", "offset", msg.Offset, "attempt", attempt,
 			"kind", kind.String(), "backoff", wait, "error", err)
 		if !sleepCtx(p.stopping, wait) {

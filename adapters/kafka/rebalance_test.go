@@ -36,7 +36,7 @@ func (h *storeHandler) Handle(ctx context.Context, rec ports.Record) error {
 	}
 	switch claim.State {
 	case ports.InFlight:
-		return ports.MarkUnavailable(fmt.Errorf("%s is being sent by %s", key, claim.Owner))
+		return ports.MarkUnavailable(fmt.Errorf("%s is being sent by %s", key, claim.Lease.Token))
 	case ports.Claimed:
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // provider latency
 		h.members.Lock()

@@ -14,29 +14,51 @@ import (
 var _ ports.IdempotencyStore = (*Store)(nil)
 
 type entry struct {
-	owner    string // token of a pending claim; empty for a sent record
+	lease    ports.Lease // of a pending claim; Token is empty for a sent record
 	receipt  ports.Receipt
 	expireAt time.Time
 }
 
+// DefaultKeepAbandoned is how long, past its lease, a claim stays to be
+// found and taken over, unless Config says otherwise: the sent records' TTL
+// by default, so a replay that would find the record finds the claim.
+const DefaultKeepAbandoned = 48 * time.Hour
+
+// Config configures NewWithConfig.
+type Config struct {
+	Now func() time.Time // the clock; nil: time.Now
+	// KeepAbandoned is how long a claim's key outlives its lease
+	// (DefaultKeepAbandoned when zero).
+	KeepAbandoned time.Duration
+}
+
 // Store is safe for concurrent use. The zero value is not usable: call New.
 type Store struct {
-	now func() time.Time
+	now  func() time.Time
+	keep time.Duration
 
 	mu      sync.Mutex
 	entries map[string]entry
 	writes  int // since the last sweep
 }
 
-// New returns an empty store. now is the clock (nil: time.Now).
-func New(now func() time.Time) *Store {
-	if now == nil {
-		now = time.Now
+// New returns an empty store on the clock now (nil: time.Now), keeping
+// abandoned claims DefaultKeepAbandoned.
+func New(now func() time.Time) *Store { return NewWithConfig(Config{Now: now}) }
+
+// NewWithConfig returns an empty store configured by cfg.
+func NewWithConfig(cfg Config) *Store {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	return &Store{now: now, entries: make(map[string]entry)}
+	if cfg.KeepAbandoned <= 0 {
+		cfg.KeepAbandoned = DefaultKeepAbandoned
+	}
+	return &Store{now: cfg.Now, keep: cfg.KeepAbandoned, entries: make(map[string]entry)}
 }
 
-// Claim implements ports.IdempotencyStore.
+// Claim implements ports.IdempotencyStore: the claim's lease is ttl, its
+// key lives ttl plus the store's KeepAbandoned.
 func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, err
@@ -44,14 +66,19 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if e, ok := s.live(key, now); ok {
-		if e.owner != "" {
-			return ports.Claim{State: ports.InFlight, Owner: e.owner}, nil
-		}
+	mine := entry{lease: ports.Lease{Token: token, Start: now, Until: now.Add(ttl)}, expireAt: now.Add(ttl + s.keep)}
+	e, ok := s.live(key, now)
+	switch {
+	case !ok:
+		s.put(key, mine, now)
+		return ports.Claim{State: ports.Claimed}, nil
+	case e.lease.Token == "":
 		return ports.Claim{State: ports.AlreadySent, Receipt: e.receipt}, nil
+	case now.Before(e.lease.Until):
+		return ports.Claim{State: ports.InFlight, Lease: e.lease}, nil
 	}
-	s.put(key, entry{owner: token, expireAt: now.Add(ttl)}, now)
-	return ports.Claim{State: ports.Claimed}, nil
+	s.put(key, mine, now)
+	return ports.Claim{State: ports.TakenOver, Lease: e.lease}, nil
 }
 
 // Record implements ports.IdempotencyStore.
@@ -73,7 +100,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.live(key, s.now()); ok && e.owner == token {
+	if e, ok := s.live(key, s.now()); ok && e.lease.Token == token {
 		delete(s.entries, key)
 	}
 	return nil

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/ports"
@@ -10,6 +11,8 @@ import (
 
 func TestStoreContract(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) ports.IdempotencyStore { return memory.New(nil) },
+		New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
+			return memory.NewWithConfig(memory.Config{KeepAbandoned: keep})
+		},
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -58,6 +60,8 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	notifications    *prometheus.CounterVec
+	unknown          *prometheus.CounterVec
+	reconciliations  *prometheus.CounterVec
 	duplicates       prometheus.Counter
 	storeUnavailable *prometheus.CounterVec
 	deadLettered     *prometheus.CounterVec
@@ -66,9 +70,15 @@ type Metrics struct {
 	lag              *prometheus.GaugeVec
 	panics           prometheus.Counter
 	abandoned        prometheus.Gauge
+	retries          *prometheus.CounterVec
+	buildInfo        *prometheus.GaugeVec
 
 	// storeState is the StoreStatus value, swapped by every store call.
 	storeState atomic.Value
+	// ledger is what TrackLedger was given; nil until then.
+	ledger atomic.Pointer[func() (int, int64)]
+	// breakerOpen is what the breaker gauge reads; nil: no breaker, 0.
+	breakerOpen atomic.Pointer[func() bool]
 }
 
 var _ ports.Observer = (*Metrics)(nil)
@@ -85,9 +95,17 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "notifications_total",
 			Help: "Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent).",
 		}, []string{"channel", "outcome"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "outcome_unknown_total",
+			Help: "Sends whose outcome was unknown (no answer after the request was written, or a gateway answering for the provider), by channel: each is reconciled with the provider, or follows UNKNOWN_OUTCOME_POLICY.",
+		}, []string{"channel"}),
+		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "reconciliations_total",
+			Help: "Providers asked whether a send of unknown outcome went out, by channel and result (delivered, not_delivered, cannot_tell).",
+		}, []string{"channel", "result"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "duplicates_suppressed_total",
-			Help: "Replayed notifications not sent because the idempotency store held a sent record.",
+			Help: "Replayed notifications not sent because the idempotency store held a sent record, or this worker had delivered them and still owed the record.",
 		}),
 		storeUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "store_unavailable_total",
@@ -119,14 +137,48 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "handlers_abandoned",
 			Help: "Handler calls given up on at a rebalance or shutdown that are still running, each holding one of MAX_IN_FLIGHT slots; at MAX_IN_FLIGHT the worker is wedged and /healthz fails.",
 		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "retries_total",
+			Help: "Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable, unavailable).",
+		}, []string{"topic", "kind"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "build_info",
+			Help: "Always 1: the worker's version, the VCS revision it was built from, and the Go version that built it.",
+		}, []string{"version", "revision", "go_version"}),
 	}
 	m.storeState.Store(StoreUnknown)
+	ledgerOwed := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "ledger_owed",
+		Help: "Notifications this worker delivered whose sent record the store has not taken yet; it writes them when the store answers again, and suppresses their replays meanwhile.",
+	}, func() float64 { owed, _ := m.ledgerCounts(); return float64(owed) })
+	ledgerEvicted := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "ledger_evictions_total",
+		Help: "Owed sent records dropped because the ledger was full (IDEMPOTENCY_LEDGER_SIZE): a replay of each is no longer suppressed by this worker.",
+	}, func() float64 { _, evicted := m.ledgerCounts(); return float64(evicted) })
+	m.reg.MustRegister(ledgerOwed, ledgerEvicted, m.unknown, m.reconciliations)
+	for _, ch := range ports.Channels {
+		m.unknown.WithLabelValues(string(ch))
+		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
+			m.reconciliations.WithLabelValues(string(ch), string(r))
+		}
+	}
+	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "store_breaker_open",
+		Help: "1 while the circuit breaker in front of the idempotency store refuses calls, else 0 (also when there is no breaker).",
+	}, func() float64 {
+		if open := m.breakerOpen.Load(); open != nil && (*open)() {
+			return 1
+		}
+		return 0
+	})
 	m.reg.MustRegister(
 		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
 		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
+		m.retries, m.buildInfo, breaker,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.SetVersion("")
 	for _, ch := range ports.Channels {
 		for _, o := range ports.Outcomes {
 			m.notifications.WithLabelValues(string(ch), string(o))
@@ -139,6 +191,19 @@ func New() *Metrics {
 	return m
 }
 
+// TrackLedger exports what counts reports (the domain's Service.Owed): the
+// owed records, and the entries the full ledger dropped. A later call
+// replaces an earlier one, so one Metrics can follow the workers that use it
+// in turn.
+func (m *Metrics) TrackLedger(counts func() (owed int, evicted int64)) { m.ledger.Store(&counts) }
+
+func (m *Metrics) ledgerCounts() (int, int64) {
+	if f := m.ledger.Load(); f != nil {
+		return (*f)()
+	}
+	return 0, 0
+}
+
 // Registry returns the registry the metrics live on, for a caller that
 // wants to add collectors of its own or gather without HTTP.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
@@ -149,21 +214,64 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // KnowTopic exports the dead letter counters of topic at 0 for both kinds a
-// record can be dead-lettered with, so an alert on their increase sees the
-// first dead letter. The topic is only known once configured, hence not in
-// New.
+// record can be dead-lettered with, and its retry counters for both kinds
+// a retry can have, so an alert on their increase sees the first one. The
+// topic is only known once configured, hence not in New.
 func (m *Metrics) KnowTopic(topic string) {
 	for _, k := range []ports.Kind{ports.Permanent, ports.Retryable} {
 		m.deadLettered.WithLabelValues(topic, k.String())
 	}
+	for _, k := range []ports.Kind{ports.Retryable, ports.Unavailable} {
+		m.retries.WithLabelValues(topic, k.String())
+	}
+}
+
+// SetVersion sets build_info's version label to version ("unknown" when
+// empty; the binary's is set at link time). Its revision is the VCS
+// revision the Go toolchain stamped into the binary ("unknown" without
+// one, as in tests), go_version the toolchain's. It replaces the series
+// New exported: there is one build_info series at a time.
+func (m *Metrics) SetVersion(version string) {
+	if version == "" {
+		version = "unknown"
+	}
+	revision := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
+}
+
+// WatchBreaker makes store_breaker_open read open at every scrape: pass
+// the breaker's "is the circuit open" check. Until it is called the gauge
+// reads 0, as it does for a worker without a breaker.
+func (m *Metrics) WatchBreaker(open func() bool) { m.breakerOpen.Store(&open) }
+
+// RecordRetried counts a retry the consumer scheduled for a record of
+// topic after a failure of kind.
+func (m *Metrics) RecordRetried(topic string, kind ports.Kind) {
+	m.retries.WithLabelValues(topic, kind.String()).Inc()
 }
 
 // Observe implements ports.Observer: it counts how a notification ended.
 func (m *Metrics) Observe(ch ports.Channel, o ports.Outcome) {
 	m.notifications.WithLabelValues(string(ch), string(o)).Inc()
-	if o == ports.OutcomeDuplicate {
+	switch o {
+	case ports.OutcomeDuplicate:
 		m.duplicates.Inc()
+	case ports.OutcomeUnknown:
+		m.unknown.WithLabelValues(string(ch)).Inc()
 	}
+}
+
+// Reconciled counts one reconciliation with a provider, by its result.
+func (m *Metrics) Reconciled(ch ports.Channel, r ports.ReconcileResult) {
+	m.reconciliations.WithLabelValues(string(ch), string(r)).Inc()
 }
 
 // RecordDeadLettered counts a record written to the dead letter topic.

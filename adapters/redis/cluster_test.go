@@ -33,8 +33,8 @@ func TestCluster(t *testing.T) {
 	t.Run("Contract", func(t *testing.T) {
 		const prefix = "contract:"
 		storetest.Run(t, storetest.Harness{
-			New: func(t *testing.T) ports.IdempotencyStore {
-				return MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix})
+			New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
+				return MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix, KeepAbandoned: keep})
 			},
 			TTL: func(t *testing.T, key string) time.Duration {
 				return MustPTTL(t, raw, prefix+key)
@@ -183,7 +183,7 @@ func TestCluster(t *testing.T) {
 		if got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute); got.State != ports.Claimed {
 			t.Fatalf("Claim in the moved slot: state %v, want claimed", got.State)
 		}
-		if v, ok := MustGet(t, dst, prefix+k); !ok || v != "pending:tok" {
+		if v, ok := MustGet(t, dst, prefix+k); !ok || !strings.HasPrefix(v, "pending:tok.") {
 			t.Fatalf("node 1 holds %q (present %v), want pending:tok", v, ok)
 		}
 		if got := movedCount(t, src); got <= moved {

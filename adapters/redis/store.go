@@ -3,18 +3,14 @@
 //
 // # Values
 //
-// Every key is Config.KeyPrefix + the caller's key, and holds one of:
-//
-//	pending:<token>             a claim, owned by token, living the claim TTL
-//	sent:<unixms>:<providerid>  a sent record: the send time in Unix
-//	                            milliseconds, then the provider's message id
-//	                            (which may itself contain ':'; the record is
-//	                            split on the first ':' after the time only)
-//
-// The send time keeps millisecond precision; nothing finer survives a round
-// trip. Any other value under our prefix is not ours to interpret: Claim
-// reports it as an error wrapping ErrForeignValue rather than guessing "sent"
-// or "free".
+// Every key is Config.KeyPrefix + the caller's key, and holds a claim or a
+// sent record, in the forms values.go lists (every release's forms are
+// read). A claim's key lives its lease plus Config.KeepAbandoned, so a
+// claim whose worker died is found, and taken over, by the next Claim past
+// its lease. Times keep millisecond precision; nothing finer survives a
+// round trip. Any other value under our prefix is not ours to interpret:
+// Claim reports it as an error wrapping ErrForeignValue rather than
+// guessing "sent" or "free".
 //
 // # Redis Cluster
 //
@@ -79,7 +75,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -92,19 +87,15 @@ var _ ports.IdempotencyStore = (*Store)(nil)
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultKeyPrefix = "notification-worker:idem:"
-	DefaultTimeout   = 200 * time.Millisecond
+	DefaultKeyPrefix     = "notification-worker:idem:"
+	DefaultTimeout       = 200 * time.Millisecond
+	DefaultKeepAbandoned = 48 * time.Hour
 )
 
 // ErrForeignValue is wrapped by Claim when the key holds a value this store
 // did not write (not "pending:..." nor a well-formed "sent:..."). The value
 // itself is never put in the error: it may be someone else's data.
 var ErrForeignValue = errors.New("redis: key holds a value that is neither a claim nor a sent record")
-
-const (
-	pendingPrefix = "pending:"
-	sentPrefix    = "sent:"
-)
 
 // maxFlushDelay is how long the pipeline may wait after a write for more
 // commands to send with the next one (see New).
@@ -116,17 +107,37 @@ const maxFlushDelay = 500 * time.Microsecond
 const pipelineMultiplex = -1
 
 // releaseScript deletes KEYS[1] only if it still holds our pending claim
-// (ARGV[1] = "pending:<token>"). The compare and the delete must be one atomic
-// step: between a GET and a DEL on the client, the claim could expire and
-// another worker's claim take its place, which we would then delete.
+// (ARGV[1] = "pending:<token>", with or without a lease after it). The
+// compare and the delete must be one atomic step: between a GET and a DEL
+// on the client, another worker could take the claim over, and we would
+// delete its claim.
 const releaseLua = `
-if redis.call("GET", KEYS[1]) == ARGV[1] then
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] or (v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ".") then
 	return redis.call("DEL", KEYS[1])
 end
 return 0
 `
 
 var releaseScript = rueidis.NewLuaScriptRetryable(releaseLua)
+
+// takeoverLua replaces KEYS[1]'s abandoned claim ARGV[1] by ours, ARGV[2],
+// living ARGV[3] ms, if the key still holds exactly ARGV[1]: of many
+// workers taking the same claim over, one wins, and a record written
+// meanwhile is never replaced. It returns 1 when it took the claim over,
+// else what the key holds (nil when absent).
+const takeoverLua = `
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] then
+	redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+	return 1
+end
+return v
+`
+
+// takeoverScript is not retryable: a retry of a takeover that was applied
+// would find our own claim and report it as another worker's.
+var takeoverScript = rueidis.NewLuaScript(takeoverLua)
 
 // releaseSHA is the SHA1 EVALSHA names releaseLua by, for New's self-check,
 // which sends the script itself (see selfCheck).
@@ -148,6 +159,10 @@ type Config struct {
 	// instead (5s, or the URL's dial_timeout), so a slow start-up handshake
 	// does not stop the service from starting.
 	Timeout time.Duration
+	// KeepAbandoned is how long a claim's key outlives its lease, so that
+	// a claim left by a worker that died mid-send is found and taken over
+	// rather than forgotten. Zero: DefaultKeepAbandoned.
+	KeepAbandoned time.Duration
 	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
 	// private CA, a client certificate). Its ServerName defaults to the URL's
 	// host. Setting it with a redis:// URL is an error: it would silently
@@ -166,6 +181,7 @@ type Store struct {
 	client  rueidis.Client
 	prefix  string
 	timeout time.Duration
+	keep    time.Duration // Config.KeepAbandoned
 
 	// epoch is when the store was made; stalledAt is when a call's deadline
 	// last passed without an answer, as time since epoch (monotonic), or 0
@@ -188,6 +204,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.KeepAbandoned == 0 {
+		cfg.KeepAbandoned = DefaultKeepAbandoned
+	}
+	if cfg.KeepAbandoned < 0 {
+		return nil, fmt.Errorf("redis: negative KeepAbandoned %v", cfg.KeepAbandoned)
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("redis: negative timeout %v", cfg.Timeout)
@@ -241,7 +263,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
 	}
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, epoch: time.Now(), stalledFor: stalledFor(opt)}
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned, epoch: time.Now(), stalledFor: stalledFor(opt)}
 	if err := s.selfCheck(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", redactedURL(cfg.URL), err)
@@ -289,7 +311,7 @@ func (s *Store) selfCheck() error {
 	claims := make(rueidis.Commands, len(selfCheckTags))
 	for i, tag := range selfCheckTags {
 		keys[i] = s.prefix + "self-check:{" + tag + "}:" + token
-		claims[i] = s.claimCmd(keys[i], token, time.Minute)
+		claims[i] = s.claimCmd(keys[i], encodeClaim(token, time.Now(), time.Minute), time.Minute)
 	}
 	claimErrs := make([]error, len(keys))
 	var claimed []int
@@ -383,41 +405,77 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Claim implements ports.IdempotencyStore in one round trip:
-// SET key pending:<token> NX GET PX <ttl>, which needs Redis >= 7. It is not
-// retried on a connection error: the first attempt may have been applied, and
-// a retry would then report our own claim as someone else's. It returns an
-// error wrapping ErrForeignValue when the key holds a value this store did not
-// write.
+// SET key pending:<token>.<start>.<until> NX GET PX <ttl + KeepAbandoned>,
+// which needs Redis >= 7. Only when that finds a claim whose lease has
+// passed does it take a second, to take the claim over (takeoverLua). It is
+// not retried on a connection error: the first attempt may have been
+// applied, and a retry would then report our own claim as someone else's.
+// It returns an error wrapping ErrForeignValue when the key holds a value
+// this store did not write.
+//
+// Leases are judged by this process's clock against the one that wrote
+// them: clocks apart by more than a lease's slack make a claim look
+// abandoned early, or late.
 //
 // An error does not prove the claim was not made: a command cut short by the
 // timeout may already be on its way, and run when a slow server catches up.
-// Such a claim is harmless: the caller's Record overwrites it, or it expires
-// with ttl. (Record and Release cut short may likewise still run.)
+// Such a claim is harmless: the caller's Record overwrites it, Release
+// deletes it, or it is taken over once its lease has passed. (Record and
+// Release cut short may likewise still run.)
 func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
 	k := s.prefix + key
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
-	old, err := s.do(ctx, s.claimCmd(k, token, ttl)).ToString()
+	now := time.Now()
+	mine, px := encodeClaim(token, now, ttl), ttl+s.keep
+	old, err := s.do(ctx, s.claimCmd(k, mine, px)).ToString()
 	if rueidis.IsRedisNil(err) {
 		return ports.Claim{State: ports.Claimed}, nil
 	}
 	if err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
-	if owner, ok := strings.CutPrefix(old, pendingPrefix); ok {
-		return ports.Claim{State: ports.InFlight, Owner: owner}, nil
+	c, ok := decodeValue(old)
+	switch {
+	case !ok:
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
+	case c.State != ports.InFlight || c.Lease.Until.IsZero() || now.Before(c.Lease.Until):
+		return c, nil
 	}
-	r, ok := decodeSent(old)
+	return s.takeOver(ctx, k, old, mine, px, c.Lease)
+}
+
+// takeOver replaces the abandoned claim old (whose lease is prev) by mine.
+func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Duration, prev ports.Lease) (ports.Claim, error) {
+	res := s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult {
+		return takeoverScript.Exec(ctx, s.client, []string{k}, []string{old, mine, strconv.FormatInt(ms(px), 10)})
+	})
+	if n, err := res.AsInt64(); err == nil && n == 1 {
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
+	}
+	now, err := res.ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		// The abandoned claim expired in between: the key is free, but not
+		// ours; the caller's next look claims it.
+		return ports.Claim{State: ports.InFlight, Lease: prev}, nil
+	case err != nil:
+		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", k, err)
+	}
+	c, ok := decodeValue(now)
 	if !ok {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
 	}
-	return ports.Claim{State: ports.AlreadySent, Receipt: r}, nil
+	// Another worker took it over first (InFlight), or its worker
+	// recorded it after all (AlreadySent).
+	return c, nil
 }
 
-// claimCmd is Claim's command for the prefixed key k.
-func (s *Store) claimCmd(k, token string, ttl time.Duration) rueidis.Completed {
-	return s.client.B().Set().Key(k).Value(pendingPrefix + token).Nx().Get().PxMilliseconds(ms(ttl)).Build()
+// claimCmd is Claim's command for the prefixed key k: set value, living px,
+// if k is absent, and answer what k held.
+func (s *Store) claimCmd(k, value string, px time.Duration) rueidis.Completed {
+	return s.client.B().Set().Key(k).Value(value).Nx().Get().PxMilliseconds(ms(px)).Build()
 }
 
 // Record implements ports.IdempotencyStore: SET key sent:<unixms>:<id> PX
@@ -577,35 +635,6 @@ func (s *Store) detach(ctx context.Context, call func(context.Context) rueidis.R
 	case <-ctx.Done():
 		return rueidis.NewErrorResult(ctx.Err())
 	}
-}
-
-// ms converts a TTL to the milliseconds PX takes. PX rejects 0 and negative
-// values, and a sub-millisecond TTL would round to 0: both become 1 ms, the
-// closest meaning Redis can express ("expires at once").
-func ms(ttl time.Duration) int64 {
-	return max(ttl.Milliseconds(), 1)
-}
-
-func encodeSent(r ports.Receipt) string {
-	return sentPrefix + strconv.FormatInt(r.SentAt.UnixMilli(), 10) + ":" + r.ProviderID
-}
-
-// decodeSent parses "sent:<unixms>:<providerid>". The provider id is
-// everything after the time, colons included.
-func decodeSent(v string) (ports.Receipt, bool) {
-	rest, ok := strings.CutPrefix(v, sentPrefix)
-	if !ok {
-		return ports.Receipt{}, false
-	}
-	at, id, ok := strings.Cut(rest, ":")
-	if !ok {
-		return ports.Receipt{}, false
-	}
-	unixms, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return ports.Receipt{}, false
-	}
-	return ports.Receipt{ProviderID: id, SentAt: time.UnixMilli(unixms).UTC()}, true
 }
 
 // redactURLError drops the URL from a *url.Error, whose message quotes the

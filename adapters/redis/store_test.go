@@ -105,8 +105,8 @@ func TestStoreContract(t *testing.T) {
 	raw := srv.MustClient(t, 0)
 	const prefix = "contract:"
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) ports.IdempotencyStore {
-			return MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix})
+		New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
+			return MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix, KeepAbandoned: keep})
 		},
 		TTL: func(t *testing.T, key string) time.Duration {
 			return MustPTTL(t, raw, prefix+key)
@@ -123,14 +123,15 @@ func TestKeyFormat(t *testing.T) {
 		prefix := "tenant-a:idem:"
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix}), uniqueKey(t)
 		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
-		if v, ok := MustGet(t, raw, prefix+k); !ok || v != "pending:tok-a" {
-			t.Fatalf("GET %s = %q (present %v), want pending:tok-a", prefix+k, v, ok)
+		if v, ok := MustGet(t, raw, prefix+k); !ok || !strings.HasPrefix(v, "pending:tok-a.") {
+			t.Fatalf("GET %s = %q (present %v), want pending:tok-a.<start>.<until>", prefix+k, v, ok)
 		}
 		if v, ok := MustGet(t, raw, k); ok {
 			t.Fatalf("unprefixed key %s exists with %q", k, v)
 		}
-		if ttl := MustPTTL(t, raw, prefix+k); ttl > time.Minute || ttl < 55*time.Second {
-			t.Fatalf("PTTL %v, want just under 1m", ttl)
+		// The lease, and the default 48h the key outlives it by.
+		if ttl, want := MustPTTL(t, raw, prefix+k), time.Minute+redis.DefaultKeepAbandoned; ttl > want || ttl < want-5*time.Second {
+			t.Fatalf("PTTL %v, want just under %v", ttl, want)
 		}
 	})
 
@@ -155,6 +156,57 @@ func TestKeyFormat(t *testing.T) {
 		got := storetest.MustClaim(t, s, ctx, k, "tok-b", time.Minute)
 		if got.State != ports.AlreadySent || got.Receipt.ProviderID != r.ProviderID || !got.Receipt.SentAt.Equal(r.SentAt) {
 			t.Fatalf("claim %+v, want already_sent with %+v", got, r)
+		}
+	})
+
+	t.Run("ClaimFormat", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		before := time.Now().UnixMilli()
+		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
+		after := time.Now().UnixMilli()
+		v, _ := MustGet(t, raw, "fmt:"+k)
+		var start, until int64
+		if n, err := fmt.Sscanf(v, "pending:tok-a.%d.%d", &start, &until); n != 2 || err != nil {
+			t.Fatalf("stored %q, want pending:tok-a.<startms>.<untilms>", v)
+		}
+		if start < before || start > after || until-start != time.Minute.Milliseconds() {
+			t.Fatalf("stored %q: lease from %d for %dms, want from [%d, %d] for 60000ms", v, start, until-start, before, after)
+		}
+	})
+
+	t.Run("SentRecordWithFingerprint", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		r := ports.Receipt{ProviderID: "<a:b@mail.example>", SentAt: time.UnixMilli(1775121240123), Fingerprint: "Zx9_k2"}
+		if err := s.Record(ctx, k, r, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		// A worker of the release before reads "sent:<ms>:" and takes the
+		// rest for the provider id: it still suppresses the replay.
+		if v, _ := MustGet(t, raw, "fmt:"+k); v != "sent:1775121240123:~Zx9_k2:<a:b@mail.example>" {
+			t.Fatalf("stored %q, want sent:1775121240123:~Zx9_k2:<a:b@mail.example>", v)
+		}
+		got := storetest.MustClaim(t, s, ctx, k, "tok-b", time.Minute)
+		if got.State != ports.AlreadySent || got.Receipt.ProviderID != r.ProviderID || got.Receipt.Fingerprint != r.Fingerprint {
+			t.Fatalf("claim %+v, want already_sent with %+v", got, r)
+		}
+	})
+
+	// Values written by the release before leases and fingerprints, as a
+	// rolling upgrade leaves them: honoured, never taken for foreign.
+	t.Run("ClaimWithoutLeaseHonoured", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		if err := raw.Do(ctx, raw.B().Set().Key("fmt:"+k).Value("pending:0a1b2c3d4e5f60718293a4b5").PxMilliseconds(60000).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		got := storetest.MustClaim(t, s, ctx, k, "tok-b", time.Minute)
+		if got.State != ports.InFlight || got.Lease.Token != "0a1b2c3d4e5f60718293a4b5" || !got.Lease.Until.IsZero() {
+			t.Fatalf("claim over an old claim: %+v, want in_flight owned by its token, lease unknown", got)
+		}
+		if err := s.Release(ctx, k, "0a1b2c3d4e5f60718293a4b5"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := storetest.MustClaim(t, s, ctx, k, "tok-c", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("after releasing the old claim by its token: %v, want claimed", got.State)
 		}
 	})
 
@@ -259,7 +311,7 @@ func TestOutage(t *testing.T) {
 			_, err := s.Claim(context.Background(), k, "tok-after", time.Minute)
 			return err
 		})
-		if v, _ := MustGet(t, srv.MustClient(t, 0), "outage:"+k); v != "pending:tok-after" {
+		if v, _ := MustGet(t, srv.MustClient(t, 0), "outage:"+k); !strings.HasPrefix(v, "pending:tok-after.") {
 			t.Fatalf("after recovery, key holds %q, want pending:tok-after", v)
 		}
 	}
@@ -347,7 +399,7 @@ func TestACLAndDatabase(t *testing.T) {
 			t.Fatalf("Ping: %v", err)
 		}
 		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
-		if v, _ := MustGet(t, srv.MustClient(t, 3), "acl:"+k); v != "pending:tok-a" {
+		if v, _ := MustGet(t, srv.MustClient(t, 3), "acl:"+k); !strings.HasPrefix(v, "pending:tok-a.") {
 			t.Fatalf("db 3 holds %q, want pending:tok-a", v)
 		}
 		if _, ok := MustGet(t, admin, "acl:"+k); ok {
@@ -444,7 +496,7 @@ func TestTLS(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "tls:", TLSConfig: &tls.Config{RootCAs: ca}}), uniqueKey(t)
 		storetest.MustClaim(t, s, testCtx(t), k, "tok-a", time.Minute)
-		if v, _ := MustGet(t, srv.MustClient(t, 0), "tls:"+k); v != "pending:tok-a" {
+		if v, _ := MustGet(t, srv.MustClient(t, 0), "tls:"+k); !strings.HasPrefix(v, "pending:tok-a.") {
 			t.Fatalf("key holds %q, want pending:tok-a", v)
 		}
 	})

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
+
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
@@ -45,9 +47,9 @@ func hostileRecord(t *testing.T, name, shipmentID, reason string) []byte {
 
 // sendThrough sends m with a real Notifier to a fresh test server and
 // returns what the server received.
-func sendThrough(t *testing.T, m ports.Message) Delivery {
+func sendThrough(t *testing.T, m ports.Message) smtptest.Delivery {
 	t.Helper()
-	srv := StartServer(t, Script{})
+	srv := smtptest.StartServer(t, smtptest.Script{})
 	n, err := smtp.New(smtp.Config{Host: srv.Host, Port: srv.Port, From: "Harborlight <noreply@harborlight.example>", TLSPolicy: "none", Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -1,6 +1,7 @@
 package smtp_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 
 	gosmtp "github.com/emersion/go-smtp"
 
@@ -61,7 +64,7 @@ func TestNew(t *testing.T) {
 
 func TestSend(t *testing.T) {
 	t.Run("DeliveredAsReceived", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		m := testMessage("7f1c9a52:email")
 
@@ -103,7 +106,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("MessageIDDeterministic", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		for _, key := range []string{"evt-1:email", "evt-1:email", "evt-2:email"} {
 			MustSend(t, n, testMessage(key))
@@ -125,7 +128,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("CRLFInSubjectAndNameCannotInjectHeaders", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		m := testMessage("k")
 		m.Subject = "Out for delivery\r\nBcc: evil@attacker.example"
@@ -150,7 +153,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("NoKeyGetsAUniqueMessageID", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		n := MustNew(t, plainConfig(srv))
 		r1 := MustSend(t, n, testMessage(""))
 		r2 := MustSend(t, n, testMessage(""))
@@ -160,7 +163,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("TextOnly", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		m := testMessage("k")
 		m.HTML = ""
 		MustSend(t, MustNew(t, plainConfig(srv)), m)
@@ -171,7 +174,7 @@ func TestSend(t *testing.T) {
 	})
 
 	t.Run("ErrInvalidRecipientIsPermanent", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		m := testMessage("k")
 		m.To = "ada@@example"
 		_, err := MustNew(t, plainConfig(srv)).Send(context.Background(), m)
@@ -187,7 +190,7 @@ func TestSend(t *testing.T) {
 // TestSendConcurrent proves concurrent sends share nothing that races (run
 // with -race) and each message arrives whole.
 func TestSendConcurrent(t *testing.T) {
-	srv := StartServer(t, Script{Users: map[string]string{"mailer": "pw"}, Mechs: []string{"LOGIN"}})
+	srv := smtptest.StartServer(t, smtptest.Script{Users: map[string]string{"mailer": "pw"}, Mechs: []string{"LOGIN"}})
 	cfg := plainConfig(srv)
 	cfg.Username, cfg.Password = "mailer", "pw"
 	n := MustNew(t, cfg)
@@ -213,19 +216,19 @@ func TestSendConcurrent(t *testing.T) {
 func TestSendRejected(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		script   Script
+		script   smtptest.Script
 		kind     ports.Kind
 		code     int
 		enhanced string
 	}{
-		{"Rcpt550IsPermanent", Script{RcptErr: smtpErr(550, 5, 1, 1, "No such user ada@example.com")}, ports.Permanent, 550, "5.1.1"},
-		{"Rcpt451IsRetryable", Script{RcptErr: smtpErr(451, 4, 3, 0, "Try again later")}, ports.Retryable, 451, "4.3.0"},
-		{"Data554IsPermanent", Script{DataErr: smtpErr(554, 5, 6, 0, "Message rejected")}, ports.Permanent, 554, "5.6.0"},
-		{"Data451IsRetryable", Script{DataErr: smtpErr(451, 4, 7, 1, "Greylisted")}, ports.Retryable, 451, "4.7.1"},
-		{"AuthRequired530IsUnavailable", Script{Users: map[string]string{"mailer": "pw"}}, ports.Unavailable, 530, "5.7.0"},
+		{"Rcpt550IsPermanent", smtptest.Script{RcptErr: smtpErr(550, 5, 1, 1, "No such user ada@example.com")}, ports.Permanent, 550, "5.1.1"},
+		{"Rcpt451IsRetryable", smtptest.Script{RcptErr: smtpErr(451, 4, 3, 0, "Try again later")}, ports.Retryable, 451, "4.3.0"},
+		{"Data554IsPermanent", smtptest.Script{DataErr: smtpErr(554, 5, 6, 0, "Message rejected")}, ports.Permanent, 554, "5.6.0"},
+		{"Data451IsRetryable", smtptest.Script{DataErr: smtpErr(451, 4, 7, 1, "Greylisted")}, ports.Retryable, 451, "4.7.1"},
+		{"AuthRequired530IsUnavailable", smtptest.Script{Users: map[string]string{"mailer": "pw"}}, ports.Unavailable, 530, "5.7.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := StartServer(t, tc.script)
+			srv := smtptest.StartServer(t, tc.script)
 			_, err := MustNew(t, plainConfig(srv)).Send(context.Background(), testMessage("k"))
 			if err == nil {
 				t.Fatal("Send = nil error")
@@ -249,7 +252,7 @@ func TestAuth(t *testing.T) {
 	users := map[string]string{"mailer": "correct-horse"}
 
 	t.Run("PLAIN", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users, Mechs: []string{"PLAIN"}})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users, Mechs: []string{"PLAIN"}})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
 		MustSend(t, MustNew(t, cfg), testMessage("k"))
@@ -257,7 +260,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("LOGINWhenNoPLAIN", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users, Mechs: []string{"CRAM-MD5", "LOGIN"}})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users, Mechs: []string{"CRAM-MD5", "LOGIN"}})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
 		MustSend(t, MustNew(t, cfg), testMessage("k"))
@@ -265,7 +268,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("ErrWrongPasswordSaysAuthenticationFailed", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "wrong-password"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -292,7 +295,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("ErrNoUsableMechanismIsUnavailable", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users, Mechs: []string{"CRAM-MD5"}})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users, Mechs: []string{"CRAM-MD5"}})
 		cfg := plainConfig(srv)
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -302,7 +305,7 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("ErrNoCredentialsInClearUnlessPolicyNone", func(t *testing.T) {
-		srv := StartServer(t, Script{Users: users})
+		srv := smtptest.StartServer(t, smtptest.Script{Users: users})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "opportunistic" // the server has no STARTTLS: the session stays in clear
 		cfg.Username, cfg.Password = "mailer", "correct-horse"
@@ -318,7 +321,7 @@ func TestAuth(t *testing.T) {
 
 func TestTLSPolicy(t *testing.T) {
 	t.Run("MandatoryAgainstPlainServer", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -337,7 +340,7 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("NoneAgainstPlainServer", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		MustSend(t, MustNew(t, plainConfig(srv)), testMessage("k"))
 		if srv.Only(t).TLS {
 			t.Error("session used TLS under policy none")
@@ -345,7 +348,7 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("OpportunisticAgainstPlainServer", func(t *testing.T) {
-		srv := StartServer(t, Script{})
+		srv := smtptest.StartServer(t, smtptest.Script{})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "opportunistic"
 		MustSend(t, MustNew(t, cfg), testMessage("k"))
@@ -353,8 +356,8 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("MandatoryWithSTARTTLSAndAuth", func(t *testing.T) {
-		serverTLS, clientTLS := SelfSignedTLS(t)
-		srv := StartServer(t, Script{TLS: serverTLS, Users: map[string]string{"mailer": "pw"}})
+		serverTLS, clientTLS := smtptest.SelfSignedTLS(t)
+		srv := smtptest.StartServer(t, smtptest.Script{TLS: serverTLS, Users: map[string]string{"mailer": "pw"}})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
 		cfg.Username, cfg.Password = "mailer", "pw"
@@ -367,8 +370,8 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("ErrUntrustedCertificateIsUnavailable", func(t *testing.T) {
-		serverTLS, _ := SelfSignedTLS(t)
-		srv := StartServer(t, Script{TLS: serverTLS})
+		serverTLS, _ := smtptest.SelfSignedTLS(t)
+		srv := smtptest.StartServer(t, smtptest.Script{TLS: serverTLS})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
 		_, err := MustNew(t, cfg).Send(context.Background(), testMessage("k"))
@@ -400,7 +403,7 @@ func TestSendBounded(t *testing.T) {
 	})
 
 	t.Run("SilentServerTimesOut", func(t *testing.T) {
-		host, port := SilentListener(t)
+		host, port := smtptest.SilentListener(t)
 		const timeout = 300 * time.Millisecond
 		n := MustNew(t, smtp.Config{Host: host, Port: port, From: testFrom, TLSPolicy: "none", Timeout: timeout})
 		start := time.Now()
@@ -414,7 +417,7 @@ func TestSendBounded(t *testing.T) {
 	})
 
 	t.Run("ContextCancelledStopsWaiting", func(t *testing.T) {
-		host, port := SilentListener(t)
+		host, port := smtptest.SilentListener(t)
 		n := MustNew(t, smtp.Config{Host: host, Port: port, From: testFrom, TLSPolicy: "none", Timeout: time.Minute})
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -433,7 +436,7 @@ func smtpErr(code, a, b, c int, msg string) error {
 	return &gosmtp.SMTPError{Code: code, EnhancedCode: gosmtp.EnhancedCode{a, b, c}, Message: msg}
 }
 
-func plainConfig(srv *Server) smtp.Config {
+func plainConfig(srv *smtptest.Server) smtp.Config {
 	return smtp.Config{Host: srv.Host, Port: srv.Port, From: testFrom, TLSPolicy: "none", Timeout: 10 * time.Second, HELO: "worker.test"}
 }
 
@@ -521,4 +524,95 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// TestSendOutcomeUnknown: once the end of DATA was written, a reply that
+// never comes leaves the outcome unknown; a connection lost before that is
+// retryable, as before.
+func TestSendOutcomeUnknown(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	assertUnknown := func(t *testing.T, err error) {
+		t.Helper()
+		if !errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want an unknown outcome", err)
+		}
+		var e *smtp.Error
+		if !errors.As(err, &e) || e.Op != "DATA" || e.Code != 0 {
+			t.Errorf("err = %#v, want an *smtp.Error at DATA without a reply code", err)
+		}
+		if strings.Contains(err.Error(), "ada@example.com") {
+			t.Errorf("error %q holds the full recipient", err)
+		}
+	}
+
+	t.Run("ConnectionClosedAfterDataIsUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataFate: func(int) smtptest.Fate { return smtptest.KeepAndDrop }})
+		n := MustNew(t, plainConfig(srv))
+		m := testMessage("k-drop")
+		_, err := n.Send(context.Background(), m)
+		assertUnknown(t, err)
+		// The server did take it, under the id a resend would carry too.
+		got := srv.Only(t)
+		if !bytes.Contains(got.Data, []byte(n.MessageID(m.IdempotencyKey))) {
+			t.Errorf("kept message does not carry Message-ID %s", n.MessageID(m.IdempotencyKey))
+		}
+	})
+
+	t.Run("NoReplyAfterDataTimesOutUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataFate: func(int) smtptest.Fate { return smtptest.KeepAndHang }})
+		cfg := plainConfig(srv)
+		cfg.Timeout = timeout
+		n := MustNew(t, cfg)
+		start := time.Now()
+		_, err := n.Send(context.Background(), testMessage("k-hang"))
+		if el := time.Since(start); el > timeout+time.Second {
+			t.Errorf("Send took %v, want about %v", el, timeout)
+		}
+		assertUnknown(t, err)
+		if len(srv.Deliveries()) != 1 {
+			t.Errorf("server kept %d messages, want 1", len(srv.Deliveries()))
+		}
+	})
+
+	t.Run("ContextDoneAfterDataIsUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataFate: func(int) smtptest.Fate { return smtptest.KeepAndHang }})
+		n := MustNew(t, plainConfig(srv)) // Timeout 10s: ctx ends first
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := n.Send(ctx, testMessage("k-ctx"))
+		assertUnknown(t, err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want context.DeadlineExceeded reachable", err)
+		}
+	})
+
+	t.Run("RejectedAfterDataIsNotUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataErr: smtpErr(451, 4, 3, 0, "try later")})
+		n := MustNew(t, plainConfig(srv))
+		_, err := n.Send(context.Background(), testMessage("k-451"))
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("err = %v, want retryable: the server replied", err)
+		}
+	})
+
+	t.Run("ConnectionClosedAtRcptIsRetryable", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DropRcpt: true})
+		n := MustNew(t, plainConfig(srv))
+		_, err := n.Send(context.Background(), testMessage("k-rcpt"))
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("err = %v, want retryable and not unknown: no DATA was sent", err)
+		}
+		if len(srv.Deliveries()) != 0 {
+			t.Fatal("server kept a message")
+		}
+	})
+
+	t.Run("SilentServerIsRetryable", func(t *testing.T) {
+		host, port := smtptest.SilentListener(t)
+		n := MustNew(t, smtp.Config{Host: host, Port: port, From: testFrom, TLSPolicy: "none", Timeout: timeout})
+		_, err := n.Send(context.Background(), testMessage("k"))
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want retryable and not unknown: no greeting, nothing sent", err)
+		}
+	})
 }

@@ -6,9 +6,16 @@
 // number, 21610 unsubscribed, 21614 not a mobile number) is Permanent; 401,
 // 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
 // senderCodes) are Unavailable, because the operator must fix them and they
-// must not dead-letter every SMS meanwhile; 408, 429, 21611 (the sender's
-// queue is full), 5xx, timeouts and connection errors are retryable. Only a
-// 2xx counts as sent.
+// must not dead-letter every SMS meanwhile; a request that was written and
+// got no answer, and a 502, 504 or 503 that is not Twilio's own (a gateway
+// answering in Twilio's place) wrap ports.ErrOutcomeUnknown, because Twilio
+// may have accepted the message; 408, 429, 21611 (the sender's queue is
+// full), Twilio's own 500 and 503, and failures before the request was
+// written (dial, DNS, TLS) are retryable. Only a 2xx counts as sent.
+//
+// The Notifier is also a ports.Reconciler: it asks Twilio's Messages list
+// whether a message whose outcome was unknown was accepted (see Reconcile
+// and docs/reconciliation.md).
 package twilio
 
 import (
@@ -16,9 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twilio/twilio-go/client"
@@ -29,8 +40,19 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultAPIURL  = "https://api.twilio.com"
-	DefaultTimeout = 10 * time.Second
+	DefaultAPIURL   = "https://api.twilio.com"
+	DefaultTimeout  = 10 * time.Second
+	DefaultMaxConns = 64
+	// DefaultListLag: Twilio publishes no bound on how soon an accepted
+	// message shows in its Messages list. The Message resource exists once
+	// the create answered with its SID, and the list reads the same
+	// resources; a minute covers replication between Twilio's stores with a
+	// wide margin, while keeping a record whose send was unknown waiting no
+	// longer than that before it may be resent. See docs/reconciliation.md.
+	DefaultListLag = time.Minute
+	// DefaultClockSkew is the difference tolerated between this host's clock
+	// and Twilio's date_created (itself in whole seconds).
+	DefaultClockSkew = 30 * time.Second
 )
 
 // Config configures a Notifier.
@@ -51,35 +73,97 @@ type Config struct {
 	// Timeout bounds one send, from the first byte out to the last byte of the
 	// answer, default DefaultTimeout.
 	Timeout time.Duration
-	// Transport is the base transport, for its connection pool, proxy and TLS
-	// settings; nil means a clone of http.DefaultTransport.
+	// MaxConns is the most connections the Notifier opens to the API at
+	// once, and the most it keeps idle for the next sends, default
+	// DefaultMaxConns. Give it the most sends that run at once (the worker's
+	// MAX_IN_FLIGHT): then every send finds a kept connection once the pool
+	// is warm, and none waits for one. A send beyond it waits for a free
+	// connection, within its Timeout. It applies only when Transport is nil.
+	MaxConns int
+	// Transport is the base transport, for its own connection pool, proxy
+	// and TLS settings; nil means one built by New: a clone of
+	// http.DefaultTransport (proxy from the environment, keep-alive,
+	// HTTP/2 where the API offers it) sized by MaxConns.
 	Transport http.RoundTripper
+	// ListLag is how long after a send's window ended Reconcile still
+	// answers "cannot tell" rather than "not delivered" when Twilio's list
+	// does not show the message: the list may lag the messages Twilio
+	// accepted. Default DefaultListLag.
+	ListLag time.Duration
+	// ClockSkew widens Reconcile's window on both sides, for this host's
+	// clock against Twilio's. Default DefaultClockSkew.
+	ClockSkew time.Duration
 }
 
-var _ ports.Notifier = (*Notifier)(nil)
+var (
+	_ ports.Notifier   = (*Notifier)(nil)
+	_ ports.Reconciler = (*Notifier)(nil)
+)
 
-// Notifier sends SMS through Twilio. It is safe for concurrent use: each Send
-// builds its own small twilio-go client around the shared transport, so sends
-// share connections and nothing else.
+// Notifier sends SMS through Twilio. It is safe for concurrent use.
+//
+// New builds one twilio-go client and one HTTP client and transport, shared
+// by every send, so sends reuse kept-alive connections instead of paying a
+// TCP and TLS handshake each. Sharing is safe: read in twilio-go v1.31.0,
+// client.Client.SendRequest, RequestHandler and ApiService.CreateMessage
+// only read their fields once built (SendRequest writes the client only
+// when OAuth is set, which the Notifier never does), and http.Client and
+// http.Transport are safe for concurrent use. The client's setters
+// (SetAccountSid, SetTimeout, SetOauth) write its fields: New calls
+// SetAccountSid, before the client is shared, and nothing calls them after.
 type Notifier struct {
-	sid, token  string
-	from, msSID string
-	apiURL      *url.URL
-	timeout     time.Duration
-	base        http.RoundTripper
+	sid, from string
+	token     string
+	msSID     string
+	apiURL    *url.URL
+	timeout   time.Duration
+	listLag   time.Duration
+	skew      time.Duration
+	api       *api.ApiService
+	// lister sends Reconcile's list requests: the base transport (the same
+	// connection pool as sends), the same Timeout, no redirects.
+	lister *http.Client
+	// sends holds each Send in progress (*sendInProgress) by its
+	// placeholder; see sendInProgress.
+	sends sync.Map
+	seq   atomic.Uint64
+}
+
+// sendInProgress is one Send, as its request's transport sees it.
+// twilio-go's CreateMessage takes no context and reports an HTTP status
+// only when the body carries it; so Send registers its context under a
+// placeholder that it passes as the account SID of the request path, and
+// the transport looks the placeholder up, puts the real account SID in its
+// place, sends the request under the send's context and records the status.
+type sendInProgress struct {
+	ctx    context.Context
+	status atomic.Int32 // written by RoundTrip, read by Send after CreateMessage returned
+	// wrote is set once a request of the send was written whole to the
+	// connection (httptrace's WroteRequest without error): from then on
+	// Twilio may have accepted the message, whether or not an answer comes.
+	wrote atomic.Bool
 }
 
 var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
 
-// New validates cfg, applies defaults and returns a Notifier. It does not
-// contact Twilio. Its error names every missing or invalid field at once,
-// and never contains the auth token.
+// New validates cfg, applies defaults and returns a Notifier with its
+// clients built. It does not contact Twilio. Its error names every missing
+// or invalid field at once, and never contains the auth token.
 func New(cfg Config) (*Notifier, error) {
 	if cfg.APIURL == "" {
 		cfg.APIURL = DefaultAPIURL
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ListLag == 0 {
+		cfg.ListLag = DefaultListLag
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = DefaultClockSkew
 	}
 
 	var bad []string
@@ -105,24 +189,65 @@ func New(cfg Config) (*Notifier, error) {
 	if cfg.Timeout < 0 {
 		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
 	}
+	if cfg.MaxConns < 0 {
+		bad = append(bad, fmt.Sprintf("MaxConns %d must be positive", cfg.MaxConns))
+	}
+	if cfg.ListLag < 0 {
+		bad = append(bad, fmt.Sprintf("ListLag %v must be positive", cfg.ListLag))
+	}
+	if cfg.ClockSkew < 0 {
+		bad = append(bad, fmt.Sprintf("ClockSkew %v must be positive", cfg.ClockSkew))
+	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("twilio: invalid config: %s", strings.Join(bad, "; "))
 	}
 
 	base := cfg.Transport
 	if base == nil {
-		base = http.DefaultTransport.(*http.Transport).Clone()
+		base = pooledTransport(cfg.MaxConns)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &Notifier{
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	n := &Notifier{
 		sid:     cfg.AccountSID,
-		token:   cfg.AuthToken,
 		from:    cfg.From,
+		token:   cfg.AuthToken,
 		msSID:   cfg.MessagingServiceSID,
 		apiURL:  u,
 		timeout: cfg.Timeout,
-		base:    base,
-	}, nil
+		listLag: cfg.ListLag,
+		skew:    cfg.ClockSkew,
+		lister:  &http.Client{Transport: base, Timeout: cfg.Timeout, CheckRedirect: noRedirect},
+	}
+	c := &client.Client{
+		Credentials: client.NewCredentials(cfg.AccountSID, cfg.AuthToken),
+		HTTPClient: &http.Client{
+			Transport: &apiTransport{base: base, target: u, sid: cfg.AccountSID, sends: &n.sends},
+			Timeout:   cfg.Timeout,
+			// twilio-go's own default: a redirect is an answer, not a hop.
+			CheckRedirect: noRedirect,
+		},
+	}
+	c.SetAccountSid(cfg.AccountSID)
+	// Not NewRequestHandler: it reads TWILIO_EDGE and TWILIO_REGION from the
+	// environment, and configuration is read once, by the config package.
+	n.api = api.NewApiService(&client.RequestHandler{Client: c})
+	return n, nil
+}
+
+// pooledTransport is http.DefaultTransport's configuration (proxy from the
+// environment, 30 s dial timeout and TCP keep-alive, 10 s TLS handshake
+// timeout, 90 s idle timeout, HTTP/2 attempted over TLS) with a pool of
+// maxConns connections to the API host, all of which may stay idle between
+// sends. Go's default keeps 2 idle connections per host, so a burst of
+// concurrent sends opened a new connection for most of them.
+func pooledTransport(maxConns int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxConnsPerHost = maxConns
+	t.MaxIdleConnsPerHost = maxConns
+	t.MaxIdleConns = maxConns
+	t.ForceAttemptHTTP2 = true
+	return t
 }
 
 // Send sends m.Text to m.To and returns Twilio's message SID as the
@@ -130,50 +255,53 @@ func New(cfg Config) (*Notifier, error) {
 //
 // It returns within the configured Timeout, or sooner when ctx is done (the
 // request is cancelled, not abandoned, even though twilio-go takes no
-// context). Errors are *Error values, classified for ports.KindOf:
+// context). Errors hold an *Error (errors.As), classified for ports.KindOf
+// and ports.ErrOutcomeUnknown:
 //   - Permanent: Twilio's JSON error with a 4xx status, about the message
 //     itself (invalid or unsubscribed number, body too long): the same
 //     message fails the same way again.
 //   - Unavailable: 401 or 403, credentials or account.
-//   - retryable: 408, 429, 5xx, a timeout, ctx done, a connection error, a
-//     4xx that is not Twilio's JSON (a proxy's page, not Twilio's verdict).
+//   - unknown (errors.Is(err, ports.ErrOutcomeUnknown)): the request was
+//     written whole and no answer came (a timeout, ctx done, the connection
+//     reset or closed); or a 502 or 504, which a gateway answers in
+//     Twilio's place, whatever happened behind it; or a 503 that is not
+//     Twilio's JSON error (a proxy that may have forwarded the request:
+//     Envoy answers 503 when the upstream reset after taking it). Twilio may
+//     have accepted the message: ask Reconcile before sending it again.
+//   - retryable: 408, 429, Twilio's own 500 and 503 (its JSON error: it
+//     refused the request), any failure before the request was written
+//     (dial refused, DNS, TLS handshake: Twilio never saw it), a 4xx that
+//     is not Twilio's JSON (a proxy's page, not Twilio's verdict).
 //
 // A 2xx whose body cannot be decoded counts as sent, with an empty
 // ProviderID: Twilio has accepted the message, and a retry would send the
 // customer a second SMS.
 func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
+	// Cancelled on return, which also closes a connection whose answer
+	// twilio-go left unread (it does not close an error's body), so the
+	// pool never loses one to a failed send.
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 
-	rt := &sendTransport{base: n.base, target: n.apiURL, ctx: ctx}
-	c := &client.Client{
-		Credentials: client.NewCredentials(n.sid, n.token),
-		HTTPClient: &http.Client{
-			Transport: rt,
-			Timeout:   n.timeout,
-			// twilio-go's own default: a redirect is an answer, not a hop.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
-	}
-	c.SetAccountSid(n.sid) // else the path holds an empty account SID
-	rh := client.NewRequestHandler(c)
-	// NewRequestHandler reads TWILIO_EDGE and TWILIO_REGION from the
-	// environment; configuration is read once, by the config package.
-	rh.Edge, rh.Region = "", ""
+	s := &sendInProgress{ctx: ctx}
+	placeholder := sendPrefix + strconv.FormatUint(n.seq.Add(1), 10)
+	n.sends.Store(placeholder, s)
+	defer n.sends.Delete(placeholder)
 
-	params := (&api.CreateMessageParams{}).SetTo(m.To).SetBody(m.Text)
+	params := (&api.CreateMessageParams{}).SetPathAccountSid(placeholder).SetTo(m.To).SetBody(m.Text)
 	if n.msSID != "" {
 		params.SetMessagingServiceSid(n.msSID)
 	} else {
 		params.SetFrom(n.from)
 	}
 
-	msg, err := api.NewApiService(rh).CreateMessage(params)
+	msg, err := n.api.CreateMessage(params)
 	sentAt := time.Now()
+	status := int(s.status.Load())
 	// Only a 2xx means Twilio took the message. twilio-go also returns
 	// without error for a 3xx whose body is JSON (a proxy, an http:// API
 	// URL): counting that as sent would record it and suppress every replay.
-	if rt.status >= 200 && rt.status < 300 {
+	if status >= 200 && status < 300 {
 		var sid string
 		if msg != nil && msg.Sid != nil {
 			sid = *msg.Sid
@@ -181,34 +309,67 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 		return ports.Receipt{ProviderID: sid, SentAt: sentAt}, nil
 	}
 	if err == nil {
-		err = fmt.Errorf("unexpected HTTP status %d", rt.status)
+		err = fmt.Errorf("unexpected HTTP status %d", status)
 	}
-	return ports.Receipt{}, n.classify(ctx, m, rt.status, err)
+	return ports.Receipt{}, n.classify(ctx, m, status, s.wrote.Load(), err)
 }
 
-// sendTransport is the per-send transport: it sends twilio-go's requests to
-// the configured API URL and under the send's context, and remembers the
-// HTTP status, which twilio-go only reports when the body says it.
-type sendTransport struct {
+// sendPrefix starts every placeholder; no account SID starts with it
+// (they start with "AC").
+const sendPrefix = "send-"
+
+// accountsSegment precedes the account SID in every path of Twilio's
+// 2010-04-01 API.
+const accountsSegment = "/Accounts/"
+
+// errNoSend is returned, before anything is sent, for a request whose path
+// holds no placeholder of a Send in progress.
+var errNoSend = errors.New("twilio: request outside a send")
+
+// apiTransport is the transport every send shares: it sends twilio-go's
+// requests to the configured API URL with the account SID in place of the
+// send's placeholder, under the send's context, and records the HTTP
+// status for the send.
+type apiTransport struct {
 	base   http.RoundTripper
 	target *url.URL
-	ctx    context.Context
-	status int // written by RoundTrip, read by Send after CreateMessage returned
+	sid    string
+	sends  *sync.Map // placeholder -> *sendInProgress
 }
 
-func (t *sendTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	// twilio-go builds every request on context.Background(); t.ctx carries
-	// the send's deadline (the same as http.Client.Timeout) and the caller's
-	// cancellation, so replacing the context loses nothing.
-	r := req.Clone(t.ctx)
+func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	before, after, ok := strings.Cut(req.URL.Path, accountsSegment)
+	placeholder, rest, _ := strings.Cut(after, "/")
+	v, found := t.sends.Load(placeholder)
+	if !ok || !found {
+		if req.Body != nil {
+			_ = req.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, errNoSend
+	}
+	s := v.(*sendInProgress)
+	// twilio-go builds every request on context.Background(); s.ctx
+	// carries the send's deadline (the same as http.Client.Timeout) and the
+	// caller's cancellation, so replacing the context loses nothing. The
+	// trace tells Send whether the request left whole: net/http (HTTP/1
+	// and HTTP/2) reports WroteRequest once headers and body are written
+	// and flushed, with the write's error if it failed.
+	ctx := httptrace.WithClientTrace(s.ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				s.wrote.Store(true)
+			}
+		},
+	})
+	r := req.Clone(ctx)
 	r.URL.Scheme = t.target.Scheme
 	r.URL.Host = t.target.Host
-	r.URL.Path = t.target.Path + r.URL.Path
+	r.URL.Path = t.target.Path + before + accountsSegment + t.sid + "/" + rest
 	r.URL.RawPath = ""
 	r.Host = ""
 	resp, err := t.base.RoundTrip(r)
 	if resp != nil {
-		t.status = resp.StatusCode
+		s.status.Store(int32(resp.StatusCode))
 	}
 	return resp, err
 }
@@ -251,7 +412,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, err error) error {
+// classify turns a failed send into its error. status is the HTTP status
+// the transport saw (0: no answer), wrote whether the request was written
+// whole.
+func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, wrote bool, err error) error {
 	masked := ports.MaskPhone(m.To)
 	mask := func(s string) string {
 		if m.To == "" {
@@ -285,6 +449,16 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, er
 		e.Reason = mask(fmt.Sprintf("%s %s: %v", ue.Op, n.redirected(ue.URL), ue.Err))
 	default:
 		e.Reason = mask(err.Error())
+	}
+
+	// Only the transport's status and trace say whether Twilio may have the
+	// message; twilio-go's own checks (status 0, nothing written) never do.
+	twilioVerdict := tre != nil && tre.Code != 0
+	switch {
+	case status == 0 && wrote,
+		status == http.StatusBadGateway || status == http.StatusGatewayTimeout,
+		status == http.StatusServiceUnavailable && !twilioVerdict:
+		return fmt.Errorf("%w: %w", e, ports.ErrOutcomeUnknown)
 	}
 
 	switch s := e.Status; {
@@ -326,12 +500,19 @@ var senderCodes = map[int]bool{
 // sender's rate limit, so it is worth retrying, not dead-lettering.
 const codeQueueFull = 21611
 
-// redirected returns raw (a URL twilio-go built) as the transport sent it.
+// redirected returns raw (a URL twilio-go built) as the transport sent it:
+// to the configured API URL, with the account SID in place of the
+// placeholder.
 func (n *Notifier) redirected(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
 	}
-	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+u.Path, ""
+	path := u.Path
+	if before, after, ok := strings.Cut(path, accountsSegment); ok {
+		_, rest, _ := strings.Cut(after, "/")
+		path = before + accountsSegment + n.sid + "/" + rest
+	}
+	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+path, ""
 	return u.String()
 }

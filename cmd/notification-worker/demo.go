@@ -187,6 +187,7 @@ func (t *tally) RecordDeadLettered(string, ports.Kind) { t.deadLettered.Add(1) }
 func (t *tally) HandlerPanicked(string)                {}
 func (t *tally) ConsumerLag(string, int32, int64)      {}
 func (t *tally) HandlersAbandoned(int)                 {}
+func (t *tally) RecordRetried(string, ports.Kind)      {}
 
 // countingNotifier counts what reached the provider, per idempotency key:
 // the demo's proof that nothing was sent twice.

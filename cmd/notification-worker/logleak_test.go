@@ -18,6 +18,9 @@ import (
 
 	"github.com/emersion/go-sasl"
 	gosmtp "github.com/emersion/go-smtp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
@@ -43,14 +46,26 @@ const (
 	smtpUser      = "worker"
 	smtpFrom      = "noreply@harborlight.example"
 	twilioFrom    = "+15559990000" // the company's own number, not a customer's
+	// customerName is every event's recipient name but two: one event's
+	// name is nameLong, over 10 kB, and another's phone field holds
+	// nameInPhone, a name in the wrong field. Neither may appear anywhere.
+	customerName = "Katherine Coleman Johnson"
+	nameInPhone  = "Dorothy Vaughan"
 )
 
+// nameLong is a recipient name of about 10 kB: far over the 100 characters
+// an event may carry, so its record is dead-lettered with a reason that
+// must give its length, not the name.
+var nameLong = strings.Repeat("Grace Brewster Murray Hopper ", 10<<10/29)
+
 // TestLogs_NoSecretOrAddressLeaks feeds real-looking secrets and customer
-// addresses down every log path of the worker (start-up, sent, every failed
-// send, dead letters, retries, the store failing open) and greps everything
-// it wrote: its logs, anything written through the default logger, the
-// errors it returned and, through run, stderr. No secret may appear; phone
-// numbers and email addresses may appear only masked.
+// addresses and names down every log path of the worker (start-up, sent,
+// every failed send, dead letters, retries, the store failing open) and
+// greps everything it wrote: its logs, the headers of its dead letters, its
+// metrics and /readyz, anything written through the default logger, the
+// errors it returned, the trace spans it made and, through run, stderr. No
+// secret and no name may appear; phone numbers and email addresses may
+// appear only masked.
 func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 	suffix := uniqueName("x")[2:]
 	secrets := map[string]string{
@@ -69,6 +84,9 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 	for _, e := range []string{emailRejected, emailOK, emailPoison, emailInvalid, emailOutage} {
 		forbidden["email "+e] = e[:strings.IndexByte(e, '@')] // the local part, which masking drops
 	}
+	forbidden["name"] = "Coleman"
+	forbidden["10 kB name"] = "Brewster"
+	forbidden["name in the phone field"] = "Vaughan"
 
 	// Anything a library writes through the default logger is output too.
 	var stray logtest.Buffer
@@ -113,24 +131,31 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"LOG_LEVEL":                    "debug",
 		})
 		var out logtest.Buffer
-		m := &Main{Config: cfg, Stdout: &out}
+		spans := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		m := &Main{Config: cfg, Stdout: &out, TracerProvider: tp}
 		MustOpen(t, m)
 		stop := MustRun(t, m)
 
 		ev := func(shipment string, phone, email string, channels ...string) sampleEvent {
 			e, _ := sampleEvents(1)
 			e[0].ShipmentID = shipment
-			e[0].Recipient = sampleRecipient{Name: "Customer", Phone: phone, Email: email}
+			e[0].Recipient = sampleRecipient{Name: customerName, Phone: phone, Email: email}
 			e[0].Channels = channels
 			return e[0]
 		}
 		invalidEmail := ev("SHP-LEAK-5", phoneOK, emailInvalid, "sms", "email")
+		longName := ev("SHP-LEAK-8", phoneOK, "", "sms")
+		longName.Recipient.Name = nameLong
 		msgs := eventMessages([]sampleEvent{
 			ev("SHP-LEAK-1", phoneInvalid, "", "sms"),
 			ev("SHP-LEAK-2", phoneDown, "", "sms"),
 			ev("SHP-LEAK-3", "", emailRejected, "email"),
 			ev("SHP-LEAK-4", phoneOK, emailOK, "sms", "email"),
 			invalidEmail,
+			longName,
+			ev("SHP-LEAK-9", nameInPhone, "", "sms"),
 		})
 		msgs = append(msgs, kafka.Message{
 			Key:   []byte("SHP-LEAK-6"),
@@ -142,8 +167,33 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
 			perm := sumOf(s, "notification_worker_records_dead_lettered_total{", `kind="permanent"`)
 			retry := sumOf(s, "notification_worker_records_dead_lettered_total{", `kind="retryable"`)
-			return sent == 2 && perm == 4 && retry == 1,
-				fmt.Sprintf("sent %v of 2, dead-lettered permanent %v of 4, retryable %v of 1", sent, perm, retry)
+			return sent == 2 && perm == 6 && retry == 1,
+				fmt.Sprintf("sent %v of 2, dead-lettered permanent %v of 6, retryable %v of 1", sent, perm, retry)
+		})
+		t.Run("DeadLetterHeaders", func(t *testing.T) {
+			// The value is the record as it came, kept for a replay; the
+			// headers the worker adds are read by people and tools.
+			dead := MustReadHeaders(t, emb.Brokers(), topic+".dlq", 7)
+			reasons := map[string]string{}
+			for _, r := range dead {
+				var text strings.Builder
+				for _, h := range r.Headers {
+					fmt.Fprintf(&text, "%s: %s\n", h.Key, h.Value)
+					if h.Key == kafka.HeaderDLQReason {
+						reasons[string(r.Key)] = string(h.Value)
+					}
+				}
+				assertNoLeak(t, "dead-letter headers of "+string(r.Key), text.String(), forbidden)
+			}
+			for key, want := range map[string]string{
+				"SHP-LEAK-8": "recipient.name: 10236 characters, longer than 100",
+				"SHP-LEAK-9": "recipient.phone: not an E.164 phone number: unexpected character (a value of 15 bytes, not shown)",
+				"SHP-LEAK-5": "recipient.email: not an email address (a value of 30 bytes, not shown)",
+			} {
+				if !strings.Contains(reasons[key], want) {
+					t.Errorf("dead letter %s: reason %q, want it to say %q", key, reasons[key], want)
+				}
+			}
 		})
 
 		// The store goes away: the worker fails open and says so.
@@ -154,6 +204,14 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
 			return sent == 4, fmt.Sprintf("sent %v of 4", sent)
 		})
+		// Metric labels and /readyz, as a scraper or a probe reads them.
+		for _, path := range []string{"/metrics", "/readyz"} {
+			_, body, err := httpGet("http://" + m.HTTPAddr() + path)
+			if err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			assertNoLeak(t, path, body, forbidden)
+		}
 		if err := stop(); err != nil {
 			assertNoLeak(t, "Run's error", err.Error(), forbidden)
 			t.Errorf("Run: %v", err)
@@ -162,6 +220,18 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 
 		logs := out.String()
 		assertNoLeak(t, "worker logs", logs, forbidden)
+		t.Run("Spans", func(t *testing.T) {
+			var b strings.Builder
+			for _, s := range spans.GetSpans() {
+				fmt.Fprintln(&b, s.Name, s.Status.Description, s.Attributes, s.Events)
+			}
+			assertNoLeak(t, "spans", b.String(), forbidden)
+			for _, want := range []string{"+1555***1111", "g***@example.com", "error.type"} {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("spans lack %s: were the failed sends traced?", want)
+				}
+			}
+		})
 		t.Run("EveryPathWasTaken", func(t *testing.T) {
 			// Without these the test would pass by logging nothing.
 			seen := map[string]int{}
@@ -259,6 +329,31 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 	})
 
 	assertNoLeak(t, "default logger", stray.String(), forbidden)
+}
+
+// MustReadHeaders reads topic from the start until n records arrived, with
+// their headers, which ports.Record does not carry.
+func MustReadHeaders(tb testing.TB, brokers []string, topic string, n int) []*kgo.Record {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitWithin)
+	defer cancel()
+	var got []*kgo.Record
+	for len(got) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			tb.Fatalf("read %d records from %s within %v, want %d", len(got), topic, waitWithin, n)
+		}
+		for _, e := range fs.Errors() {
+			tb.Fatalf("reading %s: %v", topic, e.Err)
+		}
+		got = append(got, fs.Records()...)
+	}
+	return got
 }
 
 // assertNoLeak fails for every line of text holding a forbidden string.

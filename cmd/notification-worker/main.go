@@ -23,6 +23,11 @@ import (
 	"github.com/harborlight/notification-worker/internal/memlimit"
 )
 
+// version is the worker's release, set at link time
+// (-ldflags "-X main.version=..."; see the Makefile), "dev" otherwise. The
+// start-up line, notification_worker_build_info and the traces carry it.
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

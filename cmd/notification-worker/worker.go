@@ -12,11 +12,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/console"
 	"github.com/harborlight/notification-worker/adapters/httpapi"
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
@@ -70,6 +73,11 @@ type Main struct {
 	// pass one to two workers in turn, as they pass one Store, to read
 	// counts that span a restart.
 	Metrics *prometheus.Metrics
+	// TracerProvider overrides the tracing the configuration asks for (nil:
+	// OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none). Tests pass one
+	// that keeps the spans in memory.
+	TracerProvider trace.TracerProvider
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
@@ -98,6 +106,11 @@ func (m *Main) Open(ctx context.Context) error {
 		m.metrics = prometheus.New()
 	}
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
+	m.metrics.SetVersion(version)
+	tracer, err := m.openTracing(ctx, wired)
+	if err != nil {
+		return err
+	}
 
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
@@ -116,35 +129,49 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Outside the breaker, so its refusals count as the store unavailable.
-	store = m.metrics.InstrumentStore(store)
+	// Outside the breaker, so its refusals count as the store unavailable
+	// (and show in the trace).
+	store = tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers, err := m.openNotifiers(wired)
 	if err != nil {
 		return err
 	}
+	// The providers that can be asked what they accepted, taken before the
+	// decorators hide what else the adapters implement.
+	reconcilers := map[ports.Channel]ports.Reconciler{}
 	for ch, n := range notifiers {
-		notifiers[ch] = m.metrics.InstrumentNotifier(ch, n)
+		if rc, ok := n.(ports.Reconciler); ok {
+			reconcilers[ch] = rc
+		}
+		notifiers[ch] = tracer.Notifier(ch, wired[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
 	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
 	if err != nil {
 		return err
 	}
 	svc, err := domain.NewService(domain.Config{
-		Store:        store,
-		Notifiers:    notifiers,
-		Templates:    templates,
-		TTL:          cfg.Idempotency.TTL,
-		ClaimTTL:     cfg.Idempotency.ClaimTTL,
-		StoreTimeout: cfg.Idempotency.Timeout,
-		SendTimeout:  cfg.SendTimeout,
-		FailureMode:  domain.FailureMode(cfg.Idempotency.FailureMode),
-		Logger:       m.logger,
-		Observer:     observers(m.metrics, m.Observer),
+		Store:         store,
+		Notifiers:     notifiers,
+		Templates:     templates,
+		TTL:           cfg.Idempotency.TTL,
+		ClaimTTL:      cfg.Idempotency.ClaimTTL,
+		StoreTimeout:  cfg.Idempotency.Timeout,
+		SendTimeout:   cfg.SendTimeout,
+		FailureMode:   domain.FailureMode(cfg.Idempotency.FailureMode),
+		LedgerSize:    cfg.Idempotency.LedgerSize,
+		Reconcilers:   reconcilers,
+		ReconcileFor:  cfg.ReconcileTimeout,
+		UnknownPolicy: domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
+		Reconciled:    m.metrics.Reconciled,
+		Logger:        m.logger,
+		Observer:      observers(m.metrics, m.Observer),
 	})
 	if err != nil {
 		return err
 	}
-	m.handler = svc
+	m.handler = tracer.Handler(svc)
+	m.closers = append(m.closers, svc.Close)
+	m.metrics.TrackLedger(svc.Owed)
 
 	kcfg, err := m.kafkaConfig(brokers)
 	if err != nil {
@@ -162,8 +189,41 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := m.openHTTP(wired); err != nil {
 		return err
 	}
-	m.logger.Info("worker_starting", slog.Any("config", cfg), slog.Any("adapters", wired))
+	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", wired))
+	if cfg.AllowInsecureTransport {
+		m.logger.Warn("insecure_transport_allowed",
+			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, SASL PLAIN without TLS); for a test lab only"))
+	}
 	return nil
+}
+
+// openTracing returns the tracer the ports are decorated with: over
+// Main.TracerProvider when set, else exporting over OTLP when the
+// configuration names an endpoint, else nil (tracing off: nothing is
+// decorated). The provider built here is shut down by Close, after the
+// consumer, so the last records' spans are exported.
+func (m *Main) openTracing(ctx context.Context, wired map[string]string) (*otel.Tracer, error) {
+	switch url := m.Config.TracesURL(); {
+	case m.TracerProvider != nil:
+		wired["tracing"] = "given"
+		return otel.New(m.TracerProvider), nil
+	case url != "":
+		tp, err := otel.NewProvider(ctx, otel.ExportConfig{
+			URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: version, Logger: m.logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.closers = append(m.closers, func() {
+			if err := tp.Shutdown(); err != nil {
+				m.logger.Warn("tracing_shutdown_incomplete", slog.String("error", err.Error()))
+			}
+		})
+		wired["tracing"] = "otlp " + url
+		return otel.New(tp), nil
+	}
+	wired["tracing"] = "off (OTEL_EXPORTER_OTLP_ENDPOINT is empty)"
+	return nil, nil
 }
 
 // openHTTP starts /healthz, /readyz and /metrics on HTTP_ADDR, last in Open:
@@ -260,7 +320,7 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 		wired["store"] = "memory (REDIS_URL is empty; forgets on restart)"
 		return memory.New(nil), nil
 	}
-	rs, err := redis.New(redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout})
+	rs, err := redis.New(redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout, KeepAbandoned: cfg.TTL})
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +332,7 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 	b := breaker.New(rs, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Probe: rs.Ping})
 	m.closers = append(m.closers, b.Close)
 	m.breaker = b
+	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
 	wired["store"] = "redis, behind a circuit breaker"
 	return b, nil
 }
@@ -289,6 +350,9 @@ func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.N
 			MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
 			APIURL:              cfg.Twilio.APIURL,
 			Timeout:             cfg.SendTimeout,
+			ListLag:             cfg.Twilio.ListLag,
+			// At most one SMS per record in flight: a connection each.
+			MaxConns: cfg.Kafka.MaxInFlight,
 		})
 		if err != nil {
 			return nil, err
@@ -422,5 +486,11 @@ func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
 func (all multiMetrics) HandlersAbandoned(delta int) {
 	for _, m := range all {
 		m.HandlersAbandoned(delta)
+	}
+}
+
+func (all multiMetrics) RecordRetried(topic string, kind ports.Kind) {
+	for _, m := range all {
+		m.RecordRetried(topic, kind)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -285,6 +286,32 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 				_, body := readyz(t, m)
 				return body["store"] == prometheus.StoreOK, fmt.Sprintf("%v", body)
 			})
+		})
+	}
+}
+
+// TestMain_InsecureTransportAllowedIsLogged: the opt-out from the clear-text
+// refusals is visible at start, as a warning an operator can alert on, and
+// only when it is set.
+func TestMain_InsecureTransportAllowedIsLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name, allow string
+		want        bool
+	}{{"Set", "true", true}, {"Unset", "", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := MustLoadConfig(t, map[string]string{
+				"ALLOW_INSECURE_TRANSPORT": tc.allow,
+				"KAFKA_TOPIC":              uniqueName("insecure"),
+				"HTTP_ADDR":                "off",
+			})
+			var out logtest.Buffer
+			m := &Main{Config: cfg, Stdout: &out}
+			MustOpen(t, m)
+			m.Close()
+			logged := strings.Contains(out.String(), `"level":"WARN","msg":"insecure_transport_allowed"`)
+			if logged != tc.want {
+				t.Errorf("insecure_transport_allowed logged: %v, want %v; logs:\n%s", logged, tc.want, out.String())
+			}
 		})
 	}
 }

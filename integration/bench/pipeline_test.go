@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
@@ -160,12 +161,17 @@ type run struct {
 	maxInFlight int
 	store       ports.IdempotencyStore
 	latency     time.Duration // of each send
+	// sms, when set, sends the SMS instead of the latency double.
+	sms ports.Notifier
 	// want is how many records to measure; within bounds the wall time.
 	want   int
 	within time.Duration
 	// serverCPU, when set, reads the CPU time a server process used so far
 	// (redis-server shares this machine's CPUs with the worker).
 	serverCPU func() time.Duration
+	// tracer, when set, decorates the handler, the store and the notifier
+	// as the worker does with tracing on; nil decorates nothing (off).
+	tracer *otel.Tracer
 }
 
 // measurement is what a run saw, from the moment the first record reached
@@ -188,6 +194,9 @@ type measurement struct {
 	// serverCPU is the CPU time the store's server used meanwhile, when
 	// known.
 	serverCPU time.Duration
+	// conns is how many connections the provider double accepted during
+	// the run, when counted.
+	conns int64
 }
 
 // cpuPerRecord is the process's CPU time per measured record.
@@ -241,9 +250,13 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	if r.want > br.events {
 		b.Fatalf("want %d records of %d published", r.want, br.events)
 	}
+	var sms ports.Notifier = &notifier{latency: r.latency}
+	if r.sms != nil {
+		sms = r.sms
+	}
 	svc, err := domain.NewService(domain.Config{
-		Store:     storeClock{r.store},
-		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: &notifier{latency: r.latency}},
+		Store:     r.tracer.Store(storeClock{r.store}),
+		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: r.tracer.Notifier(ports.ChannelSMS, "double", sms)},
 		// The production defaults: IDEMPOTENCY_TIMEOUT 200ms, fail open,
 		// warnings at most once a second.
 		StoreTimeout: 200 * time.Millisecond,
@@ -255,6 +268,7 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	if err != nil {
 		b.Fatalf("NewService: %v", err)
 	}
+	handler := r.tracer.Handler(svc)
 	c, err := kafka.NewConsumer(kafka.Config{
 		Brokers:         br.brokers,
 		Topic:           br.topic,
@@ -278,7 +292,7 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	h := ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 		first.CompareAndSwap(0, time.Now().UnixNano())
 		t := &tally{}
-		err := svc.Handle(context.WithValue(ctx, tallyKey{}, t), rec)
+		err := handler.Handle(context.WithValue(ctx, tallyKey{}, t), rec)
 		if n := finished.Add(1); n <= int64(r.want) {
 			mu.Lock()
 			times = append(times, time.Duration(t.nanos.Load()))

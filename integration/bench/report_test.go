@@ -100,6 +100,11 @@ const (
 	runNoStore     = "store/none"
 	runMemoryStore = "store/memory"
 	runRedisStore  = "store/redis"
+	runTwilioFresh = "twilio/client-per-send"
+	runTwilioPool  = "twilio/pooled"
+	runTracingOff  = "tracing/off"
+	runTracingNoop = "tracing/noop-provider"
+	runTracingOn   = "tracing/on"
 )
 
 // outageRun names an outage measurement.
@@ -127,6 +132,8 @@ func (r *registry) print(w io.Writer) {
 	r.printStores(w)
 	r.printOutage(w)
 	r.printKeys(w)
+	r.printTwilio(w)
+	r.printTracing(w)
 	r.printRSS(w)
 	r.printLittle(w)
 	r.printCPU(w)
@@ -143,7 +150,7 @@ func (r *registry) printRSS(w io.Writer) {
 	if !okIdle && !okLarge && !okSmall && !okLimited {
 		return
 	}
-	fmt.Fprintf(w, "\n### 5. Worker memory under a backlog (worker binary, default settings: MAX_BUFFERED_BYTES %s, MAX_IN_FLIGHT 64; Redis store; Twilio double answering after %v; kfake broker in its own process)\n\n",
+	fmt.Fprintf(w, "\n### 7. Worker memory under a backlog (worker binary, default settings: MAX_BUFFERED_BYTES %s, MAX_IN_FLIGHT 64; Redis store; Twilio double answering after %v; kfake broker in its own process)\n\n",
 		mibs(budgetOfDefaults), rssNotifier)
 	fmt.Fprintf(w, "Peak RSS is the worker process's VmHWM. A run stops once it has not grown by %s for %v (after at least %v), or at %v.\n", mibs(rssStep), rssPlateau, rssAtLeast, rssTimeBound)
 	fmt.Fprintln(w, "The baseline is the same worker idle on an empty topic; growth over it is read against the byte budget. Live heap is half the")
@@ -196,7 +203,7 @@ func (r *registry) printLittle(w io.Writer) {
 	if !ok {
 		return
 	}
-	fmt.Fprintf(w, "\n### 6. Throughput against Little's law (MaxInFlight %d, notifier latency %v, Redis store, 5000 shipments, %d partitions)\n\n", littleInFlight, littleLatency, partitions)
+	fmt.Fprintf(w, "\n### 8. Throughput against Little's law (MaxInFlight %d, notifier latency %v, Redis store, 5000 shipments, %d partitions)\n\n", littleInFlight, littleLatency, partitions)
 	fmt.Fprintln(w, "CPU is this process's per record (the consumer, the in-process broker, the domain), and what it takes at the limit. A slot is")
 	fmt.Fprintln(w, "held for the send and the store calls around it (Claim and Record, wall time per record): the limit assumes those take nothing.")
 	fmt.Fprintln(w)
@@ -217,7 +224,7 @@ func (r *registry) printCPU(w io.Writer) {
 	if !okMem && !okRed {
 		return
 	}
-	fmt.Fprintln(w, "\n### 7. CPU per record of the worker process (worker binary, default settings, console notifier: a send takes no time; kfake broker in its own process)")
+	fmt.Fprintln(w, "\n### 9. CPU per record of the worker process (worker binary, default settings, console notifier: a send takes no time; kfake broker in its own process)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu.")
 	fmt.Fprintln(w)
@@ -435,6 +442,33 @@ func (r *registry) printKeys(w io.Writer) {
 	}
 }
 
+func (r *registry) printTwilio(w io.Writer) {
+	before, okBefore := r.get(runTwilioFresh)
+	after, okAfter := r.get(runTwilioPool)
+	if !okBefore && !okAfter {
+		return
+	}
+	fmt.Fprintf(w, "\n### 5. Twilio connections (the Twilio adapter against the zero-latency Twilio double over loopback HTTP, MaxInFlight 64, memory store, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "New connections are counted at the double's listener over the whole run; against the real API each one is a TCP and a TLS handshake.")
+	fmt.Fprintln(w, "Before: Go's default transport (2 idle connections per host) and a twilio-go client per send; after: one client and a pool of MaxInFlight connections.")
+	fmt.Fprintln(w)
+	header(w, "Twilio adapter", "SMS", "records/s", "rounds (records/s)", "new connections", "new connections per 1000 SMS", "ratio vs before")
+	if okBefore {
+		row(w, "before: client per send, default pool", fmt.Sprint(before.records), rate(before), roundRates(before), fmt.Sprint(before.conns), perThousand(before), "1.00x (baseline)")
+	}
+	if okAfter {
+		row(w, "after: one client, pool of 64", fmt.Sprint(after.records), rate(after), roundRates(after), fmt.Sprint(after.conns), perThousand(after), ratio(after, before, okBefore))
+	}
+}
+
+// perThousand is m's new connections per 1000 records.
+func perThousand(m measurement) string {
+	if m.records == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", float64(m.conns)*1000/float64(m.records))
+}
+
 func bytesIEC(b float64) string {
 	switch {
 	case b >= 1<<30:
@@ -443,4 +477,31 @@ func bytesIEC(b float64) string {
 		return fmt.Sprintf("%.0f MiB", b/(1<<20))
 	}
 	return fmt.Sprintf("%.0f KiB", b/(1<<10))
+}
+
+func (r *registry) printTracing(w io.Writer) {
+	off, okOff := r.get(runTracingOff)
+	if !okOff {
+		return
+	}
+	fmt.Fprintf(w, "\n### 6. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "Off is what the worker runs without OTEL_EXPORTER_OTLP_ENDPOINT: nothing decorated. On samples every record (a record")
+	fmt.Fprintln(w, "span, and claim, send and record children) and batches the spans to an exporter that discards them.")
+	fmt.Fprintln(w)
+	header(w, "tracing", "records", "records/s", "rounds (records/s)", "ratio vs off", "worker CPU/record")
+	for _, c := range []struct{ label, name string }{
+		{"off", runTracingOff},
+		{"decorators over a no-op provider", runTracingNoop},
+		{"on (SDK, batch span processor)", runTracingOn},
+	} {
+		m, ok := r.get(c.name)
+		if !ok {
+			continue
+		}
+		rt := ratio(m, off, okOff)
+		if c.name == runTracingOff {
+			rt = "1.00x (baseline)"
+		}
+		row(w, c.label, fmt.Sprint(m.records), rate(m), roundRates(m), rt, us(m.cpuPerRecord()))
+	}
 }

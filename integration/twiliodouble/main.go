@@ -44,7 +44,8 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: double.New(*sid, *token), ReadHeaderTimeout: 5 * time.Second}
+	d := double.New(*sid, *token)
+	srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 	// The harness waits for this exact line.
 	log.Printf("twilio double listening on %s", ln.Addr())
 
@@ -52,7 +53,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(d.Listener(ln)) }()
 	select {
 	case err := <-errc:
 		return err

@@ -16,9 +16,10 @@ import (
 
 // Harness builds the store under test.
 type Harness struct {
-	// New returns an empty store. Each call may share a backend with earlier
-	// ones; the suite uses a unique key per test.
-	New func(t *testing.T) ports.IdempotencyStore
+	// New returns an empty store whose claims' keys outlive their lease by
+	// keep. Each call may share a backend with earlier ones; the suite uses
+	// a unique key per test.
+	New func(t *testing.T, keep time.Duration) ports.IdempotencyStore
 	// TTL, when set, reads a key's remaining lifetime from the backend (Redis
 	// PTTL), so the suite can check the TTL the store wrote.
 	TTL func(t *testing.T, key string) time.Duration
@@ -49,30 +50,30 @@ func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, to
 
 // Run runs the contract suite.
 func Run(t *testing.T, h Harness) {
-	receipt := ports.Receipt{ProviderID: "SM0123456789abcdef", SentAt: time.UnixMilli(1775121240000).UTC()}
+	receipt := ports.Receipt{ProviderID: "SM0123456789abcdef", SentAt: time.UnixMilli(1775121240000).UTC(), Fingerprint: "f1ngerpr"}
 
 	t.Run("ClaimAbsentKey", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		if got := MustClaim(t, s, c, k, "tok-a", time.Minute); got.State != ports.Claimed {
 			t.Fatalf("first claim: state %v, want claimed", got.State)
 		}
 	})
 
 	t.Run("ClaimHeldKeyReportsOwner", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
 		got := MustClaim(t, s, c, k, "tok-b", time.Minute)
-		if got.State != ports.InFlight || got.Owner != "tok-a" {
+		if got.State != ports.InFlight || got.Lease.Token != "tok-a" {
 			t.Fatalf("second claim: %+v, want in_flight owned by tok-a", got)
 		}
 		// The losing claim must not have replaced the owner.
-		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.Owner != "tok-a" {
-			t.Fatalf("third claim: owner %q, want tok-a", got.Owner)
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.Lease.Token != "tok-a" {
+			t.Fatalf("third claim: owner %q, want tok-a", got.Lease.Token)
 		}
 	})
 
 	t.Run("ClaimSentKeyReportsReceipt", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
 		if err := s.Record(c, k, receipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
@@ -81,14 +82,14 @@ func Run(t *testing.T, h Harness) {
 		if got.State != ports.AlreadySent {
 			t.Fatalf("claim after record: state %v, want already_sent", got.State)
 		}
-		if got.Receipt.ProviderID != receipt.ProviderID || !got.Receipt.SentAt.Equal(receipt.SentAt) {
+		if got.Receipt.ProviderID != receipt.ProviderID || !got.Receipt.SentAt.Equal(receipt.SentAt) || got.Receipt.Fingerprint != receipt.Fingerprint {
 			t.Fatalf("receipt %+v, want %+v", got.Receipt, receipt)
 		}
 	})
 
 	t.Run("RecordWithoutClaim", func(t *testing.T) {
 		// Fail-open sends record without having claimed.
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		if err := s.Record(c, k, receipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
@@ -98,7 +99,7 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("ReleaseByOwner", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
 		if err := s.Release(c, k, "tok-a"); err != nil {
 			t.Fatalf("Release: %v", err)
@@ -109,18 +110,18 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("ReleaseByNonOwnerIsNoop", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
 		if err := s.Release(c, k, "tok-b"); err != nil {
 			t.Fatalf("Release by non-owner: %v", err)
 		}
-		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Owner != "tok-a" {
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Lease.Token != "tok-a" {
 			t.Fatalf("after non-owner release: %+v, want in_flight owned by tok-a", got)
 		}
 	})
 
 	t.Run("ReleaseOfSentKeyIsNoop", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
 		if err := s.Record(c, k, receipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
@@ -134,24 +135,110 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("ReleaseOfAbsentKeyIsNoop", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		if err := s.Release(c, k, "tok-a"); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	})
 
-	t.Run("ClaimExpires", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
-		ttl := 200 * time.Millisecond
-		MustClaim(t, s, c, k, "tok-a", ttl)
-		if h.TTL != nil {
-			checkTTL(t, h.TTL(t, k), ttl)
+	t.Run("ClaimReportsItsLease", func(t *testing.T) {
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		before := time.Now()
+		MustClaim(t, s, c, k, "tok-a", time.Minute)
+		got := MustClaim(t, s, c, k, "tok-b", time.Minute)
+		l := got.Lease
+		if got.State != ports.InFlight || l.Token != "tok-a" {
+			t.Fatalf("second claim: %+v, want in_flight owned by tok-a", got)
 		}
-		waitClaimed(t, s, c, k, "tok-b", 5*time.Second)
+		if l.Start.Before(before.Add(-time.Second)) || l.Start.After(time.Now().Add(time.Second)) || l.Until.Sub(l.Start) != time.Minute {
+			t.Fatalf("lease %+v, want a minute from about %v", l, before)
+		}
+	})
+
+	t.Run("LeaseExpiredClaimTakenOver", func(t *testing.T) {
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		lease := 200 * time.Millisecond
+		MustClaim(t, s, c, k, "tok-a", lease)
+		if h.TTL != nil {
+			// The key outlives the lease, so the claim is found once
+			// abandoned.
+			checkTTL(t, h.TTL(t, k), lease+time.Hour)
+		}
+		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.InFlight {
+			t.Fatalf("claim within the lease: %v, want in_flight", got.State)
+		}
+		got := waitState(t, s, c, k, "tok-b", ports.TakenOver, 5*time.Second)
+		if got.Lease.Token != "tok-a" || got.Lease.Until.Sub(got.Lease.Start) != lease {
+			t.Fatalf("taken over %+v, want tok-a's lease of %v", got.Lease, lease)
+		}
+		// Now it is tok-b's, with a live lease of its own.
+		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Lease.Token != "tok-b" {
+			t.Fatalf("after takeover: %+v, want in_flight owned by tok-b", got)
+		}
+		if err := s.Release(c, k, "tok-b"); err != nil {
+			t.Fatalf("Release by the new owner: %v", err)
+		}
+		if got := MustClaim(t, s, c, k, "tok-d", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("after release: %v, want claimed", got.State)
+		}
+	})
+
+	t.Run("AbandonedClaimExpiresAfterKeep", func(t *testing.T) {
+		keep := 300 * time.Millisecond
+		s, c, k := h.New(t, keep), ctx(t), key(t)
+		lease := 100 * time.Millisecond
+		gone := time.Now().Add(lease + keep)
+		MustClaim(t, s, c, k, "tok-a", lease)
+		if h.TTL != nil {
+			checkTTL(t, h.TTL(t, k), lease+keep)
+		}
+		// A claim made in between would take the key over: look only once
+		// the key has expired.
+		time.Sleep(time.Until(gone) + 50*time.Millisecond)
+		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("claim after lease and keep: %v, want claimed", got.State)
+		}
+	})
+
+	t.Run("TakeoverByExactlyOneOfMany", func(t *testing.T) {
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", 50*time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // past the lease
+		states := claimConcurrently(t, s, c, k, 64, nil)
+		if states[ports.TakenOver] != 1 || states[ports.InFlight] != 63 {
+			t.Fatalf("64 concurrent claims of an abandoned key: %v, want 1 taken_over and 63 in_flight", states)
+		}
+	})
+
+	t.Run("TakeoverRacesTheRecord", func(t *testing.T) {
+		// The abandoned claim's worker records after all, while others
+		// try to take the claim over: whatever the order, the record stays.
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", 50*time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+		states := claimConcurrently(t, s, c, k, 32, func() error { return s.Record(c, k, receipt, time.Hour) })
+		if states[ports.TakenOver] > 1 || states[ports.Claimed] != 0 {
+			t.Fatalf("claims racing a record: %v, want at most one taken_over and none claimed", states)
+		}
+		if got := MustClaim(t, s, c, k, "tok-z", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("after the race: %v, want already_sent", got.State)
+		}
+	})
+
+	t.Run("RecordedKeyIsNotTakenOver", func(t *testing.T) {
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", 50*time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("claim of a recorded key past the lease: %v, want already_sent", got.State)
+		}
 	})
 
 	t.Run("RecordExpires", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		ttl := 300 * time.Millisecond
 		if err := s.Record(c, k, receipt, ttl); err != nil {
 			t.Fatalf("Record: %v", err)
@@ -168,7 +255,7 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("RecordReplacesClaimTTL", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 200*time.Millisecond)
 		if err := s.Record(c, k, receipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
@@ -187,7 +274,7 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("ClaimRace", func(t *testing.T) {
-		s, c, k := h.New(t), ctx(t), key(t)
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		const n = 64
 		var won atomic.Int32
 		var wg sync.WaitGroup
@@ -220,7 +307,7 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {
-		s, k := h.New(t), key(t)
+		s, k := h.New(t, time.Hour), key(t)
 		c, cancel := context.WithCancel(context.Background())
 		cancel()
 		if _, err := s.Claim(c, k, "tok", time.Minute); err == nil {
@@ -241,15 +328,64 @@ func checkTTL(t *testing.T, got, want time.Duration) {
 // waitClaimed claims k until it succeeds or within runs out.
 func waitClaimed(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token string, within time.Duration) {
 	t.Helper()
+	waitState(t, s, c, k, token, ports.Claimed, within)
+}
+
+// waitState claims k until a claim answers want, and returns that claim.
+func waitState(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token string, want ports.ClaimState, within time.Duration) ports.Claim {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		got := MustClaim(t, s, c, k, token, time.Minute)
-		if got.State == ports.Claimed {
-			return
+		if got.State == want {
+			return got
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("key %q never expired within %v: last state %v", k, within, got.State)
+			t.Fatalf("key %q: no %v within %v: last state %v", k, want, within, got.State)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// claimConcurrently runs n claims of k at once, each with its own token,
+// and also, when set, also at once; it returns how many ended in each state.
+func claimConcurrently(t *testing.T, s ports.IdempotencyStore, c context.Context, k string, n int, also func() error) map[ports.ClaimState]int {
+	t.Helper()
+	var mu sync.Mutex
+	states := map[ports.ClaimState]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, n+1)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), time.Minute)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			states[got.State]++
+			mu.Unlock()
+		}()
+	}
+	if also != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := also(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent call: %v", err)
+	}
+	return states
 }

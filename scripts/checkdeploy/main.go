@@ -6,6 +6,12 @@
 // scripts/check-deploy.sh generates them here instead.
 //
 //	go run ./scripts/checkdeploy -swagger swagger.json -out DIR Deployment.apps/v1 ConfigMap.v1 ...
+//	go run ./scripts/checkdeploy -crd servicemonitors-crd.json -out DIR
+//
+// With -crd (a CustomResourceDefinition as JSON, such as those the
+// Prometheus Operator's module ships under jsonnet/prometheus-operator/),
+// it writes the schema of each version of that custom kind instead, made
+// strict the same way.
 //
 // Each argument is Kind.version for the core group or Kind.group/version
 // otherwise. The files are named as kubeconform's default location names
@@ -31,8 +37,16 @@ import (
 
 func main() {
 	swagger := flag.String("swagger", "", "path of the Kubernetes swagger.json (OpenAPI v2)")
+	crd := flag.String("crd", "", "path of a CustomResourceDefinition, as JSON")
 	out := flag.String("out", "", "directory the schemas are written to")
 	flag.Parse()
+	if *crd != "" && *out != "" {
+		if err := runCRD(*crd, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "checkdeploy:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *swagger == "" || *out == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: checkdeploy -swagger swagger.json -out DIR Kind.group/version ...")
 		os.Exit(2)
@@ -92,6 +106,57 @@ func run(swaggerPath, out string, kinds []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runCRD writes the strict schema of every version of the custom kind the
+// CRD at path defines.
+func runCRD(path, out string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var crd struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			Group string `json:"group"`
+			Names struct {
+				Kind string `json:"kind"`
+			} `json:"names"`
+			Versions []struct {
+				Name   string `json:"name"`
+				Schema struct {
+					OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &crd); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if crd.Kind != "CustomResourceDefinition" || len(crd.Spec.Versions) == 0 {
+		return fmt.Errorf("%s: not a CustomResourceDefinition with versions", path)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Schema.OpenAPIV3Schema == nil {
+			return fmt.Errorf("%s: version %s has no openAPIV3Schema", path, v.Name)
+		}
+		e := expander{stack: map[string]bool{}}
+		schema := e.expand(v.Schema.OpenAPIV3Schema).(map[string]any)
+		schema["$schema"] = "http://json-schema.org/schema#"
+		schema["description"] = fmt.Sprintf("%s.%s/%s, strict, generated from its CustomResourceDefinition by scripts/checkdeploy", crd.Spec.Names.Kind, crd.Spec.Group, v.Name)
+		b, err := json.MarshalIndent(schema, "", " ")
+		if err != nil {
+			return err
+		}
+		file := strings.ToLower(crd.Spec.Names.Kind) + "-" + strings.ToLower(strings.SplitN(crd.Spec.Group, ".", 2)[0]) + "-" + strings.ToLower(v.Name) + ".json"
+		if err := os.WriteFile(filepath.Join(out, file), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseKind splits "Deployment.apps/v1" and "ConfigMap.v1".

@@ -1,0 +1,215 @@
+package prometheus_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// The files the operator deploys, relative to this package.
+const (
+	rulesFile      = "../../deploy/prometheus/rules.yaml"
+	prometheusRule = "../../deploy/k8s/monitoring/prometheusrule.yaml"
+	dashboardFile  = "../../deploy/grafana/notification-worker.json"
+	runbookFile    = "../../docs/runbook.md"
+	runbookURL     = "https://github.com/harborlight/notification-worker/blob/main/docs/runbook.md#"
+)
+
+// exported returns the name of every sample the worker's registry exports,
+// a histogram's _bucket, _sum and _count included, with every labelled
+// metric given a series (as a running worker's are).
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	m := prometheus.New()
+	m.KnowTopic("shipment-events")
+	m.ConsumerLag("shipment-events", 0, 0)
+	m.WatchBreaker(func() bool { return false })
+	for _, ch := range ports.Channels {
+		_, _ = m.InstrumentNotifier(ch, nopNotifier{}).Send(context.Background(), ports.Message{})
+	}
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[f.GetName()+s] = true
+			}
+		}
+	}
+	return names
+}
+
+type nopNotifier struct{}
+
+func (nopNotifier) Send(context.Context, ports.Message) (ports.Receipt, error) {
+	return ports.Receipt{}, nil
+}
+
+// metricName matches the metric names a query may use: the worker's own,
+// and the Go and process collectors' on its registry.
+var metricName = regexp.MustCompile(`\b(?:notification_worker|process|go)_[a-z0-9_]+\b`)
+
+// labelLists matches the parts of a query that hold label names or
+// matchers, not metric names.
+var labelLists = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)|\{[^}]*\}`)
+
+// checkQuery fails t for a query naming a metric the worker does not
+// export, or naming none of the worker's (or Prometheus' own up).
+func checkQuery(t *testing.T, where, query string, names map[string]bool) {
+	t.Helper()
+	// Label names (in by (...), on (...), {...}) are not metrics.
+	bare := labelLists.ReplaceAllString(query, "")
+	found := metricName.FindAllString(bare, -1)
+	if len(found) == 0 && !regexp.MustCompile(`\bup\{`).MatchString(query) {
+		t.Errorf("%s: the query names no metric of the worker's: %s", where, query)
+	}
+	for _, n := range found {
+		if !names[n] {
+			t.Errorf("%s: %s is not exported by the worker (a rename?): %s", where, n, query)
+		}
+	}
+}
+
+type ruleGroups struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+func mustRules(t *testing.T, path string) ruleGroups {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		ruleGroups `yaml:",inline"`
+		Kind       string     `yaml:"kind"`
+		Spec       ruleGroups `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if doc.Kind == "PrometheusRule" {
+		return doc.Spec
+	}
+	return doc.ruleGroups
+}
+
+// Every alert names metrics the worker exports, carries a severity, and
+// links a section of the runbook that exists.
+func TestAlertRules_MetricsAndRunbookLinks(t *testing.T) {
+	names := exported(t)
+	anchors := runbookAnchors(t)
+	rules := mustRules(t, rulesFile)
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			checkQuery(t, "alert "+r.Alert, r.Expr, names)
+			if s := r.Labels["severity"]; s != "page" && s != "ticket" {
+				t.Errorf("alert %s: severity %q, want page or ticket", r.Alert, s)
+			}
+			link, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookURL)
+			if !ok || !anchors[link] {
+				t.Errorf("alert %s: runbook_url %q is not %s<a section of docs/runbook.md>", r.Alert, r.Annotations["runbook_url"], runbookURL)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%s: no alert", rulesFile)
+	}
+}
+
+// The PrometheusRule holds exactly the rules file's groups.
+func TestAlertRules_PrometheusRuleMatchesRulesFile(t *testing.T) {
+	plain, crd := mustRules(t, rulesFile), mustRules(t, prometheusRule)
+	if !reflect.DeepEqual(plain, crd) {
+		t.Errorf("%s and %s differ: copy the groups of the first into the second's spec", prometheusRule, rulesFile)
+	}
+}
+
+// Every query of the dashboard names metrics the worker exports, and every
+// panel the runbook names (as **Title** panel) is on the dashboard.
+func TestDashboard_QueriesAndRunbookPanels(t *testing.T) {
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	names := exported(t)
+	titles := map[string]bool{}
+	for _, p := range dash.Panels {
+		titles[p.Title] = true
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			checkQuery(t, "panel "+p.Title, q.Expr, names)
+		}
+	}
+	runbook, err := os.ReadFile(runbookFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`\*\*([^*]+)\*\*\s+panel`).FindAllStringSubmatch(string(runbook), -1)
+	if len(named) == 0 {
+		t.Errorf("%s names no dashboard panel (as **Title** panel)", runbookFile)
+	}
+	for _, m := range named {
+		title := strings.Join(strings.Fields(m[1]), " ") // a title may wrap
+		if !titles[title] {
+			t.Errorf("%s refers to the panel %q, which %s does not have", runbookFile, title, dashboardFile)
+		}
+	}
+}
+
+// runbookAnchors returns the anchors of docs/runbook.md's headings, as
+// GitHub renders them: lower case, punctuation dropped, spaces as hyphens.
+func runbookAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(runbookFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := regexp.MustCompile(`[^a-z0-9 _-]`)
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if h, ok := strings.CutPrefix(line, "#"); ok {
+			h = strings.TrimSpace(strings.TrimLeft(h, "#"))
+			anchors[strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(h), ""), " ", "-")] = true
+		}
+	}
+	return anchors
+}

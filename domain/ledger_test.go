@@ -1,0 +1,282 @@
+package domain_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// errStoreDown is what a fake store answers while "Redis is down".
+var errStoreDown = errors.New("dial tcp 127.0.0.1:6379: connection refused")
+
+// storeDown makes every call of w's store fail, as a stopped Redis does,
+// until up is cleared. The service writes owed records in the background,
+// so the switch is an atomic, not a change of the fake's functions.
+func (w *world) storeDown() (up func()) {
+	var down atomic.Bool
+	down.Store(true)
+	w.store.ClaimFunc = func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+		if down.Load() {
+			return ports.Claim{}, errStoreDown
+		}
+		return w.store.Store.Claim(ctx, key, token, ttl)
+	}
+	w.store.RecordFunc = func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+		if down.Load() {
+			return errStoreDown
+		}
+		return w.store.Store.Record(ctx, key, r, ttl)
+	}
+	w.store.ReleaseFunc = func(ctx context.Context, key, token string) error {
+		if down.Load() {
+			return errStoreDown
+		}
+		return w.store.Store.Release(ctx, key, token)
+	}
+	return func() { down.Store(false) }
+}
+
+// attempt handles rec once, as the event source does on each attempt.
+func (w *world) attempt(t *testing.T, rec ports.Record) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return w.svc.Handle(ctx, rec)
+}
+
+// record is one record of the log, with the memory its attempts share.
+func record(value string) ports.Record {
+	return ports.Record{Topic: "shipment-events", Partition: 1, Offset: 7, Value: []byte(value), Deliveries: ports.NewDeliveries()}
+}
+
+// failFirst returns a FailFunc failing the first n sends with err.
+func failFirst(n int32, err error) func(ports.Message) error {
+	var calls atomic.Int32
+	return func(ports.Message) error {
+		if calls.Add(1) <= n {
+			return err
+		}
+		return nil
+	}
+}
+
+func TestService_OwnRetriesNeverResend(t *testing.T) {
+	t.Run("StoreDownRetryResendsOnlyTheFailedChannel", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.storeDown()
+		w.email.FailFunc = failFirst(3, errors.New("451 4.3.0 try again later"))
+		rec := record(event("e1", "sms", "email"))
+		for i := range 3 {
+			if err := w.attempt(t, rec); ports.KindOf(err) != ports.Retryable {
+				t.Fatalf("attempt %d: %v (kind %v), want a retryable error", i+1, err, ports.KindOf(err))
+			}
+		}
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("attempt 4: %v", err)
+		}
+		if s, e := len(w.sms.Sent()), len(w.email.Sent()); s != 1 || e != 1 {
+			t.Fatalf("provider got %d SMS and %d emails over 4 attempts, want 1 and 1", s, e)
+		}
+		if w.outcomes[ports.OutcomeSent] != 2 {
+			t.Fatalf("outcomes %v, want each channel counted sent once", w.outcomes)
+		}
+	})
+
+	t.Run("StoreDownUnavailableEmailForManyAttempts", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.storeDown()
+		w.email.FailFunc = failFirst(100, ports.MarkUnavailable(errors.New("535 5.7.8 authentication failed")))
+		rec := record(event("e1", "sms", "email"))
+		for i := range 100 {
+			if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
+				t.Fatalf("attempt %d: %v, want unavailable", i+1, err)
+			}
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("provider got %d SMS over 100 attempts, want 1", n)
+		}
+	})
+
+	t.Run("RecordFailedOnceWrittenOnTheNextAttempt", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		var records atomic.Int32
+		w.store.RecordFunc = func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+			if records.Add(1) == 1 {
+				return context.DeadlineExceeded
+			}
+			return w.store.Store.Record(ctx, key, r, ttl)
+		}
+		w.email.FailFunc = failFirst(1, errors.New("451 4.3.0 try again later"))
+		rec := record(event("e1", "sms", "email"))
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("attempt 1: %v, want a retryable error", err)
+		}
+		start := time.Now()
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("attempt 2: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("attempt 2 took %v: it waited on its own claim", d)
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("provider got %d SMS, want 1", n)
+		}
+		if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
+			t.Fatalf("SMS key %v after the second attempt, want the owed record written", s)
+		}
+		if owed, _ := w.svc.Owed(); owed != 0 {
+			t.Fatalf("ledger still owes %d records", owed)
+		}
+	})
+
+	t.Run("ReplayWhileStoreDownSuppressed", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.storeDown()
+		if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
+			t.Fatal(err)
+		}
+		// The same event again, as a new record: a replay this process handles.
+		if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("provider got %d SMS, want 1", n)
+		}
+		dups := w.logs.Events(t, "duplicate_suppressed")
+		if len(dups) != 1 || dups[0]["recorded"] != false {
+			t.Fatalf("duplicate_suppressed lines %v, want one with recorded=false", dups)
+		}
+		if w.outcomes[ports.OutcomeDuplicate] != 1 {
+			t.Fatalf("outcomes %v, want one duplicate", w.outcomes)
+		}
+	})
+
+	// A replay that finds this process's own pending claim while its send
+	// is under way: once the send is delivered and its record write fails,
+	// the claim is "ours, delivered", not another worker's to wait out.
+	t.Run("OwnPendingClaimOfADeliveredSendIsNotWaitedOn", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.store.RecordFunc = func(context.Context, string, ports.Receipt, time.Duration) error {
+			return context.DeadlineExceeded
+		}
+		sending, finish := make(chan struct{}), make(chan struct{})
+		var sends atomic.Int32
+		w.sms.FailFunc = func(ports.Message) error {
+			if sends.Add(1) == 1 {
+				close(sending)
+				<-finish
+			}
+			return nil
+		}
+		first := make(chan error, 1)
+		go func() { first <- w.attempt(t, record(event("e1", "sms"))) }()
+		<-sending
+		var inFlight atomic.Int32
+		w.store.ClaimFunc = func(ctx context.Context, k, tok string, ttl time.Duration) (ports.Claim, error) {
+			c, err := w.store.Store.Claim(ctx, k, tok, ttl)
+			if c.State == ports.InFlight && inFlight.Add(1) == 1 {
+				close(finish) // the first send returns while the replay waits
+			}
+			return c, err
+		}
+		start := time.Now()
+		if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+		if err := <-first; err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		if d := time.Since(start); d >= 2*time.Second {
+			t.Fatalf("replay took %v, the claim TTL: it waited on our own delivered claim", d)
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("provider got %d SMS, want 1", n)
+		}
+	})
+
+	t.Run("OwedRecordsWrittenWhenTheStoreAnswers", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		up := w.storeDown()
+		for _, id := range []string{"e1", "e2", "e3"} {
+			if err := w.attempt(t, record(event(id, "sms"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if owed, _ := w.svc.Owed(); owed != 3 {
+			t.Fatalf("ledger owes %d records, want 3", owed)
+		}
+		// No record arrives any more: the owed ones are written all the same.
+		up()
+		deadline := time.Now().Add(5 * time.Second)
+		for owed, _ := w.svc.Owed(); owed != 0; owed, _ = w.svc.Owed() {
+			if time.Now().After(deadline) {
+				t.Fatalf("ledger still owes %d records 5s after the store answered", owed)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, key := range []string{"sms:e1", "sms:e2", "sms:e3"} {
+			if s := w.claimState(t, key); s != ports.AlreadySent {
+				t.Fatalf("%s is %v after the drain, want already_sent", key, s)
+			}
+		}
+	})
+
+	t.Run("LedgerBoundedOldestDropped", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen, func(c *domain.Config) { c.LedgerSize = 2 })
+		w.storeDown()
+		for _, id := range []string{"e1", "e2", "e3"} {
+			if err := w.attempt(t, record(event(id, "sms"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if owed, evicted := w.svc.Owed(); owed != 2 || evicted != 1 {
+			t.Fatalf("ledger owes %d, evicted %d; want 2 and 1", owed, evicted)
+		}
+		// e3 is remembered; e1, the oldest, was dropped and fails open again.
+		for _, id := range []string{"e3", "e1"} {
+			if err := w.attempt(t, record(event(id, "sms"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(w.sms.Sent()); n != 4 {
+			t.Fatalf("provider got %d SMS, want 4 (e1, e2, e3, and e1 again once evicted)", n)
+		}
+	})
+
+	t.Run("OwedRecordKeepsItsSendTimeTTL", func(t *testing.T) {
+		now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		var clock atomic.Int64
+		clock.Store(now.UnixNano())
+		w := newWorld(t, domain.FailOpen, func(c *domain.Config) {
+			c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+		})
+		var down atomic.Bool
+		down.Store(true)
+		written := make(chan time.Duration, 1)
+		w.store.RecordFunc = func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+			if down.Load() {
+				return errStoreDown
+			}
+			written <- ttl
+			return w.store.Store.Record(ctx, key, r, ttl)
+		}
+		if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(int64(40 * time.Minute)) // of the world's 1h TTL
+		down.Store(false)
+		select {
+		case ttl := <-written:
+			if ttl != 20*time.Minute {
+				t.Fatalf("owed record written with TTL %v, want 20m: what is left of the TTL since the send", ttl)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("owed record not written within 5s of the store answering")
+		}
+	})
+}

@@ -1,0 +1,314 @@
+package domain_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// lateProvider is a provider that accepts the first unknownSends messages
+// (or drops them, when drop is set) and then answers as a timeout does:
+// the outcome is unknown to the sender. It answers Reconcile from what it
+// accepted, as Twilio's Messages list does, or with cannotTell.
+type lateProvider struct {
+	unknownSends int32
+	drop         bool
+	cannotTell   atomic.Bool
+
+	mu       sync.Mutex
+	sends    atomic.Int32
+	accepted []ports.Message
+	asked    int
+}
+
+func (p *lateProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, error) {
+	n := p.sends.Add(1)
+	if n <= p.unknownSends && p.drop {
+		return ports.Receipt{}, fmt.Errorf("connection reset after the request was written: %w", ports.ErrOutcomeUnknown)
+	}
+	p.mu.Lock()
+	p.accepted = append(p.accepted, m)
+	id := fmt.Sprintf("SM%03d", len(p.accepted))
+	p.mu.Unlock()
+	if n <= p.unknownSends {
+		return ports.Receipt{}, fmt.Errorf("no answer within the send timeout: %w", ports.ErrOutcomeUnknown)
+	}
+	return ports.Receipt{ProviderID: id}, nil
+}
+
+func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, since, until time.Time) (ports.Reconciliation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.asked++
+	if p.cannotTell.Load() {
+		return ports.Reconciliation{}, errors.New("messages list answered 503")
+	}
+	for i, a := range p.accepted {
+		if a.To == m.To && a.Text == m.Text {
+			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", i+1)}}, nil
+		}
+	}
+	return ports.Reconciliation{}, nil
+}
+
+func (p *lateProvider) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.accepted)
+}
+
+// withLateSMS puts p behind the SMS channel, as notifier and reconciler.
+func withLateSMS(p *lateProvider) func(*domain.Config) {
+	return func(c *domain.Config) {
+		c.Notifiers[ports.ChannelSMS] = p
+		c.Reconcilers = map[ports.Channel]ports.Reconciler{ports.ChannelSMS: p}
+	}
+}
+
+func TestService_UnknownOutcomes(t *testing.T) {
+	t.Run("AcceptedButUnansweredIsReconciledNotResent", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1}
+		w := newWorld(t, domain.FailOpen, withLateSMS(p))
+		rec := record(event("e1", "sms"))
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
+			t.Fatalf("attempt 1: %v, want unavailable (outcome unknown)", err)
+		}
+		if s := w.claimState(t, "sms:e1"); s != ports.InFlight {
+			t.Fatalf("key %v after an unknown outcome, want our claim kept", s)
+		}
+		if n := len(w.logs.Events(t, "send_outcome_unknown")); n != 1 {
+			t.Fatalf("%d send_outcome_unknown lines, want 1", n)
+		}
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("attempt 2: %v", err)
+		}
+		if n := p.Accepted(); n != 1 {
+			t.Fatalf("provider accepted %d messages, want 1", n)
+		}
+		if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
+			t.Fatalf("key %v after reconciling, want already_sent", s)
+		}
+		if n := len(w.logs.Events(t, "reconciled_delivered")); n != 1 {
+			t.Fatalf("%d reconciled_delivered lines, want 1", n)
+		}
+		if w.outcomes[ports.OutcomeUnknown] != 1 || w.outcomes[ports.OutcomeSent] != 1 {
+			t.Fatalf("outcomes %v, want one unknown, then one sent", w.outcomes)
+		}
+	})
+
+	t.Run("DroppedIsReconciledAndSentOnce", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1, drop: true}
+		w := newWorld(t, domain.FailOpen, withLateSMS(p))
+		rec := record(event("e1", "sms"))
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
+			t.Fatalf("attempt 1: %v, want unavailable", err)
+		}
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("attempt 2: %v", err)
+		}
+		if n := p.Accepted(); n != 1 {
+			t.Fatalf("provider accepted %d messages, want 1", n)
+		}
+		if n := len(w.logs.Events(t, "reconciled_not_delivered")); n != 1 {
+			t.Fatalf("%d reconciled_not_delivered lines, want 1", n)
+		}
+		if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
+			t.Fatalf("key %v, want already_sent", s)
+		}
+	})
+
+	t.Run("CannotTellWaitsThenPolicyResends", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1, drop: true}
+		p.cannotTell.Store(true)
+		w := newWorld(t, domain.FailOpen, withLateSMS(p), func(c *domain.Config) { c.ReconcileFor = 300 * time.Millisecond })
+		rec := record(event("e1", "sms"))
+		start := time.Now()
+		var err error
+		for err = w.attempt(t, rec); ports.KindOf(err) == ports.Unavailable; err = w.attempt(t, rec) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("still unavailable after 5s: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("last attempt: %v", err)
+		}
+		if time.Since(start) < 300*time.Millisecond {
+			t.Fatalf("resent after %v, before ReconcileFor (300ms)", time.Since(start))
+		}
+		if n := p.Accepted(); n != 1 {
+			t.Fatalf("provider accepted %d messages, want 1 (the resend)", n)
+		}
+		if got := w.logs.Events(t, "unknown_outcome_resent"); len(got) != 1 || got[0]["resent"] != true {
+			t.Fatalf("unknown_outcome_resent lines %v, want one with resent=true", got)
+		}
+	})
+
+	t.Run("CannotTellPolicyDeadLetter", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1}
+		p.cannotTell.Store(true)
+		w := newWorld(t, domain.FailOpen, withLateSMS(p), func(c *domain.Config) {
+			c.ReconcileFor = time.Nanosecond
+			c.UnknownPolicy = domain.PolicyDeadLetter
+		})
+		rec := record(event("e1", "sms"))
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
+			t.Fatalf("attempt 1: %v, want unavailable", err)
+		}
+		err := w.attempt(t, rec)
+		if ports.KindOf(err) != ports.Permanent || !strings.Contains(err.Error(), "outcome unknown") {
+			t.Fatalf("attempt 2: %v, want a permanent 'outcome unknown' error", err)
+		}
+		if n := p.Accepted(); n != 1 {
+			t.Fatalf("provider accepted %d messages, want only the first", n)
+		}
+	})
+
+	t.Run("ChannelWithoutReconcilerFollowsPolicyAtOnce", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1}
+		w := newWorld(t, domain.FailOpen, func(c *domain.Config) { c.Notifiers[ports.ChannelEmail] = p })
+		rec := record(event("e1", "email"))
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
+			t.Fatalf("attempt 1: %v, want unavailable", err)
+		}
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("attempt 2: %v", err)
+		}
+		if n := p.Accepted(); n != 2 {
+			t.Fatalf("provider accepted %d emails, want 2: SMTP cannot be asked, and the policy resends", n)
+		}
+	})
+
+	t.Run("AbandonedClaimReconciledBeforeSending", func(t *testing.T) {
+		for _, tc := range []struct {
+			name      string
+			delivered bool
+			wantSends int
+		}{{"Delivered", true, 0}, {"NotDelivered", false, 1}} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := &lateProvider{}
+				now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+				var clock atomic.Int64
+				clock.Store(now.UnixNano())
+				clk := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+				store := memory.New(clk)
+				w := newWorld(t, domain.FailOpen, withLateSMS(p), func(c *domain.Config) {
+					c.Now = clk
+					c.Store = store
+				})
+				// A worker that died mid-send left its claim.
+				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if tc.delivered {
+					_, _ = p.Send(context.Background(), mustRenderSMS(t, "e1"))
+				}
+				sendsBefore := p.sends.Load()
+				clock.Add(int64(3 * time.Second)) // past its lease
+				if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
+					t.Fatalf("Handle: %v", err)
+				}
+				if got := int(p.sends.Load() - sendsBefore); got != tc.wantSends {
+					t.Fatalf("%d sends after taking the claim over, want %d", got, tc.wantSends)
+				}
+				if p.asked != 1 {
+					t.Fatalf("provider asked %d times, want 1", p.asked)
+				}
+				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", time.Second); c.State != ports.AlreadySent {
+					t.Fatalf("key %v, want already_sent", c.State)
+				}
+			})
+		}
+	})
+}
+
+// mustRenderSMS is the SMS the world's event(id, "sms") renders to.
+func mustRenderSMS(t *testing.T, id string) ports.Message {
+	t.Helper()
+	ev, err := domain.Decode([]byte(event(id, "sms")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := domain.LoadTemplates("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := tpl.Render(ev, ports.ChannelSMS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestService_EventIDConflict(t *testing.T) {
+	other := strings.Replace(event("e1", "sms"), "+15551234567", "+15557654321", 1)
+
+	t.Run("ReusedForAnotherRecipientIsDeadLetteredUnsent", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		if err := w.handle(t, event("e1", "sms")); err != nil {
+			t.Fatal(err)
+		}
+		err := w.handle(t, other)
+		if ports.KindOf(err) != ports.Permanent || !strings.Contains(err.Error(), "event_id reused with a different payload") {
+			t.Fatalf("Handle: %v, want a permanent conflict", err)
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("sent %d SMS, want 1", n)
+		}
+		got := w.logs.Events(t, "event_id_conflict")
+		if len(got) != 1 || strings.Contains(fmt.Sprint(got[0]), "7654321") {
+			t.Fatalf("event_id_conflict lines %v, want one, with the address masked", got)
+		}
+		if w.outcomes[ports.OutcomeConflict] != 1 {
+			t.Fatalf("outcomes %v, want one conflict", w.outcomes)
+		}
+	})
+
+	t.Run("IdenticalReplayIsADuplicate", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		for range 2 {
+			if err := w.handle(t, event("e1", "sms")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(w.logs.Events(t, "duplicate_suppressed")); n != 1 {
+			t.Fatalf("%d duplicate_suppressed lines, want 1", n)
+		}
+	})
+
+	t.Run("RecordWithoutFingerprintIsHonoured", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		if err := w.store.Store.Record(context.Background(), "sms:e1", ports.Receipt{ProviderID: "SM-old"}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.handle(t, other); err != nil {
+			t.Fatalf("Handle over a record without fingerprint: %v", err)
+		}
+		if n := len(w.sms.Sent()); n != 0 {
+			t.Fatalf("sent %d SMS over an old record, want 0", n)
+		}
+	})
+
+	t.Run("ConflictWithTheLedger", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen)
+		w.storeDown()
+		if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.attempt(t, record(other)); ports.KindOf(err) != ports.Permanent {
+			t.Fatalf("Handle: %v, want a permanent conflict", err)
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("sent %d SMS, want 1", n)
+		}
+	})
+}
