@@ -64,6 +64,7 @@ type Config struct {
 		SASLPassword        Secret        // KAFKA_SASL_PASSWORD
 		MaxInFlight         int           // MAX_IN_FLIGHT
 		MaxRecordBytes      int           // MAX_RECORD_BYTES
+		MaxBufferedBytes    int64         // MAX_BUFFERED_BYTES
 		RetryMaxAttempts    int           // RETRY_MAX_ATTEMPTS
 		RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
 		RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
@@ -175,6 +176,7 @@ func (c Config) LogValue() slog.Value {
 			slog.Any("sasl_password", k.SASLPassword),
 			slog.Int("max_in_flight", k.MaxInFlight),
 			slog.Int("max_record_bytes", k.MaxRecordBytes),
+			slog.Int64("max_buffered_bytes", k.MaxBufferedBytes),
 			slog.Int("retry_max_attempts", k.RetryMaxAttempts),
 			slog.String("retry_initial_backoff", k.RetryInitialBackoff.String()),
 			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),

@@ -77,6 +77,7 @@ var fullEnv = map[string]string{
 	"KAFKA_SASL_PASSWORD":          saslPassword,
 	"MAX_IN_FLIGHT":                "17",
 	"MAX_RECORD_BYTES":             "2097152",
+	"MAX_BUFFERED_BYTES":           "8388608",
 	"RETRY_MAX_ATTEMPTS":           "9",
 	"RETRY_INITIAL_BACKOFF":        "150ms",
 	"RETRY_MAX_BACKOFF":            "45s",
@@ -133,6 +134,7 @@ var fields = map[string]field{
 	"KAFKA_SASL_PASSWORD":          {func(c config.Config) any { return c.Kafka.SASLPassword }, config.Secret(saslPassword)},
 	"MAX_IN_FLIGHT":                {func(c config.Config) any { return c.Kafka.MaxInFlight }, 17},
 	"MAX_RECORD_BYTES":             {func(c config.Config) any { return c.Kafka.MaxRecordBytes }, 2097152},
+	"MAX_BUFFERED_BYTES":           {func(c config.Config) any { return c.Kafka.MaxBufferedBytes }, int64(8388608)},
 	"RETRY_MAX_ATTEMPTS":           {func(c config.Config) any { return c.Kafka.RetryMaxAttempts }, 9},
 	"RETRY_INITIAL_BACKOFF":        {func(c config.Config) any { return c.Kafka.RetryInitialBackoff }, 150 * time.Millisecond},
 	"RETRY_MAX_BACKOFF":            {func(c config.Config) any { return c.Kafka.RetryMaxBackoff }, 45 * time.Second},
@@ -217,6 +219,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword, config.Secret("")},
 		{"MAX_IN_FLIGHT", c.Kafka.MaxInFlight, 64},
 		{"MAX_RECORD_BYTES", c.Kafka.MaxRecordBytes, 1048576},
+		{"MAX_BUFFERED_BYTES", c.Kafka.MaxBufferedBytes, int64(33554432)},
 		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 12},
 		{"RETRY_INITIAL_BACKOFF", c.Kafka.RetryInitialBackoff, 200 * time.Millisecond},
 		{"RETRY_MAX_BACKOFF", c.Kafka.RetryMaxBackoff, 10 * time.Second},
@@ -380,6 +383,8 @@ func parseAs(t *testing.T, like any, s string) any {
 		v, err = strconv.ParseBool(s)
 	case int:
 		v, err = strconv.Atoi(s)
+	case int64:
+		v, err = strconv.ParseInt(s, 10, 64)
 	case time.Duration:
 		v, err = time.ParseDuration(s)
 	case slog.Level:
@@ -490,6 +495,8 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "CAFileWithoutTLS", env: map[string]string{"KAFKA_BROKERS": "a:1", "KAFKA_TLS_CA_FILE": "/ca.pem"}, want: `KAFKA_TLS_CA_FILE="/ca.pem": set, but KAFKA_TLS is false; set KAFKA_TLS=true to use it`},
 		{name: "MaxInFlightZero", env: map[string]string{"MAX_IN_FLIGHT": "0"}, want: `MAX_IN_FLIGHT="0": want an integer from 1 to 4096`},
 		{name: "MaxRecordBytesNotInt", env: map[string]string{"MAX_RECORD_BYTES": "1MB"}, want: `MAX_RECORD_BYTES="1MB": want an integer from 1024 to 67108864`},
+		{name: "MaxBufferedBytesRange", env: map[string]string{"MAX_BUFFERED_BYTES": "1000"}, want: `MAX_BUFFERED_BYTES="1000": want an integer from 1048576 to 1073741824`},
+		{name: "MaxBufferedBelowRecord", env: map[string]string{"MAX_RECORD_BYTES": "4194304", "MAX_BUFFERED_BYTES": "2097152"}, wantIn: `MAX_BUFFERED_BYTES="2097152": must be at least MAX_RECORD_BYTES (4194304)`},
 		{name: "RetryAttempts", env: map[string]string{"RETRY_MAX_ATTEMPTS": "-1"}, want: `RETRY_MAX_ATTEMPTS="-1": want an integer from 1 to 100`},
 		{name: "BackoffNoUnit", env: map[string]string{"RETRY_INITIAL_BACKOFF": "200"}, want: `RETRY_INITIAL_BACKOFF="200": want a duration such as 500ms, 30s or 48h`},
 		{name: "MaxBelowInitialBackoff", env: map[string]string{"RETRY_MAX_BACKOFF": "100ms"}, want: `RETRY_MAX_BACKOFF="100ms": must be at least RETRY_INITIAL_BACKOFF (200ms)`},

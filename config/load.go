@@ -50,6 +50,13 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
 	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
 	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
+	k.MaxBufferedBytes = int64(l.intIn("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
+	if k.MaxRecordBytes > 0 && k.MaxBufferedBytes > 0 && k.MaxBufferedBytes < int64(k.MaxRecordBytes) {
+		// Still correct (a record larger than the budget is handled alone),
+		// but a worker that handles its largest records one at a time is a
+		// mistake to catch at start, not to find in a backlog.
+		l.fail("MAX_BUFFERED_BYTES", "must be at least MAX_RECORD_BYTES ("+strconv.Itoa(k.MaxRecordBytes)+"), or a record that size is handled alone, one at a time")
+	}
 	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
 	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
 	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)

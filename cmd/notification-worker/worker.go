@@ -405,6 +405,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		DLQTopic:            k.DLQTopic,
 		MaxInFlight:         k.MaxInFlight,
 		MaxRecordBytes:      k.MaxRecordBytes,
+		MaxBufferedBytes:    k.MaxBufferedBytes,
 		RetryMaxAttempts:    k.RetryMaxAttempts,
 		RetryInitialBackoff: k.RetryInitialBackoff,
 		RetryMaxBackoff:     k.RetryMaxBackoff,

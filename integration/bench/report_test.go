@@ -38,12 +38,14 @@ func loadAverage() string {
 }
 
 // results collects what the benchmarks measured, by name, for the table.
-var results = &registry{runs: map[string]measurement{}}
+var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}}
 
 type registry struct {
 	mu   sync.Mutex
 	runs map[string]measurement
 	keys *keyMemory
+	rss  map[string]rssRun
+	cpu  map[string]cpuRun
 	// loadBefore is the load average when the run started.
 	loadBefore string
 }
@@ -58,6 +60,32 @@ func (r *registry) get(name string) (measurement, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m, ok := r.runs[name]
+	return m, ok
+}
+
+func (r *registry) putRSS(name string, m rssRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rss[name] = m
+}
+
+func (r *registry) getRSS(name string) (rssRun, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.rss[name]
+	return m, ok
+}
+
+func (r *registry) putCPU(name string, m cpuRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cpu[name] = m
+}
+
+func (r *registry) getCPU(name string) (cpuRun, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.cpu[name]
 	return m, ok
 }
 
@@ -89,7 +117,7 @@ func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
-	empty := len(r.runs) == 0 && r.keys == nil
+	empty := len(r.runs) == 0 && r.keys == nil && len(r.rss) == 0 && len(r.cpu) == 0
 	r.mu.Unlock()
 	if empty {
 		return
@@ -107,6 +135,9 @@ func (r *registry) print(w io.Writer) {
 	r.printTwilio(w)
 	r.printTracing(w)
 	r.printBrokers(w)
+	r.printRSS(w)
+	r.printLittle(w)
+	r.printCPU(w)
 	fmt.Fprintln(w)
 }
 
@@ -128,6 +159,107 @@ func (r *registry) printBrokers(w io.Writer) {
 		row(w, "Apache Kafka "+integration.KafkaVersion+" (KRaft, 1 node)", fmt.Sprint(ak.records), rate(ak), roundRates(ak), ratio(ak, kf, okKf), us(ak.cpuPerRecord()), ms(ak.join))
 	} else {
 		row(w, "Apache Kafka "+integration.KafkaVersion, "n/a", "not run: see the benchmark's log", "", "", "", "")
+	}
+}
+
+func mibs(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func (r *registry) printRSS(w io.Writer) {
+	idle, okIdle := r.getRSS(runRSSIdle)
+	large, okLarge := r.getRSS(runRSSLarge)
+	small, okSmall := r.getRSS(runRSSSmall)
+	limited, okLimited := r.getRSS(runRSSLimited)
+	if !okIdle && !okLarge && !okSmall && !okLimited {
+		return
+	}
+	fmt.Fprintf(w, "\n### 8. Worker memory under a backlog (worker binary, default settings: MAX_BUFFERED_BYTES %s, MAX_IN_FLIGHT 64; Redis store; Twilio double answering after %v; kfake broker in its own process)\n\n",
+		mibs(budgetOfDefaults), rssNotifier)
+	fmt.Fprintf(w, "Peak RSS is the worker process's VmHWM. A run stops once it has not grown by %s for %v (after at least %v), or at %v.\n", mibs(rssStep), rssPlateau, rssAtLeast, rssTimeBound)
+	fmt.Fprintln(w, "The baseline is the same worker idle on an empty topic; growth over it is read against the byte budget. Live heap is half the")
+	fmt.Fprintln(w, "largest heap goal the worker reported (go_memstats_next_gc_bytes, sampled with VmHWM): what a collection left, at GOGC=100.")
+	fmt.Fprintln(w, "Anonymous RSS is the largest RssAnon sampled: RSS without the binary's file-backed pages, which the kernel can drop.")
+	fmt.Fprintln(w, "Under GOMEMLIMIT the heap goal is capped, so the live heap is not shown; its target is on the anonymous RSS.")
+	fmt.Fprintln(w)
+	header(w, "backlog", "records", "seconds", "sends during the run", "stopped on", "peak RSS", "peak anonymous RSS", "live heap", "growth over idle", "growth / MAX_BUFFERED_BYTES", "target")
+	stopped := func(m rssRun) string {
+		if m.plateau {
+			return "plateau"
+		}
+		return "time bound"
+	}
+	if okIdle {
+		row(w, "none (idle)", "0", fmt.Sprintf("%.1f", idle.elapsed.Seconds()), "0", stopped(idle), mibs(idle.peak), mibs(idle.anon), mibs(idle.heapGoal/2), "baseline", "", "")
+	}
+	for _, c := range []struct {
+		label string
+		m     rssRun
+		ok    bool
+		bound int64
+	}{
+		{"1 GiB of 200 KiB records, 8 partitions", large, okLarge, rssBound},
+		{"1 GiB of 1 KiB records, 8 partitions", small, okSmall, rssBound},
+		{fmt.Sprintf("1 GiB of 200 KiB records, GOMEMLIMIT %s (as in a pod limited to %s)", mibs(podSoftLimit), mibs(podLimit)), limited, okLimited, podLimit},
+	} {
+		if !c.ok {
+			continue
+		}
+		growth, ratio := "n/a (baseline not run)", "n/a"
+		if okIdle {
+			growth = mibs(c.m.peak - idle.peak)
+			ratio = fmt.Sprintf("%.2fx", float64(c.m.peak-idle.peak)/float64(budgetOfDefaults))
+		}
+		measured, what, live := c.m.peak, "RSS", mibs(c.m.heapGoal/2)
+		if c.m.limited {
+			measured, what, live = c.m.anon, "anonymous RSS", "(goal capped)"
+		}
+		target := fmt.Sprintf("%s < %s: met", what, mibs(c.bound))
+		if measured >= c.bound {
+			target = fmt.Sprintf("%s < %s: MISSED", what, mibs(c.bound))
+		}
+		row(w, c.label, fmt.Sprint(c.m.records), fmt.Sprintf("%.1f", c.m.elapsed.Seconds()), fmt.Sprint(c.m.sent), stopped(c.m), mibs(c.m.peak), mibs(c.m.anon), live, growth, ratio, target)
+	}
+}
+
+func (r *registry) printLittle(w io.Writer) {
+	m, ok := r.get(runLittle)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "\n### 9. Throughput against Little's law (MaxInFlight %d, notifier latency %v, Redis store, 5000 shipments, %d partitions)\n\n", littleInFlight, littleLatency, partitions)
+	fmt.Fprintln(w, "CPU is this process's per record (the consumer, the in-process broker, the domain), and what it takes at the limit. A slot is")
+	fmt.Fprintln(w, "held for the send and the store calls around it (Claim and Record, wall time per record): the limit assumes those take nothing.")
+	fmt.Fprintln(w)
+	header(w, "records", "seconds", "records/s", "rounds (records/s)", "CPU/record", "CPUs needed at the limit", "store time p50", "store time p99", "Little's-law limit", "ratio", "target")
+	ratio := m.perSecond() / littleLimit()
+	target := ">= 0.95: met"
+	if ratio < 0.95 {
+		target = ">= 0.95: MISSED"
+	}
+	row(w, fmt.Sprint(m.records), fmt.Sprintf("%.2f", m.elapsed.Seconds()), rate(m), roundRates(m), us(m.cpuPerRecord()),
+		fmt.Sprintf("%.2f", m.cpuPerRecord().Seconds()*littleLimit()), ms(m.percentile(50)), ms(m.percentile(99)),
+		fmt.Sprintf("%.0f/s", littleLimit()), fmt.Sprintf("%.3f", ratio), target)
+}
+
+func (r *registry) printCPU(w io.Writer) {
+	mem, okMem := r.getCPU(runCPUMemory)
+	red, okRed := r.getCPU(runCPURedis)
+	if !okMem && !okRed {
+		return
+	}
+	fmt.Fprintln(w, "\n### 10. CPU per record of the worker process (worker binary, default settings, console notifier: a send takes no time; kfake broker in its own process)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu.")
+	fmt.Fprintln(w)
+	header(w, "store", "records", "seconds", "worker CPU/record", "redis-server CPU/record", "ratio vs memory")
+	if okMem {
+		row(w, "memory", fmt.Sprint(mem.records), fmt.Sprintf("%.2f", mem.elapsed.Seconds()), us(mem.perRecord()), "", "1.00x (baseline)")
+	}
+	if okRed {
+		ratio := "n/a (baseline not run)"
+		if okMem && mem.perRecord() > 0 {
+			ratio = fmt.Sprintf("%.2fx", float64(red.perRecord())/float64(mem.perRecord()))
+		}
+		row(w, "redis", fmt.Sprint(red.records), fmt.Sprintf("%.2f", red.elapsed.Seconds()), us(red.perRecord()), us(red.serverPerRecord()), ratio)
 	}
 }
 
