@@ -11,16 +11,12 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/harborlight/notification-worker/ports"
 )
 
 // Defaults applied by NewConsumer and NewPublisher to zero Config fields.
 const (
 	DefaultMaxInFlight         = 64
-	DefaultMaxRecordBytes      = 1 << 20
 	DefaultMaxBufferedBytes    = 32 << 20
-	DefaultRetryMaxAttempts    = 12
 	DefaultRetryInitialBackoff = 200 * time.Millisecond
 	DefaultRetryMaxBackoff     = 10 * time.Second
 	DefaultCommitInterval      = time.Second
@@ -55,9 +51,6 @@ type Config struct {
 	// MaxBufferedBytes, may be fetched and waiting (behind a busy key, or
 	// for a slot) on top of that.
 	MaxInFlight int
-	// MaxRecordBytes: a record whose value is larger goes straight to the
-	// dead letter topic, unhandled; default 1 MiB.
-	MaxRecordBytes int
 	// MaxBufferedBytes bounds the bytes of the records the consumer holds,
 	// across all its partitions: taken from the broker and not finished,
 	// whether queued behind their key, waiting for a handling slot or in
@@ -68,12 +61,9 @@ type Config struct {
 	// from it too (see saramaConfig). Default 32 MiB.
 	MaxBufferedBytes int64
 
-	// RetryMaxAttempts is how many times a record failing with a Retryable
-	// error is tried before it is dead-lettered; default 12: with the default backoff, about a minute of provider errors before a record is dead-lettered.
-	RetryMaxAttempts int
 	// RetryInitialBackoff and RetryMaxBackoff shape the capped exponential
-	// backoff (with jitter) between attempts, and between attempts to write
-	// to the dead letter topic; defaults 200ms and 10s.
+	// backoff (with jitter) between attempts to start a consumer group
+	// session; defaults 200ms and 10s.
 	RetryInitialBackoff, RetryMaxBackoff time.Duration
 
 	// CommitInterval is how often marked offsets are committed; default 1s.
@@ -103,8 +93,8 @@ type Config struct {
 
 	// Logger receives the adapter's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics is told about dead letters, retries, panics, lag and abandoned
-	// handler calls; nil means none.
+	// Metrics is told about lag and abandoned handler calls; nil means
+	// none.
 	Metrics Metrics
 }
 
@@ -112,25 +102,17 @@ type Config struct {
 // imported, so the metrics adapter satisfies it without importing this
 // package. Implementations must be safe for concurrent use and must not block.
 type Metrics interface {
-	RecordDeadLettered(topic string, kind ports.Kind)
-	HandlerPanicked(topic string)
 	ConsumerLag(topic string, partition int32, lag int64)
 	// HandlersAbandoned adds delta to the handler calls given up on at a
 	// revoke or shutdown that are still running (see Consumer.Wedged):
 	// positive when a partition abandons them, -1 as each returns.
 	HandlersAbandoned(delta int)
-	// RecordRetried counts a retry of a record of topic, scheduled after
-	// its handler failed with an error of kind (Retryable or Unavailable).
-	RecordRetried(topic string, kind ports.Kind)
 }
 
 type noMetrics struct{}
 
-func (noMetrics) RecordDeadLettered(string, ports.Kind) {}
-func (noMetrics) HandlerPanicked(string)                {}
-func (noMetrics) ConsumerLag(string, int32, int64)      {}
-func (noMetrics) HandlersAbandoned(int)                 {}
-func (noMetrics) RecordRetried(string, ports.Kind)      {}
+func (noMetrics) ConsumerLag(string, int32, int64) {}
+func (noMetrics) HandlersAbandoned(int)            {}
 
 // withDefaults returns a copy of cfg with every zero field set to its default.
 func (cfg Config) withDefaults() Config {
@@ -138,9 +120,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.DLQTopic = cfg.Topic + ".dlq"
 	}
 	setDefault(&cfg.MaxInFlight, DefaultMaxInFlight)
-	setDefault(&cfg.MaxRecordBytes, DefaultMaxRecordBytes)
 	setDefault(&cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
-	setDefault(&cfg.RetryMaxAttempts, DefaultRetryMaxAttempts)
 	setDefault(&cfg.RetryInitialBackoff, DefaultRetryInitialBackoff)
 	setDefault(&cfg.RetryMaxBackoff, DefaultRetryMaxBackoff)
 	setDefault(&cfg.CommitInterval, DefaultCommitInterval)
@@ -199,9 +179,7 @@ func (cfg Config) validate(consumer bool) error {
 		v    int64
 	}{
 		{"MaxInFlight", int64(cfg.MaxInFlight)},
-		{"MaxRecordBytes", int64(cfg.MaxRecordBytes)},
 		{"MaxBufferedBytes", cfg.MaxBufferedBytes},
-		{"RetryMaxAttempts", int64(cfg.RetryMaxAttempts)},
 		{"RetryInitialBackoff", int64(cfg.RetryInitialBackoff)},
 		{"RetryMaxBackoff", int64(cfg.RetryMaxBackoff)},
 		{"CommitInterval", int64(cfg.CommitInterval)},
@@ -294,7 +272,7 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
-	// A record over MaxRecordBytes is dead-lettered with its value unchanged,
+	// A record over the record size limit is dead-lettered with its value unchanged,
 	// so the producer must not refuse what the broker accepted on the way in;
 	// the broker's own limit still applies.
 	sc.Producer.MaxMessageBytes = int(sarama.MaxRequestSize) - 1

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,49 +34,6 @@ type Consumer struct {
 	assigned  atomic.Int32 // partitions in the current session
 	dlqHealth *deadLetterHealth
 	run       atomic.Pointer[runState] // the current Run's; nil between Runs
-}
-
-// DeadLetterUnreadyAfter is how long a partition may keep failing to write a
-// dead letter before the consumer reports not Ready: its commit cannot pass
-// the record, so the worker is stuck on it, and only an operator can fix the
-// dead letter topic.
-const DeadLetterUnreadyAfter = 30 * time.Second
-
-// deadLetterHealth knows since when each partition has been failing to
-// write a dead letter. It is safe for concurrent use.
-type deadLetterHealth struct {
-	unreadyAfter time.Duration
-
-	mu    sync.Mutex
-	since map[*partition]time.Time // guarded by mu
-}
-
-func newDeadLetterHealth(unreadyAfter time.Duration) *deadLetterHealth {
-	return &deadLetterHealth{unreadyAfter: unreadyAfter, since: make(map[*partition]time.Time)}
-}
-
-func (h *deadLetterHealth) failing(p *partition, now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.since[p] = now
-}
-
-func (h *deadLetterHealth) recovered(p *partition) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.since, p)
-}
-
-// stuck reports whether some partition has been failing for unreadyAfter.
-func (h *deadLetterHealth) stuck(now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, t := range h.since {
-		if now.Sub(t) >= h.unreadyAfter {
-			return true
-		}
-	}
-	return false
 }
 
 // NewConsumer validates cfg and applies its defaults. It does not dial: Run

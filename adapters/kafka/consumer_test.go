@@ -22,11 +22,11 @@ func oneKey(int) string { return "SHP-1" }
 func TestNewConsumer(t *testing.T) {
 	t.Parallel()
 	t.Run("ErrInvalidConfigNamesEveryField", func(t *testing.T) {
-		_, err := kafka.NewConsumer(kafka.Config{SASLMechanism: "GSSAPI", RetryMaxAttempts: -1})
+		_, err := kafka.NewConsumer(kafka.Config{SASLMechanism: "GSSAPI", RetryInitialBackoff: -1})
 		if !errors.Is(err, kafka.ErrInvalidConfig) {
 			t.Fatalf("err = %v, want ErrInvalidConfig", err)
 		}
-		for _, field := range []string{"Brokers", "Topic", "GroupID", "SASLMechanism", "RetryMaxAttempts"} {
+		for _, field := range []string{"Brokers", "Topic", "GroupID", "SASLMechanism", "RetryInitialBackoff"} {
 			if !strings.Contains(err.Error(), field) {
 				t.Errorf("error %q does not name %s", err, field)
 			}
@@ -332,7 +332,7 @@ func TestConsumer_CancelCommitsExactlyHandled(t *testing.T) {
 		release chan struct{}
 		ctxErr  chan error // the handler's ctx.Err() when record held returns
 	}
-	runUntilHeld := func(t *testing.T, cfg kafka.Config) *heldRun {
+	runUntilHeld := func(t *testing.T, cfg testSetup) *heldRun {
 		hr := &heldRun{log: newHandledLog(), release: make(chan struct{}), ctxErr: make(chan error, 1)}
 		entered := make(chan struct{})
 		hr.rc = MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
@@ -359,7 +359,7 @@ func TestConsumer_CancelCommitsExactlyHandled(t *testing.T) {
 	}
 	// firstOffsetOfFreshMember starts a new consumer in the group and
 	// returns the first offset it is given.
-	firstOffsetOfFreshMember := func(t *testing.T, cfg kafka.Config) int64 {
+	firstOffsetOfFreshMember := func(t *testing.T, cfg testSetup) int64 {
 		first := make(chan int64, 1)
 		rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 			select {
@@ -527,7 +527,7 @@ func TestConsumer_Run(t *testing.T) {
 	t.Run("ErrNoBroker", func(t *testing.T) {
 		t.Parallel()
 		cfg, _ := testConfig([]string{"127.0.0.1:1"}, "t")
-		c, err := kafka.NewConsumer(cfg)
+		c, err := kafka.NewConsumer(cfg.Config)
 		if err != nil {
 			t.Fatalf("NewConsumer: %v", err)
 		}

@@ -224,7 +224,7 @@ func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 	refuser.install(c, topic+".dlq", kerr.TopicAuthorizationFailed.Code, 0)
 
 	cfg, logs := testConfig(brokers, topic)
-	consumer, err := kafka.NewConsumer(cfg)
+	consumer, err := kafka.NewConsumer(cfg.Config)
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}
@@ -232,9 +232,9 @@ func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- consumer.Run(ctx, ports.HandlerFunc(func(context.Context, ports.Record) error {
+		done <- consumer.Run(ctx, withPolicy(cfg, consumer, ports.HandlerFunc(func(context.Context, ports.Record) error {
 			return ports.MarkPermanent(errors.New("unknown event type"))
-		}))
+		})))
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -1,14 +1,18 @@
 // Package kafka is the Kafka side of the worker: a Sarama consumer group that
 // implements ports.EventSource (key-ordered concurrent handling, offsets
-// committed only up to the lowest unfinished record, retries and a dead letter
-// topic), a Publisher for the demo and tests, and an embedded in-process
-// broker (franz-go's kfake) for runs without infrastructure.
+// committed only up to the lowest unfinished record), the
+// ports.DeadLetterSink on a dead letter topic, a Publisher for the demo and
+// tests, and an embedded in-process broker (franz-go's kfake) for runs
+// without infrastructure. What a failed record means (retry, dead letter,
+// panic recovery) is not decided here: the handler Run is given decides,
+// and the worker gives it the policy package's chain.
 //
 // # Choices an operator should know
 //
 //   - At-least-once, never at-most-once: a record is marked for commit only
-//     after the handler returned nil for it or it was written to the dead
-//     letter topic. Marks are committed every CommitInterval, when the
+//     after the handler returned nil for it (the worker's handler returns
+//     nil once a record is handled or dead-lettered). A record whose
+//     handler returned an error is left unmarked, for replay. Marks are committed every CommitInterval, when the
 //     group rebalances (every rebalance ends the session: eager, range
 //     assignment) and at shutdown. A crash replays what was not committed;
 //     the idempotency store makes that harmless.
@@ -30,18 +34,17 @@
 //     MaxBufferedBytes/64 per partition and MaxBufferedBytes/16 per response. Behind one unfinished record, a partition takes in at most
 //     64*MaxInFlight offsets (finished ones included) before it stops
 //     reading until that record finishes.
-//   - Retryable errors are tried up to RetryMaxAttempts times, then dead-lettered;
-//     Unavailable errors are retried for as long as the partition is held and
-//     do not count against that budget; Permanent errors, panics and records
-//     over MaxRecordBytes are dead-lettered at once. A failed dead letter
-//     write is retried too: the record is never marked without it. While a
-//     partition has been failing to write a dead letter for
-//     DeadLetterUnreadyAfter (30s), Ready is false. A dead letter the broker
-//     refuses as too large is written once more without its value, with a
-//     dlq.value_dropped header giving the value's size in bytes; if that is
-//     refused too, it is written stripped to the dlq.* headers (no key, none
-//     of the record's own headers, the reason cut to 512 bytes), which say
-//     where the record is in its source topic.
+//   - The handler's context carries a ports.Delivery: Stopping closes when
+//     the partition stops, and Call bounds handler calls to MaxInFlight
+//     slots (policy.Slot takes one per attempt).
+//   - While a partition has been failing to write a dead letter through
+//     the DeadLetterSink for DeadLetterUnreadyAfter (30s), Ready is false.
+//     A dead letter the broker refuses as too large is written once more
+//     without its value, with a dlq.value_dropped header giving the
+//     value's size in bytes; if that is refused too, it is written stripped
+//     to the dlq.* headers (no key, none of the record's own headers, the
+//     reason cut to 512 bytes), which say where the record is in its source
+//     topic.
 //   - On shutdown or revoke, no new record starts; records in hand get
 //     ShutdownTimeout to finish with a live context, then their context is
 //     cancelled and whatever did not finish is left for replay.
@@ -61,10 +64,8 @@
 // # Logs
 //
 // Stable msg names: consumer_started, consumer_stopped, partitions_assigned,
-// partitions_released, partition_stopping, record_retry_scheduled,
-// event_dead_lettered, dead_letter_value_dropped, dead_letter_stripped,
-// dead_letter_failed (at most once per 5s per partition, with a failures
-// count), handler_panicked, partition_dispatch_paused,
+// partitions_released, partition_stopping, record_unfinished,
+// dead_letter_value_dropped, dead_letter_stripped, partition_dispatch_paused,
 // partition_dispatch_resumed, shutdown_timeout_exceeded, handlers_abandoned,
 // handlers_stalled, consume_failed, consumer_error. Record values are never logged: they hold customer data.
 package kafka

@@ -17,6 +17,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -162,16 +163,24 @@ func (m *fakeMetrics) lagOf(partition int32) (int64, bool) {
 	return l, ok
 }
 
-// testConfig is a consumer config with timings small enough for tests.
-func testConfig(brokers []string, topic string) (kafka.Config, *logtest.Buffer) {
+// testConfig is a consumer config, and the record policy around the
+// handler, with timings small enough for tests.
+type testSetup struct {
+	kafka.Config
+	// RetryMaxAttempts and MaxRecordBytes are the policy's; its backoff is
+	// the consumer's RetryInitialBackoff and RetryMaxBackoff.
+	RetryMaxAttempts int
+	MaxRecordBytes   int
+}
+
+func testConfig(brokers []string, topic string) (testSetup, *logtest.Buffer) {
 	logs := &logtest.Buffer{}
-	return kafka.Config{
+	return testSetup{Config: kafka.Config{
 		Brokers:             brokers,
 		Topic:               topic,
 		GroupID:             topic + "-group",
 		DLQTopic:            topic + ".dlq",
 		MaxInFlight:         8,
-		RetryMaxAttempts:    3,
 		RetryInitialBackoff: 5 * time.Millisecond,
 		RetryMaxBackoff:     20 * time.Millisecond,
 		CommitInterval:      50 * time.Millisecond,
@@ -179,10 +188,31 @@ func testConfig(brokers []string, topic string) (kafka.Config, *logtest.Buffer) 
 		SessionTimeout:      2 * time.Second,
 		HeartbeatInterval:   100 * time.Millisecond,
 		Logger:              slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}, logs
+	}, RetryMaxAttempts: 3}, logs
 }
 
-// MustPublish writes msgs to topic and fails the test on error.
+// withPolicy returns h behind the record policy the worker runs, in the
+// worker's order, dead-lettering through c.
+func withPolicy(cfg testSetup, c *kafka.Consumer, h ports.Handler) ports.Handler {
+	pcfg := policy.Config{
+		MaxRecordBytes:      cfg.MaxRecordBytes,
+		RetryMaxAttempts:    cfg.RetryMaxAttempts,
+		RetryInitialBackoff: cfg.RetryInitialBackoff,
+		RetryMaxBackoff:     cfg.RetryMaxBackoff,
+		Logger:              cfg.Logger,
+	}
+	if m, ok := cfg.Metrics.(policy.Metrics); ok {
+		pcfg.Metrics = m
+	}
+	return policy.Chain(h,
+		policy.DeadLetter(c.DeadLetterSink(), pcfg),
+		policy.MaxBytes(pcfg),
+		policy.Recover(pcfg),
+		policy.Retry(pcfg),
+		policy.Slot(),
+	)
+}
+
 func MustPublish(tb testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
 	tb.Helper()
 	p, err := kafka.NewPublisher(kafka.Config{Brokers: brokers})
@@ -236,15 +266,15 @@ type runningConsumer struct {
 }
 
 // MustRun starts c.Run(h) and stops it when the test ends.
-func MustRun(tb testing.TB, cfg kafka.Config, h ports.Handler) *runningConsumer {
+func MustRun(tb testing.TB, cfg testSetup, h ports.Handler) *runningConsumer {
 	tb.Helper()
-	c, err := kafka.NewConsumer(cfg)
+	c, err := kafka.NewConsumer(cfg.Config)
 	if err != nil {
 		tb.Fatalf("NewConsumer: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rc := &runningConsumer{c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { rc.done <- c.Run(ctx, h) }()
+	go func() { rc.done <- c.Run(ctx, withPolicy(cfg, c, h)) }()
 	tb.Cleanup(func() { _ = rc.stop(30 * time.Second) })
 	return rc
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -68,7 +69,7 @@ type Main struct {
 	// Observer and ConsumerMetrics, when set, are told what the domain and
 	// the consumer report, besides the worker's own metrics.
 	Observer        ports.Observer
-	ConsumerMetrics kafka.Metrics
+	ConsumerMetrics RecordMetrics
 	// Metrics overrides the metrics built by Open (nil: a fresh set). Tests
 	// pass one to two workers in turn, as they pass one Store, to read
 	// counts that span a restart.
@@ -169,7 +170,6 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.handler = tracer.Handler(svc)
 	m.closers = append(m.closers, svc.Close)
 	m.metrics.TrackLedger(svc.Owed)
 
@@ -182,6 +182,10 @@ func (m *Main) Open(ctx context.Context) error {
 	// hung, and /healthz says so.
 	kcfg.StallAfter = 2 * svc.LongestHandle()
 	m.consumer, err = kafka.NewConsumer(kcfg)
+	if err != nil {
+		return err
+	}
+	m.handler, err = m.recordPolicy(m.consumer.DeadLetterSink(), tracer.Handler(svc))
 	if err != nil {
 		return err
 	}
@@ -396,6 +400,39 @@ func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.N
 	return n, nil
 }
 
+// recordPolicy returns h behind the record policy, the middlewares listed
+// in the order a record meets them. The consumer only delivers, orders and
+// commits: what a failure means is decided here.
+func (m *Main) recordPolicy(sink ports.DeadLetterSink, h ports.Handler) (ports.Handler, error) {
+	k := m.Config.Kafka
+	pcfg := policy.Config{
+		MaxRecordBytes:      k.MaxRecordBytes,
+		RetryMaxAttempts:    k.RetryMaxAttempts,
+		RetryInitialBackoff: k.RetryInitialBackoff,
+		RetryMaxBackoff:     k.RetryMaxBackoff,
+		Logger:              m.logger,
+		Metrics:             consumerMetrics(m.metrics, m.ConsumerMetrics),
+	}
+	if err := pcfg.Validate(); err != nil {
+		return nil, err
+	}
+	return policy.Chain(h,
+		// What the middlewares below give up on is written to the dead
+		// letter topic, and then the record is finished.
+		policy.DeadLetter(sink, pcfg),
+		// A record over MAX_RECORD_BYTES is never handled.
+		policy.MaxBytes(pcfg),
+		// A panic is a permanent failure, not a crash.
+		policy.Recover(pcfg),
+		// Retryable failures are tried RETRY_MAX_ATTEMPTS times, Unavailable
+		// ones for as long as the partition is held, all sharing one
+		// record's Deliveries.
+		policy.Retry(pcfg),
+		// Each attempt holds one of the consumer's MAX_IN_FLIGHT slots.
+		policy.Slot(),
+	), nil
+}
+
 func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 	k := m.Config.Kafka
 	kcfg := kafka.Config{
@@ -404,9 +441,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		GroupID:             k.GroupID,
 		DLQTopic:            k.DLQTopic,
 		MaxInFlight:         k.MaxInFlight,
-		MaxRecordBytes:      k.MaxRecordBytes,
 		MaxBufferedBytes:    k.MaxBufferedBytes,
-		RetryMaxAttempts:    k.RetryMaxAttempts,
 		RetryInitialBackoff: k.RetryInitialBackoff,
 		RetryMaxBackoff:     k.RetryMaxBackoff,
 		ShutdownTimeout:     m.Config.ShutdownTimeout,
@@ -464,8 +499,14 @@ func (all multiObserver) Observe(ch ports.Channel, o ports.Outcome) {
 	}
 }
 
-// consumerMetrics returns a kafka.Metrics telling each non-nil one in turn.
-func consumerMetrics(ms ...kafka.Metrics) kafka.Metrics { return multiMetrics(nonNil(ms)) }
+// RecordMetrics is what the consumer and the record policy report.
+type RecordMetrics interface {
+	kafka.Metrics
+	policy.Metrics
+}
+
+// consumerMetrics returns RecordMetrics telling each non-nil one in turn.
+func consumerMetrics(ms ...RecordMetrics) RecordMetrics { return multiMetrics(nonNil(ms)) }
 
 // nonNil returns the elements of xs that are not nil interfaces.
 func nonNil[T comparable](xs []T) []T {
@@ -479,7 +520,7 @@ func nonNil[T comparable](xs []T) []T {
 	return out
 }
 
-type multiMetrics []kafka.Metrics
+type multiMetrics []RecordMetrics
 
 func (all multiMetrics) RecordDeadLettered(topic string, kind ports.Kind) {
 	for _, m := range all {

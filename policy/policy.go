@@ -1,0 +1,318 @@
+// Package policy holds what the worker does with a record whose handling
+// failed: small middlewares over ports.Handler (Recover, MaxBytes, Retry,
+// DeadLetter, Slot), composed by Chain. An event source delivers, orders
+// and commits; these decide retry, dead-lettering and panic recovery, the
+// same for every source. The package imports only ports and the standard
+// library.
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// Defaults applied to zero Config fields.
+const (
+	DefaultMaxRecordBytes      = 1 << 20
+	DefaultRetryMaxAttempts    = 12
+	DefaultRetryInitialBackoff = 200 * time.Millisecond
+	DefaultRetryMaxBackoff     = 10 * time.Second
+)
+
+// deadLetterLogEvery is the least time between two dead_letter_failed logs:
+// a dead letter outage retries every backoff, and a log per attempt would
+// drown everything else.
+const deadLetterLogEvery = 5 * time.Second
+
+// ErrInvalidConfig is wrapped by Config.Validate's error.
+var ErrInvalidConfig = errors.New("policy: invalid config")
+
+// Config holds the rules the middlewares apply. Zero fields take the
+// defaults documented on each.
+type Config struct {
+	// MaxRecordBytes: a record whose value is larger is dead-lettered
+	// unhandled; default 1 MiB.
+	MaxRecordBytes int
+	// RetryMaxAttempts is how many times a record failing with a Retryable
+	// error is tried before it is dead-lettered; default 12, with the
+	// default backoff about a minute of provider errors.
+	RetryMaxAttempts int
+	// RetryInitialBackoff and RetryMaxBackoff shape the capped exponential
+	// backoff (with jitter) between attempts at a record, and between
+	// attempts to write its dead letter; defaults 200ms and 10s.
+	RetryInitialBackoff, RetryMaxBackoff time.Duration
+	// Logger receives the middlewares' logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics is told about retries, panics and dead letters; nil: none.
+	Metrics Metrics
+}
+
+// Metrics receives the middlewares' instrumentation. Implementations must be
+// safe for concurrent use and must not block.
+type Metrics interface {
+	RecordDeadLettered(topic string, kind ports.Kind)
+	HandlerPanicked(topic string)
+	// RecordRetried counts a retry scheduled after a handler failed with an
+	// error of kind (Retryable or Unavailable).
+	RecordRetried(topic string, kind ports.Kind)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RecordDeadLettered(string, ports.Kind) {}
+func (noMetrics) HandlerPanicked(string)                {}
+func (noMetrics) RecordRetried(string, ports.Kind)      {}
+
+// WithDefaults returns a copy of cfg with every zero field set to its
+// default.
+func (cfg Config) WithDefaults() Config {
+	if cfg.MaxRecordBytes == 0 {
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if cfg.RetryMaxAttempts == 0 {
+		cfg.RetryMaxAttempts = DefaultRetryMaxAttempts
+	}
+	if cfg.RetryInitialBackoff == 0 {
+		cfg.RetryInitialBackoff = DefaultRetryInitialBackoff
+	}
+	if cfg.RetryMaxBackoff == 0 {
+		cfg.RetryMaxBackoff = DefaultRetryMaxBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	return cfg
+}
+
+// Validate reports every problem at once, each naming its field; the error
+// wraps ErrInvalidConfig.
+func (cfg Config) Validate() error {
+	var bad []error
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxRecordBytes", int64(cfg.MaxRecordBytes)},
+		{"RetryMaxAttempts", int64(cfg.RetryMaxAttempts)},
+		{"RetryInitialBackoff", int64(cfg.RetryInitialBackoff)},
+		{"RetryMaxBackoff", int64(cfg.RetryMaxBackoff)},
+	} {
+		if f.v < 0 {
+			bad = append(bad, fmt.Errorf("%s must not be negative (got %d)", f.name, f.v))
+		}
+	}
+	if cfg.RetryMaxBackoff < cfg.RetryInitialBackoff {
+		bad = append(bad, fmt.Errorf("RetryMaxBackoff (%s) is below RetryInitialBackoff (%s)", cfg.RetryMaxBackoff, cfg.RetryInitialBackoff))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(bad...))
+	}
+	return nil
+}
+
+// Chain returns h wrapped in mws, the first outermost: a record meets them
+// in the order they are listed, and h last.
+func Chain(h ports.Handler, mws ...ports.Middleware) ports.Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// finished reports whether err leaves nothing for policy to do: nil, or the
+// record given up because its source is stopping or its context ended (the
+// source cancels it only at the end of a shutdown, never for the record's
+// own fault).
+func finished(ctx context.Context, err error) bool {
+	return err == nil || errors.Is(err, ports.ErrStopping) || ctx.Err() != nil
+}
+
+func recordAttrs(rec ports.Record) []any {
+	return []any{"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset}
+}
+
+// Recover turns a panic in next into a Permanent error ("panic: ..."), logs
+// it with its stack as handler_panicked and counts it, so one bad record is
+// dead-lettered instead of killing the worker.
+func Recover(cfg Config) ports.Middleware {
+	cfg = cfg.WithDefaults()
+	return func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = ports.MarkPermanent(fmt.Errorf("panic: %v", r))
+					cfg.Metrics.HandlerPanicked(rec.Topic)
+					cfg.Logger.Error("handler_panicked", append(recordAttrs(rec), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))...)
+				}
+			}()
+			return next.Handle(ctx, rec)
+		})
+	}
+}
+
+// MaxBytes fails a record whose value is over cfg.MaxRecordBytes with a
+// Permanent error, without calling next.
+func MaxBytes(cfg Config) ports.Middleware {
+	limit := cfg.WithDefaults().MaxRecordBytes
+	return func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+			if len(rec.Value) > limit {
+				return ports.MarkPermanent(fmt.Errorf("record too large: value is %d bytes, MaxRecordBytes is %d", len(rec.Value), limit))
+			}
+			return next.Handle(ctx, rec)
+		})
+	}
+}
+
+// Retry calls next again, after a backoff, while it fails with a Retryable
+// error, up to cfg.RetryMaxAttempts calls, or with an Unavailable error, for
+// as long as the source delivers (an outage never spends the budget). It
+// returns nil on success; a Permanent error at once; after the budget, an
+// error wrapping the last one whose message says so; and ErrStopping when
+// the source stopped during a backoff. Every attempt at one record shares
+// one ports.Deliveries: Retry creates it when rec.Deliveries is nil.
+func Retry(cfg Config) ports.Middleware {
+	cfg = cfg.WithDefaults()
+	return func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+			if rec.Deliveries == nil {
+				rec.Deliveries = ports.NewDeliveries()
+			}
+			stopping := ports.DeliveryOf(ctx).Stopping
+			retryable := 0
+			for attempt := 1; ; attempt++ {
+				err := next.Handle(ctx, rec)
+				if finished(ctx, err) {
+					return err
+				}
+				kind := ports.KindOf(err)
+				if kind == ports.Permanent {
+					return err
+				}
+				if kind == ports.Retryable {
+					retryable++
+					if retryable >= cfg.RetryMaxAttempts {
+						return fmt.Errorf("retries exhausted after %d attempts: %w", retryable, err)
+					}
+				}
+				wait := Backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+				cfg.Metrics.RecordRetried(rec.Topic, kind)
+				cfg.Logger.Warn("record_retry_scheduled", append(recordAttrs(rec), "attempt", attempt,
+					"kind", kind.String(), "backoff", wait, "error", err)...)
+				if !sleep(stopping, wait) {
+					return ports.ErrStopping
+				}
+			}
+		})
+	}
+}
+
+// DeadLetter writes a record that next failed to sink, with the error's
+// kind and message, and returns nil once it is written, so the source
+// acknowledges the record. A write that fails is tried again with backoff
+// for as long as the source delivers: a record is only acknowledged once
+// its dead letter is safe. A nil error, ErrStopping and a context that
+// ended pass through unchanged; so does ErrStopping when the source stops
+// while a write keeps failing.
+func DeadLetter(sink ports.DeadLetterSink, cfg Config) ports.Middleware {
+	cfg = cfg.WithDefaults()
+	logs := &rateLimit{every: deadLetterLogEvery}
+	return func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+			err := next.Handle(ctx, rec)
+			if finished(ctx, err) {
+				return err
+			}
+			kind, reason := ports.KindOf(err), err.Error()
+			stopping := ports.DeliveryOf(ctx).Stopping
+			for attempt := 1; ; attempt++ {
+				// The first write goes out even when stopping: the record
+				// is in hand and this finishes it.
+				werr := sink.DeadLetter(ctx, rec, kind, reason)
+				if werr == nil {
+					cfg.Metrics.RecordDeadLettered(rec.Topic, kind)
+					cfg.Logger.Warn("event_dead_lettered", append(recordAttrs(rec), "reason", reason, "kind", kind.String())...)
+					return nil
+				}
+				wait := Backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+				if failures, ok := logs.allow(time.Now()); ok {
+					cfg.Logger.Error("dead_letter_failed", append(recordAttrs(rec), "attempt", attempt,
+						"failures", failures, "backoff", wait, "error", werr)...)
+				}
+				if !sleep(stopping, wait) || ctx.Err() != nil {
+					return ports.ErrStopping
+				}
+			}
+		})
+	}
+}
+
+// Slot runs each call of next through the event source's bound on handler
+// calls in flight (ports.Delivery.Call). It belongs innermost, so a record
+// holds a slot only while a call runs, not while it waits for a retry.
+func Slot() ports.Middleware {
+	return func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+			return ports.DeliveryOf(ctx).Call(ctx, func(ctx context.Context) error { return next.Handle(ctx, rec) })
+		})
+	}
+}
+
+// Backoff returns the wait before retry number attempt (1-based): initial
+// doubled per attempt, capped at max, with jitter over its upper half so
+// many records failing together do not retry in lockstep.
+func Backoff(attempt int, initial, max time.Duration) time.Duration {
+	d := initial
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits d, or until done is closed; it reports whether it waited the
+// full d. A nil done never closes.
+func sleep(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// rateLimit lets one event through per every, counting those held back.
+type rateLimit struct {
+	every time.Duration
+
+	mu       sync.Mutex
+	last     time.Time
+	withheld int
+}
+
+// allow reports whether an event at now may be logged, and how many events
+// that includes since the last one allowed.
+func (r *rateLimit) allow(now time.Time) (events int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.withheld++
+	if !r.last.IsZero() && now.Sub(r.last) < r.every {
+		return 0, false
+	}
+	events, r.withheld, r.last = r.withheld, 0, now
+	return events, true
+}

@@ -1,0 +1,420 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/policy"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// letter is one dead letter as the sink received it.
+type letter struct {
+	rec    ports.Record
+	kind   ports.Kind
+	reason string
+}
+
+// memorySink keeps dead letters in memory; refuse, when set, fails a write.
+type memorySink struct {
+	mu       sync.Mutex
+	letters  []letter
+	attempts int
+	refuse   func(attempt int) error
+}
+
+func (s *memorySink) DeadLetter(_ context.Context, rec ports.Record, kind ports.Kind, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts++
+	if s.refuse != nil {
+		if err := s.refuse(s.attempts); err != nil {
+			return err
+		}
+	}
+	s.letters = append(s.letters, letter{rec, kind, reason})
+	return nil
+}
+
+func (s *memorySink) written() []letter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]letter(nil), s.letters...)
+}
+
+// counts is a policy.Metrics that counts.
+type counts struct {
+	mu                          sync.Mutex
+	deadLettered, panics, retry map[ports.Kind]int
+}
+
+func newCounts() *counts {
+	return &counts{deadLettered: map[ports.Kind]int{}, panics: map[ports.Kind]int{}, retry: map[ports.Kind]int{}}
+}
+
+func (c *counts) RecordDeadLettered(_ string, k ports.Kind) { c.add(c.deadLettered, k) }
+func (c *counts) HandlerPanicked(string)                    { c.add(c.panics, ports.Permanent) }
+func (c *counts) RecordRetried(_ string, k ports.Kind)      { c.add(c.retry, k) }
+
+func (c *counts) add(m map[ports.Kind]int, k ports.Kind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m[k]++
+}
+
+// logBuffer is a goroutine-safe log sink.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), `"msg":"`+msg+`"`)
+}
+
+func testConfig() (policy.Config, *counts, *logBuffer) {
+	m, logs := newCounts(), &logBuffer{}
+	return policy.Config{
+		MaxRecordBytes:      100,
+		RetryMaxAttempts:    3,
+		RetryInitialBackoff: time.Millisecond,
+		RetryMaxBackoff:     2 * time.Millisecond,
+		Logger:              slog.New(slog.NewJSONHandler(logs, nil)),
+		Metrics:             m,
+	}, m, logs
+}
+
+// chain is the worker's chain around h, in the worker's order.
+func chain(cfg policy.Config, sink ports.DeadLetterSink, h ports.HandlerFunc) ports.Handler {
+	return policy.Chain(h,
+		policy.DeadLetter(sink, cfg),
+		policy.MaxBytes(cfg),
+		policy.Recover(cfg),
+		policy.Retry(cfg),
+		policy.Slot(),
+	)
+}
+
+var rec = ports.Record{Topic: "shipment-events", Partition: 2, Offset: 7, Key: []byte("SHP-1"), Value: []byte(`{}`),
+	Headers: []ports.Header{{Key: "traceparent", Value: []byte("00-abc")}}}
+
+func TestRecover(t *testing.T) {
+	t.Parallel()
+	cfg, m, logs := testConfig()
+	sink := &memorySink{}
+	err := chain(cfg, sink, func(context.Context, ports.Record) error { panic("boom") }).Handle(context.Background(), rec)
+	if err != nil {
+		t.Fatalf("Handle = %v, want nil: a panic is dead-lettered, which finishes the record", err)
+	}
+	got := sink.written()
+	if len(got) != 1 || got[0].kind != ports.Permanent || got[0].reason != "panic: boom" {
+		t.Fatalf("dead letters = %+v, want one Permanent with reason %q", got, "panic: boom")
+	}
+	if m.panics[ports.Permanent] != 1 || m.deadLettered[ports.Permanent] != 1 {
+		t.Errorf("panics %d, dead letters %d; want 1 and 1", m.panics[ports.Permanent], m.deadLettered[ports.Permanent])
+	}
+	if logs.count("handler_panicked") != 1 {
+		t.Error("no handler_panicked log")
+	}
+	if m.retry[ports.Retryable] != 0 {
+		t.Error("a panic was retried")
+	}
+}
+
+func TestMaxBytes(t *testing.T) {
+	t.Parallel()
+	cfg, _, _ := testConfig()
+	sink := &memorySink{}
+	handled := 0
+	big := rec
+	big.Value = make([]byte, cfg.MaxRecordBytes+1)
+	h := chain(cfg, sink, func(context.Context, ports.Record) error { handled++; return nil })
+	if err := h.Handle(context.Background(), big); err != nil {
+		t.Fatalf("Handle = %v", err)
+	}
+	got := sink.written()
+	if len(got) != 1 || got[0].kind != ports.Permanent || !strings.Contains(got[0].reason, "too large") {
+		t.Fatalf("dead letters = %+v, want one Permanent saying too large", got)
+	}
+	if handled != 0 {
+		t.Errorf("the oversized record was handled %d times", handled)
+	}
+	// At the limit it is handled.
+	at := rec
+	at.Value = make([]byte, cfg.MaxRecordBytes)
+	if err := h.Handle(context.Background(), at); err != nil || handled != 1 || len(sink.written()) != 1 {
+		t.Errorf("record at the limit: err %v, handled %d, dead letters %d", err, handled, len(sink.written()))
+	}
+}
+
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	t.Run("RetryableExhaustsTheBudget", func(t *testing.T) {
+		t.Parallel()
+		cfg, m, logs := testConfig()
+		sink := &memorySink{}
+		calls := 0
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			return errors.New("twilio: 503")
+		}).Handle(context.Background(), rec)
+		if err != nil {
+			t.Fatalf("Handle = %v", err)
+		}
+		got := sink.written()
+		if calls != cfg.RetryMaxAttempts || len(got) != 1 || got[0].kind != ports.Retryable ||
+			got[0].reason != "retries exhausted after 3 attempts: twilio: 503" {
+			t.Fatalf("%d calls, dead letters %+v; want %d calls and one Retryable dead letter saying retries exhausted", calls, got, cfg.RetryMaxAttempts)
+		}
+		if m.retry[ports.Retryable] != 2 || logs.count("record_retry_scheduled") != 2 {
+			t.Errorf("%d retries counted, %d logged; want 2", m.retry[ports.Retryable], logs.count("record_retry_scheduled"))
+		}
+	})
+	t.Run("UnavailableNeverExhaustsTheBudget", func(t *testing.T) {
+		t.Parallel()
+		cfg, m, _ := testConfig()
+		sink := &memorySink{}
+		calls := 0
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			if calls <= 3*cfg.RetryMaxAttempts {
+				return ports.MarkUnavailable(errors.New("redis down"))
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(sink.written()) != 0 || calls != 3*cfg.RetryMaxAttempts+1 {
+			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, %d", err, len(sink.written()), calls, 3*cfg.RetryMaxAttempts+1)
+		}
+		if m.retry[ports.Unavailable] != 3*cfg.RetryMaxAttempts {
+			t.Errorf("%d Unavailable retries counted, want %d", m.retry[ports.Unavailable], 3*cfg.RetryMaxAttempts)
+		}
+	})
+	t.Run("UnavailableDoesNotSpendTheRetryableBudget", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		sink := &memorySink{}
+		calls := 0
+		// Retryable, then many Unavailable, then Retryable again, then
+		// success: two Retryable failures stay under a budget of three.
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			switch {
+			case calls == 1 || calls == 10:
+				return errors.New("smtp: 421")
+			case calls < 10:
+				return ports.MarkUnavailable(errors.New("redis down"))
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(sink.written()) != 0 || calls != 11 {
+			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, 11", err, len(sink.written()), calls)
+		}
+	})
+	t.Run("PermanentIsNotRetried", func(t *testing.T) {
+		t.Parallel()
+		cfg, m, _ := testConfig()
+		sink := &memorySink{}
+		calls := 0
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			return ports.MarkPermanent(errors.New("unknown event type"))
+		}).Handle(context.Background(), rec)
+		got := sink.written()
+		if err != nil || calls != 1 || len(got) != 1 || got[0].kind != ports.Permanent || got[0].reason != "unknown event type" {
+			t.Fatalf("err %v, %d calls, dead letters %+v; want one call and one Permanent dead letter", err, calls, got)
+		}
+		if m.retry[ports.Retryable]+m.retry[ports.Permanent] != 0 {
+			t.Error("a permanent failure was retried")
+		}
+	})
+	t.Run("DeliveriesSharedAcrossAttempts", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		sink := &memorySink{}
+		var seen []*ports.Deliveries
+		sent := 0
+		err := chain(cfg, sink, func(_ context.Context, r ports.Record) error {
+			seen = append(seen, r.Deliveries)
+			if _, done := r.Deliveries.Lookup("sms"); !done {
+				sent++
+				r.Deliveries.Add("sms", ports.Receipt{ProviderID: "SM1"})
+			}
+			if len(seen) < 3 {
+				return errors.New("email: 421")
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(seen) != 3 {
+			t.Fatalf("err %v after %d attempts", err, len(seen))
+		}
+		if seen[0] == nil || seen[1] != seen[0] || seen[2] != seen[0] {
+			t.Errorf("attempts saw Deliveries %p %p %p, want one shared", seen[0], seen[1], seen[2])
+		}
+		if sent != 1 {
+			t.Errorf("the SMS was sent %d times across attempts, want 1", sent)
+		}
+	})
+	t.Run("StoppingEndsTheBackoff", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		cfg.RetryInitialBackoff, cfg.RetryMaxBackoff = time.Hour, time.Hour
+		sink := &memorySink{}
+		stopping := make(chan struct{})
+		ctx := ports.WithDelivery(context.Background(), ports.Delivery{Stopping: stopping})
+		calls := make(chan struct{}, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- chain(cfg, sink, func(context.Context, ports.Record) error {
+				calls <- struct{}{}
+				return errors.New("twilio: 503")
+			}).Handle(ctx, rec)
+		}()
+		<-calls
+		close(stopping)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ports.ErrStopping) {
+				t.Errorf("Handle = %v, want ErrStopping", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the backoff did not end when the source stopped")
+		}
+		if n := len(sink.written()); n != 0 {
+			t.Errorf("%d dead letters for a record given up at stopping, want 0: it is replayed", n)
+		}
+	})
+}
+
+func TestDeadLetter(t *testing.T) {
+	t.Parallel()
+	t.Run("KeepsTheRecord", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		sink := &memorySink{}
+		if err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			return ports.MarkPermanent(errors.New("bad phone"))
+		}).Handle(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		got := sink.written()
+		if len(got) != 1 || got[0].rec.Offset != rec.Offset || string(got[0].rec.Value) != string(rec.Value) ||
+			len(got[0].rec.Headers) != 1 || got[0].rec.Headers[0].Key != "traceparent" {
+			t.Fatalf("dead letters = %+v, want the record with its value and headers", got)
+		}
+	})
+	t.Run("RetriedUntilWritten", func(t *testing.T) {
+		t.Parallel()
+		cfg, m, logs := testConfig()
+		sink := &memorySink{refuse: func(attempt int) error {
+			if attempt <= 10 {
+				return fmt.Errorf("dlq write %d refused", attempt)
+			}
+			return nil
+		}}
+		if err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			return ports.MarkPermanent(errors.New("bad phone"))
+		}).Handle(context.Background(), rec); err != nil {
+			t.Fatalf("Handle = %v, want nil once written", err)
+		}
+		if n := len(sink.written()); n != 1 || m.deadLettered[ports.Permanent] != 1 {
+			t.Errorf("%d written, %d counted; want 1 and 1", n, m.deadLettered[ports.Permanent])
+		}
+		// Ten failures within a few milliseconds: one log, rate-limited.
+		if got := logs.count("dead_letter_failed"); got != 1 {
+			t.Errorf("%d dead_letter_failed logs, want 1", got)
+		}
+	})
+	t.Run("StoppingWhileFailingLeavesTheRecord", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		stopping := make(chan struct{})
+		sink := &memorySink{refuse: func(attempt int) error {
+			if attempt == 3 {
+				close(stopping)
+			}
+			return errors.New("dlq down")
+		}}
+		ctx := ports.WithDelivery(context.Background(), ports.Delivery{Stopping: stopping})
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			return ports.MarkPermanent(errors.New("bad phone"))
+		}).Handle(ctx, rec)
+		if !errors.Is(err, ports.ErrStopping) {
+			t.Errorf("Handle = %v, want ErrStopping: the record is not finished", err)
+		}
+	})
+	t.Run("StoppingSourcePassesThrough", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		sink := &memorySink{}
+		ctx := ports.WithDelivery(context.Background(), ports.Delivery{
+			Call: func(context.Context, func(context.Context) error) error { return ports.ErrStopping },
+		})
+		err := chain(cfg, sink, func(context.Context, ports.Record) error { return nil }).Handle(ctx, rec)
+		if !errors.Is(err, ports.ErrStopping) || len(sink.written()) != 0 {
+			t.Errorf("Handle = %v with %d dead letters, want ErrStopping and none", err, len(sink.written()))
+		}
+	})
+}
+
+func TestSlot(t *testing.T) {
+	t.Parallel()
+	// Each attempt enters the source's Call, and nothing else does: two
+	// attempts, two calls, whatever the backoff between them.
+	cfg, _, _ := testConfig()
+	var mu sync.Mutex
+	inCall, outside := 0, 0
+	ctx := ports.WithDelivery(context.Background(), ports.Delivery{
+		Call: func(ctx context.Context, call func(context.Context) error) error {
+			mu.Lock()
+			inCall++
+			mu.Unlock()
+			return call(ctx)
+		},
+	})
+	attempts := 0
+	err := chain(cfg, &memorySink{}, func(context.Context, ports.Record) error {
+		attempts++
+		mu.Lock()
+		if inCall != attempts {
+			outside++
+		}
+		mu.Unlock()
+		if attempts == 1 {
+			return errors.New("smtp: 421")
+		}
+		return nil
+	}).Handle(ctx, rec)
+	if err != nil || attempts != 2 || inCall != 2 || outside != 0 {
+		t.Errorf("err %v, %d attempts, %d calls entered, %d attempts outside a call", err, attempts, inCall, outside)
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+	err := policy.Config{RetryMaxAttempts: -1, MaxRecordBytes: -1, RetryInitialBackoff: time.Second, RetryMaxBackoff: time.Millisecond}.Validate()
+	if !errors.Is(err, policy.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"RetryMaxAttempts", "MaxRecordBytes", "RetryMaxBackoff"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error %q does not name %s", err, field)
+		}
+	}
+	if err := (policy.Config{}).WithDefaults().Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}

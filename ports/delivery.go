@@ -1,0 +1,57 @@
+package ports
+
+import (
+	"context"
+	"errors"
+)
+
+// Middleware wraps a Handler with one rule of record policy (retry, dead
+// letters, panic recovery, size limits). It returns a Handler with the same
+// contract as the one it wraps.
+type Middleware func(Handler) Handler
+
+// DeadLetterSink keeps the records that cannot be handled, where an operator
+// finds them with the reason.
+type DeadLetterSink interface {
+	// DeadLetter writes rec with its kind and reason. It returns nil once
+	// the dead letter is durably written, so the record may be
+	// acknowledged; any error means it was not written now, and the caller
+	// may try again. It honours ctx, must not modify rec, and must be safe
+	// for concurrent use.
+	DeadLetter(ctx context.Context, rec Record, kind Kind, reason string) error
+}
+
+// ErrStopping is returned by a Handler that gave up on a record because its
+// event source is stopping (a revoke or a shutdown): the record is not
+// finished, and the source leaves it to be delivered again.
+var ErrStopping = errors.New("ports: event source stopping")
+
+// Delivery is what an event source tells the handlers of one record about
+// itself, through the handler's context (see WithDelivery).
+type Delivery struct {
+	// Stopping is closed once the source starts no new work for the
+	// record: a wait between attempts ends, and no attempt starts. Nil
+	// (never closed) when the source sets no Delivery.
+	Stopping <-chan struct{}
+	// Call runs one handler call under the source's bound on calls in
+	// flight, and returns its error; it returns ErrStopping without
+	// calling once Stopping is closed. Nil: calls run unbounded.
+	Call func(ctx context.Context, call func(context.Context) error) error
+}
+
+type deliveryKey struct{}
+
+// WithDelivery returns ctx carrying d. Only an event source calls it.
+func WithDelivery(ctx context.Context, d Delivery) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, d)
+}
+
+// DeliveryOf returns the Delivery in ctx, or one that never stops and runs
+// calls directly when ctx carries none.
+func DeliveryOf(ctx context.Context) Delivery {
+	d, _ := ctx.Value(deliveryKey{}).(Delivery)
+	if d.Call == nil {
+		d.Call = func(ctx context.Context, call func(context.Context) error) error { return call(ctx) }
+	}
+	return d
+}
