@@ -51,6 +51,15 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // get one from Load, which fills in every default and validates the result.
 // Each field's comment names its variable; Reference has the defaults.
 type Config struct {
+	// Adapters names the adapter chosen for each port, as given; "" where
+	// the variable is unset and its default depends on the others (the
+	// worker's adapter registry resolves it and refuses a contradiction).
+	Adapters struct {
+		EventSource string // EVENT_SOURCE: "kafka" or "embedded"
+		Store       string // IDEMPOTENCY_STORE: "", "redis" or "memory"
+		SMS         string // SMS_NOTIFIER: "", "twilio" or "console"
+		Email       string // EMAIL_NOTIFIER: "", "smtp" or "console"
+	}
 	Kafka struct {
 		// Brokers is empty for the embedded in-process broker.
 		Brokers             []string      // KAFKA_BROKERS
@@ -157,15 +166,16 @@ func (c Config) SMTPEnabled() bool { return c.SMTP.Host != "" }
 // keeps its host and database and loses only its password. Durations are
 // rendered as "10s" rather than nanoseconds, for people to read.
 func (c Config) LogValue() slog.Value {
-	k, i, t, s := c.Kafka, c.Idempotency, c.Twilio, c.SMTP
-	store := "memory"
-	if i.RedisURL != "" {
-		store = "redis"
-	}
+	k, i, t, s, a := c.Kafka, c.Idempotency, c.Twilio, c.SMTP, c.Adapters
 	return slog.GroupValue(
+		slog.Group("adapters",
+			slog.String("event_source", a.EventSource),
+			slog.String("store", a.Store),
+			slog.String("sms", a.SMS),
+			slog.String("email", a.Email),
+		),
 		slog.Group("kafka",
 			slog.String("brokers", strings.Join(k.Brokers, ",")),
-			slog.Bool("embedded", len(k.Brokers) == 0),
 			slog.String("topic", k.Topic),
 			slog.String("group_id", k.GroupID),
 			slog.String("dlq_topic", k.DLQTopic),
@@ -182,7 +192,6 @@ func (c Config) LogValue() slog.Value {
 			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),
 		),
 		slog.Group("idempotency",
-			slog.String("store", store),
 			slog.String("redis_url", maskURLPassword(i.RedisURL.Reveal())),
 			slog.String("ttl", i.TTL.String()),
 			slog.String("claim_ttl", i.ClaimTTL.String()),

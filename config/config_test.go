@@ -66,6 +66,10 @@ const (
 // fullEnv sets every variable in Reference to a valid value that differs from
 // its default, the way a production deployment would.
 var fullEnv = map[string]string{
+	"EVENT_SOURCE":                 "embedded",
+	"IDEMPOTENCY_STORE":            "redis",
+	"SMS_NOTIFIER":                 "twilio",
+	"EMAIL_NOTIFIER":               "smtp",
 	"KAFKA_BROKERS":                "k1.internal:9092, k2.internal:9093",
 	"KAFKA_TOPIC":                  "orders-v2",
 	"KAFKA_GROUP_ID":               "nw-test",
@@ -123,6 +127,10 @@ type field struct {
 // checks that its keys are exactly Reference's names, so a variable added to
 // Reference without a field here (or the reverse) fails that test.
 var fields = map[string]field{
+	"EVENT_SOURCE":                 {func(c config.Config) any { return c.Adapters.EventSource }, "embedded"},
+	"IDEMPOTENCY_STORE":            {func(c config.Config) any { return c.Adapters.Store }, "redis"},
+	"SMS_NOTIFIER":                 {func(c config.Config) any { return c.Adapters.SMS }, "twilio"},
+	"EMAIL_NOTIFIER":               {func(c config.Config) any { return c.Adapters.Email }, "smtp"},
 	"KAFKA_BROKERS":                {func(c config.Config) any { return c.Kafka.Brokers }, []string{"k1.internal:9092", "k2.internal:9093"}},
 	"KAFKA_TOPIC":                  {func(c config.Config) any { return c.Kafka.Topic }, "orders-v2"},
 	"KAFKA_GROUP_ID":               {func(c config.Config) any { return c.Kafka.GroupID }, "nw-test"},
@@ -209,6 +217,10 @@ func TestLoad_Defaults(t *testing.T) {
 		got, want any
 	}{
 		{"KAFKA_BROKERS", c.Kafka.Brokers, []string(nil)},
+		{"EVENT_SOURCE", c.Adapters.EventSource, "kafka"},
+		{"IDEMPOTENCY_STORE", c.Adapters.Store, ""},
+		{"SMS_NOTIFIER", c.Adapters.SMS, ""},
+		{"EMAIL_NOTIFIER", c.Adapters.Email, ""},
 		{"KAFKA_TOPIC", c.Kafka.Topic, "shipment-events"},
 		{"KAFKA_GROUP_ID", c.Kafka.GroupID, "notification-worker"},
 		{"KAFKA_DLQ_TOPIC", c.Kafka.DLQTopic, "shipment-events.dlq"},

@@ -29,6 +29,12 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	l := &loader{lookup: lookup}
 	var c Config
 
+	ad := &c.Adapters
+	ad.EventSource = l.oneOf("EVENT_SOURCE", false, "kafka", "embedded")
+	ad.Store = l.oneOf("IDEMPOTENCY_STORE", false, "redis", "memory")
+	ad.SMS = l.oneOf("SMS_NOTIFIER", false, "twilio", "console")
+	ad.Email = l.oneOf("EMAIL_NOTIFIER", false, "smtp", "console")
+
 	k := &c.Kafka
 	k.Brokers = l.hostPorts("KAFKA_BROKERS")
 	k.Topic = l.topic("KAFKA_TOPIC")

@@ -115,6 +115,10 @@ func (r *faultRig) WorkerEnv(extra map[string]string) map[string]string {
 	}
 	if r.SMTP != nil {
 		envs = append(envs, r.SMTP.Env())
+	} else {
+		// Chosen, not defaulted: beside the Redis store the worker refuses
+		// a console notifier it was not told to use.
+		envs = append(envs, map[string]string{"EMAIL_NOTIFIER": "console"})
 	}
 	return integration.Env(append(envs, extra)...)
 }

@@ -86,12 +86,13 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 			}
 		}
 		t := &totals[phase]
-		m := &Main{
-			Config: cfg, Stdout: stdout, Logger: log, Store: store,
-			Notifiers:       map[ports.Channel]ports.Notifier{ports.ChannelSMS: sends, ports.ChannelEmail: sends},
-			Observer:        t,
-			ConsumerMetrics: t,
-		}
+		m := &Main{Config: cfg, Stdout: stdout, Deps: Deps{
+			Logger:        log,
+			Store:         store,
+			Notifiers:     map[ports.Channel]ports.Notifier{ports.ChannelSMS: sends, ports.ChannelEmail: sends},
+			Observer:      t,
+			RecordMetrics: t,
+		}}
 		if err := runUntil(ctx, m, func() bool { return t.handled() >= notifications && t.deadLettered.Load() >= 1 }); err != nil {
 			return fmt.Errorf("phase %d: %w", phase+1, err)
 		}

@@ -134,7 +134,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 		spans := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		m := &Main{Config: cfg, Stdout: &out, TracerProvider: tp}
+		m := &Main{Config: cfg, Stdout: &out, Deps: Deps{TracerProvider: tp}}
 		MustOpen(t, m)
 		stop := MustRun(t, m)
 

@@ -90,15 +90,14 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 	sms := &countingNotifier{next: console.New(io.Discard), perKey: map[string]int{}}
 	var duplicates atomic.Int64
 	var out logtest.Buffer
-	m := &Main{
-		Config: cfg, Stdout: &out,
+	m := &Main{Config: cfg, Stdout: &out, Deps: Deps{
 		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms, ports.ChannelEmail: sms},
 		Observer: ports.ObserverFunc(func(_ ports.Channel, o ports.Outcome) {
 			if o == ports.OutcomeDuplicate {
 				duplicates.Add(1)
 			}
 		}),
-	}
+	}}
 	MustOpen(t, m)
 	MustRun(t, m)
 
@@ -192,6 +191,8 @@ func TestMain_RefusesAnUnboundedRedisQueue(t *testing.T) {
 	cfg := MustLoadConfig(t, map[string]string{
 		"KAFKA_BROKERS":                "127.0.0.1:1",
 		"REDIS_URL":                    "redis://127.0.0.1:1?write_timeout=72h",
+		"SMS_NOTIFIER":                 "console",
+		"EMAIL_NOTIFIER":               "console",
 		"MAX_IN_FLIGHT":                "4096",
 		"IDEMPOTENCY_BREAKER_COOLDOWN": "1s",
 		"HTTP_ADDR":                    "",

@@ -52,7 +52,7 @@ func TestMain_TraceContinuesFromTheProducer(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	var out logtest.Buffer
-	m := &Main{Config: cfg, Stdout: &out, TracerProvider: tp}
+	m := &Main{Config: cfg, Stdout: &out, Deps: Deps{TracerProvider: tp}}
 	MustOpen(t, m)
 	stop := MustRun(t, m)
 	recordSpan := "process " + topic

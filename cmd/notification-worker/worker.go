@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,15 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
-	"github.com/harborlight/notification-worker/adapters/console"
 	"github.com/harborlight/notification-worker/adapters/httpapi"
 	"github.com/harborlight/notification-worker/adapters/kafka"
-	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
-	"github.com/harborlight/notification-worker/adapters/redis"
-	"github.com/harborlight/notification-worker/adapters/smtp"
-	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
@@ -56,38 +52,48 @@ const storeOpenCircuit = "open-circuit"
 // end-to-end tests use it as main does.
 type Main struct {
 	Config config.Config
-	// Stdout receives the JSON logs and, where no provider is configured,
-	// the console notifier's lines.
+	// Stdout receives the JSON logs and the console notifier's lines.
 	Stdout io.Writer
-	// Logger overrides the logger built from Config (nil: built).
-	Logger *slog.Logger
-	// Store overrides the store built from Config. The demo passes one store
-	// to two workers: it stands in for Redis, which outlives a restart.
-	Store ports.IdempotencyStore
-	// Notifiers overrides the notifiers built from Config, per channel.
-	Notifiers map[ports.Channel]ports.Notifier
-	// Observer and ConsumerMetrics, when set, are told what the domain and
-	// the consumer report, besides the worker's own metrics.
-	Observer        ports.Observer
-	ConsumerMetrics RecordMetrics
-	// Metrics overrides the metrics built by Open (nil: a fresh set). Tests
-	// pass one to two workers in turn, as they pass one Store, to read
-	// counts that span a restart.
-	Metrics *prometheus.Metrics
-	// TracerProvider overrides the tracing the configuration asks for (nil:
-	// OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT or
-	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none). Tests pass one
-	// that keeps the spans in memory.
-	TracerProvider trace.TracerProvider
+	// Deps gives what Open would otherwise build from Config.
+	Deps Deps
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
-	breaker  *breaker.Breaker // nil without Redis
+	adapters map[string]string // what was built for each port, for the start-up log
+	tracer   *otel.Tracer      // nil: tracing off
+	breaker  *breaker.Breaker  // nil without Redis
 	consumer *kafka.Consumer
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
 	running  atomic.Bool     // Run is consuming
 	closers  []func()
+}
+
+// Deps are what a caller gives Main instead of having Open build it from
+// Config: the demo and the end-to-end tests pass them. Every field is
+// optional; nil means built.
+type Deps struct {
+	// Logger replaces the logger built from LOG_LEVEL and LOG_FORMAT.
+	Logger *slog.Logger
+	// Store replaces the store IDEMPOTENCY_STORE names. The demo passes one
+	// store to two workers: it stands in for Redis, which outlives a
+	// restart.
+	Store ports.IdempotencyStore
+	// Notifiers replace, per channel, the notifier SMS_NOTIFIER or
+	// EMAIL_NOTIFIER names.
+	Notifiers map[ports.Channel]ports.Notifier
+	// Metrics replaces a fresh set. Tests pass one to two workers in turn,
+	// as they pass one Store, to read counts that span a restart.
+	Metrics *prometheus.Metrics
+	// Observer and RecordMetrics are told what the domain, and the
+	// consumer and the record policy, report, besides Metrics.
+	Observer      ports.Observer
+	RecordMetrics RecordMetrics
+	// TracerProvider replaces the tracing the configuration asks for (OTLP
+	// export when OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none). Tests pass one
+	// that keeps the spans in memory.
+	TracerProvider trace.TracerProvider
 }
 
 // Open builds every adapter and the domain service, each store and notifier
@@ -97,58 +103,104 @@ type Main struct {
 // port in use is such an error.
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
-	m.logger = m.Logger
-	if m.logger == nil {
-		m.logger = newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat)
-	}
-	wired := map[string]string{}
-	m.metrics = m.Metrics
+	m.logger = cmp.Or(m.Deps.Logger, newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat))
+	m.metrics = m.Deps.Metrics
 	if m.metrics == nil {
 		m.metrics = prometheus.New()
 	}
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
 	m.metrics.SetVersion(version)
-	tracer, err := m.openTracing(ctx, wired)
+	m.adapters = map[string]string{}
+	chosen, err := choose(cfg, m.Deps)
 	if err != nil {
 		return err
 	}
+	m.tracer, err = m.openTracing(ctx)
+	if err != nil {
+		return err
+	}
+	brokers, err := eventSources[chosen.Source](m)
+	if err != nil {
+		return err
+	}
+	m.adapters["event_source"] = chosen.Source
+	store, notifiers, err := m.openPorts(ctx, chosen)
+	if err != nil {
+		return err
+	}
+	svc, err := m.openService(store, notifiers)
+	if err != nil {
+		return err
+	}
+	if err := m.openConsumer(brokers, m.tracer.Handler(svc), 2*svc.LongestHandle()); err != nil {
+		return err
+	}
+	if err := m.openHTTP(); err != nil {
+		return err
+	}
+	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
+	for _, name := range chosen.consoleShared {
+		m.logger.Warn("console_notifier_shared_store", slog.String("variable", name),
+			slog.String("reason", name+"=console with the redis store: this channel's notifications go to the console and their sent records into the shared store, where they suppress the real ones for IDEMPOTENCY_TTL; for a test lab only"))
+	}
+	if cfg.AllowInsecureTransport {
+		m.logger.Warn("insecure_transport_allowed",
+			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, SASL PLAIN without TLS); for a test lab only"))
+	}
+	return nil
+}
 
-	brokers := cfg.Kafka.Brokers
-	if len(brokers) == 0 {
-		emb, err := kafka.StartEmbedded(embeddedPartitions, cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
-		if err != nil {
-			return err
+// openPorts returns the store and the notifiers chosen, or given, each
+// measured by the metrics and traced.
+func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyStore, map[ports.Channel]ports.Notifier, error) {
+	store := m.Deps.Store
+	if store == nil {
+		var err error
+		if store, err = stores[chosen.Store](m, ctx); err != nil {
+			return nil, nil, err
 		}
-		m.closers = append(m.closers, emb.Close)
-		brokers = emb.Brokers()
-		wired["kafka"] = "embedded in-process broker (KAFKA_BROKERS is empty; nothing survives a restart)"
-	} else {
-		wired["kafka"] = "sarama"
 	}
-
-	store, err := m.openStore(ctx, wired)
-	if err != nil {
-		return err
-	}
+	m.adapters["store"] = chosen.Store
 	// Outside the breaker, so its refusals count as the store unavailable
 	// (and show in the trace).
-	store = tracer.Store(m.metrics.InstrumentStore(store))
-	notifiers, err := m.openNotifiers(wired)
-	if err != nil {
-		return err
+	store = m.tracer.Store(m.metrics.InstrumentStore(store))
+	notifiers := map[ports.Channel]ports.Notifier{}
+	for _, n := range []struct {
+		ch       ports.Channel
+		name     string
+		registry map[string]func(*Main) (ports.Notifier, error)
+	}{
+		{ports.ChannelSMS, chosen.SMS, smsNotifiers},
+		{ports.ChannelEmail, chosen.Email, emailNotifiers},
+	} {
+		notifier := m.Deps.Notifiers[n.ch]
+		if notifier == nil {
+			var err error
+			if notifier, err = n.registry[n.name](m); err != nil {
+				return nil, nil, err
+			}
+		}
+		notifiers[n.ch] = notifier
+		m.adapters[string(n.ch)] = n.name
 	}
-	// The providers that can be asked what they accepted, taken before the
-	// decorators hide what else the adapters implement.
+	return store, notifiers, nil
+}
+
+// openService builds the domain service on store and notifiers, each
+// notifier measured and traced; the reconcilers are taken before the
+// decorators hide what else the adapters implement.
+func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Channel]ports.Notifier) (*domain.Service, error) {
+	cfg := m.Config
 	reconcilers := map[ports.Channel]ports.Reconciler{}
 	for ch, n := range notifiers {
 		if rc, ok := n.(ports.Reconciler); ok {
 			reconcilers[ch] = rc
 		}
-		notifiers[ch] = tracer.Notifier(ch, wired[string(ch)], m.metrics.InstrumentNotifier(ch, n))
+		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
 	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	svc, err := domain.NewService(domain.Config{
 		Store:         store,
@@ -165,40 +217,30 @@ func (m *Main) Open(ctx context.Context) error {
 		UnknownPolicy: domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
 		Reconciled:    m.metrics.Reconciled,
 		Logger:        m.logger,
-		Observer:      observers(m.metrics, m.Observer),
+		Observer:      observers(m.metrics, m.Deps.Observer),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.closers = append(m.closers, svc.Close)
 	m.metrics.TrackLedger(svc.Owed)
+	return svc, nil
+}
 
+// openConsumer builds the consumer on brokers and the handler it runs: h
+// behind the record policy. A handler call running longer than stallAfter
+// is hung, and /healthz says so.
+func (m *Main) openConsumer(brokers []string, h ports.Handler, stallAfter time.Duration) error {
 	kcfg, err := m.kafkaConfig(brokers)
 	if err != nil {
 		return err
 	}
-	// Twice the longest a record can take with every dependency at its
-	// timeout (about 5 minutes by default): a call running that long is
-	// hung, and /healthz says so.
-	kcfg.StallAfter = 2 * svc.LongestHandle()
-	m.consumer, err = kafka.NewConsumer(kcfg)
-	if err != nil {
+	kcfg.StallAfter = stallAfter
+	if m.consumer, err = kafka.NewConsumer(kcfg); err != nil {
 		return err
 	}
-	m.handler, err = m.recordPolicy(m.consumer.DeadLetterSink(), tracer.Handler(svc))
-	if err != nil {
-		return err
-	}
-
-	if err := m.openHTTP(wired); err != nil {
-		return err
-	}
-	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", wired))
-	if cfg.AllowInsecureTransport {
-		m.logger.Warn("insecure_transport_allowed",
-			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, SASL PLAIN without TLS); for a test lab only"))
-	}
-	return nil
+	m.handler, err = m.recordPolicy(m.consumer.DeadLetterSink(), h)
+	return err
 }
 
 // openTracing returns the tracer the ports are decorated with: over
@@ -206,11 +248,11 @@ func (m *Main) Open(ctx context.Context) error {
 // configuration names an endpoint, else nil (tracing off: nothing is
 // decorated). The provider built here is shut down by Close, after the
 // consumer, so the last records' spans are exported.
-func (m *Main) openTracing(ctx context.Context, wired map[string]string) (*otel.Tracer, error) {
+func (m *Main) openTracing(ctx context.Context) (*otel.Tracer, error) {
 	switch url := m.Config.TracesURL(); {
-	case m.TracerProvider != nil:
-		wired["tracing"] = "given"
-		return otel.New(m.TracerProvider), nil
+	case m.Deps.TracerProvider != nil:
+		m.adapters["tracing"] = "given"
+		return otel.New(m.Deps.TracerProvider), nil
 	case url != "":
 		tp, err := otel.NewProvider(ctx, otel.ExportConfig{
 			URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: version, Logger: m.logger,
@@ -223,18 +265,18 @@ func (m *Main) openTracing(ctx context.Context, wired map[string]string) (*otel.
 				m.logger.Warn("tracing_shutdown_incomplete", slog.String("error", err.Error()))
 			}
 		})
-		wired["tracing"] = "otlp " + url
+		m.adapters["tracing"] = "otlp " + url
 		return otel.New(tp), nil
 	}
-	wired["tracing"] = "off (OTEL_EXPORTER_OTLP_ENDPOINT is empty)"
+	m.adapters["tracing"] = "off (OTEL_EXPORTER_OTLP_ENDPOINT is empty)"
 	return nil, nil
 }
 
 // openHTTP starts /healthz, /readyz and /metrics on HTTP_ADDR, last in Open:
 // the handlers read what Open built, and Close stops the server first.
-func (m *Main) openHTTP(wired map[string]string) error {
+func (m *Main) openHTTP() error {
 	if m.Config.HTTPAddr == "" {
-		wired["http"] = "off (HTTP_ADDR is off: no probes, no /metrics)"
+		m.adapters["http"] = "off (HTTP_ADDR is off: no probes, no /metrics)"
 		return nil
 	}
 	h := httpapi.Handler(httpapi.Config{Ready: m.Ready, Live: m.Live, Status: m.status, Metrics: m.metrics.Handler()})
@@ -250,7 +292,7 @@ func (m *Main) openHTTP(wired map[string]string) error {
 			m.logger.Warn("http_shutdown_incomplete", slog.String("error", err.Error()))
 		}
 	})
-	wired["http"] = "http://" + srv.Addr().String() + " (/healthz, /readyz, /metrics: prometheus)"
+	m.adapters["http"] = "http://" + srv.Addr().String() + " (/healthz, /readyz, /metrics: prometheus)"
 	return nil
 }
 
@@ -314,92 +356,6 @@ func (m *Main) Close() {
 	m.closers = nil
 }
 
-func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.IdempotencyStore, error) {
-	cfg := m.Config.Idempotency
-	switch {
-	case m.Store != nil:
-		wired["store"] = "given"
-		return m.Store, nil
-	case cfg.RedisURL == "":
-		wired["store"] = "memory (REDIS_URL is empty; forgets on restart)"
-		return memory.New(nil), nil
-	}
-	// The breaker is the one layer that decides Redis is unavailable, and
-	// it bounds what the handlers leave unanswered on a server that went
-	// silent; the store's ring is sized to hold that bound, so no call
-	// waits for a free slot past its deadline (see redis.Config).
-	rcfg := redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout, KeepAbandoned: cfg.TTL}
-	unansweredFor, err := rcfg.UnansweredFor()
-	if err != nil {
-		return nil, err
-	}
-	// The callers: MAX_IN_FLIGHT handlers, each making one store call at a
-	// time, and the domain's one background writer of owed records.
-	bcfg, maxUnanswered := breaker.ForCallers(
-		breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown},
-		m.Config.Kafka.MaxInFlight+1, unansweredFor)
-	if maxUnanswered >= redis.MaxRing {
-		return nil, fmt.Errorf("MAX_IN_FLIGHT=%d with IDEMPOTENCY_BREAKER_COOLDOWN=%v and the Redis URL's write_timeout (a command may wait %v for its answer) would leave up to %d commands awaiting Redis; the store holds fewer than %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
-			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, redis.MaxRing)
-	}
-	rcfg.MaxUnanswered = maxUnanswered
-	rs, err := redis.New(rcfg)
-	if err != nil {
-		return nil, err
-	}
-	m.closers = append(m.closers, rs.Close)
-	bcfg.Probe = rs.Ping
-	b := breaker.New(rs, bcfg)
-	m.closers = append(m.closers, b.Close)
-	m.breaker = b
-	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
-	wired["store"] = "redis, behind a circuit breaker"
-	return b, nil
-}
-
-func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.Notifier, error) {
-	cfg := m.Config
-	var con ports.Notifier = console.New(m.Stdout)
-	n := map[ports.Channel]ports.Notifier{ports.ChannelSMS: con, ports.ChannelEmail: con}
-	wired["sms"], wired["email"] = "console", "console"
-	if cfg.TwilioEnabled() {
-		tw, err := twilio.New(twilio.Config{
-			AccountSID:          cfg.Twilio.AccountSID,
-			AuthToken:           cfg.Twilio.AuthToken.Reveal(),
-			From:                cfg.Twilio.FromNumber,
-			MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
-			APIURL:              cfg.Twilio.APIURL,
-			Timeout:             cfg.SendTimeout,
-			ListLag:             cfg.Twilio.ListLag,
-			// At most one SMS per record in flight: a connection each.
-			MaxConns: cfg.Kafka.MaxInFlight,
-		})
-		if err != nil {
-			return nil, err
-		}
-		n[ports.ChannelSMS], wired["sms"] = tw, "twilio"
-	}
-	if cfg.SMTPEnabled() {
-		sm, err := smtp.New(smtp.Config{
-			Host:      cfg.SMTP.Host,
-			Port:      cfg.SMTP.Port,
-			Username:  cfg.SMTP.Username,
-			Password:  cfg.SMTP.Password.Reveal(),
-			From:      cfg.SMTP.From,
-			TLSPolicy: cfg.SMTP.TLSPolicy,
-			Timeout:   cfg.SendTimeout,
-		})
-		if err != nil {
-			return nil, err
-		}
-		n[ports.ChannelEmail], wired["email"] = sm, "smtp"
-	}
-	for ch, given := range m.Notifiers {
-		n[ch], wired[string(ch)] = given, "given"
-	}
-	return n, nil
-}
-
 // recordPolicy returns h behind the record policy, the middlewares listed
 // in the order a record meets them. The consumer only delivers, orders and
 // commits: what a failure means is decided here.
@@ -411,7 +367,7 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink, h ports.Handler) (ports.H
 		RetryInitialBackoff: k.RetryInitialBackoff,
 		RetryMaxBackoff:     k.RetryMaxBackoff,
 		Logger:              m.logger,
-		Metrics:             consumerMetrics(m.metrics, m.ConsumerMetrics),
+		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
 	}
 	if err := pcfg.Validate(); err != nil {
 		return nil, err
@@ -449,7 +405,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		SASLUsername:        k.SASLUsername,
 		SASLPassword:        k.SASLPassword.Reveal(),
 		Logger:              m.logger,
-		Metrics:             consumerMetrics(m.metrics, m.ConsumerMetrics),
+		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
 	}
 	tlsCfg, err := kafkaTLS(m.Config)
 	if err != nil {

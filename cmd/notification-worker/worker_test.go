@@ -67,7 +67,7 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 	store, metrics := memory.New(nil), prometheus.New()
 	var out logtest.Buffer
 
-	first := &Main{Config: cfg, Stdout: &out, Store: store, Metrics: metrics}
+	first := &Main{Config: cfg, Stdout: &out, Deps: Deps{Store: store, Metrics: metrics}}
 	if first.Ready() {
 		t.Fatal("Ready before Open")
 	}
@@ -130,10 +130,10 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 	extra[0].Channels = []string{"email"}
 	MustPublish(t, emb.Brokers(), topic, eventMessages(extra)...)
 
-	second := &Main{
-		Config: cfg, Stdout: &out, Store: store, Metrics: metrics,
+	second := &Main{Config: cfg, Stdout: &out, Deps: Deps{
+		Store: store, Metrics: metrics,
 		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelEmail: panickingNotifier{}},
-	}
+	}}
 	MustOpen(t, second)
 	stop = MustRun(t, second)
 	waitFor(t, "replay", func() (bool, string) {
@@ -229,6 +229,8 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 				"KAFKA_TOPIC":                  topic,
 				"KAFKA_GROUP_ID":               uniqueName("group"),
 				"REDIS_URL":                    redisSrv.URL(),
+				"SMS_NOTIFIER":                 "console",
+				"EMAIL_NOTIFIER":               "console",
 				"IDEMPOTENCY_KEY_PREFIX":       uniqueName("idem") + ":",
 				"IDEMPOTENCY_BREAKER_FAILURES": tc.failures,
 				"IDEMPOTENCY_BREAKER_COOLDOWN": "100ms",
@@ -300,6 +302,7 @@ func TestMain_InsecureTransportAllowedIsLogged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := MustLoadConfig(t, map[string]string{
 				"ALLOW_INSECURE_TRANSPORT": tc.allow,
+				"EVENT_SOURCE":             "embedded",
 				"KAFKA_TOPIC":              uniqueName("insecure"),
 				"HTTP_ADDR":                "off",
 			})
