@@ -10,9 +10,10 @@ package config
 import (
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"time"
+
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // Secret is a configuration value that must never reach a log line or an
@@ -192,7 +193,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),
 		),
 		slog.Group("idempotency",
-			slog.String("redis_url", maskURLPassword(i.RedisURL.Reveal())),
+			slog.String("redis_url", ports.MaskURL(i.RedisURL.Reveal())),
 			slog.String("ttl", i.TTL.String()),
 			slog.String("claim_ttl", i.ClaimTTL.String()),
 			slog.String("timeout", i.Timeout.String()),
@@ -234,33 +235,6 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 	)
-}
-
-// maskURLPassword returns raw with the password of its user info (and any
-// "password" query parameter) replaced by "***". A value that does not parse
-// is masked whole: without a parse there is no telling where a password sits.
-func maskURLPassword(raw string) string {
-	if raw == "" {
-		return ""
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return masked
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "PASSWORD")
-		// Encode escapes "*", so set a placeholder and swap it afterwards.
-		u.RawQuery = strings.Replace(q.Encode(), "password=PASSWORD", "password="+masked, 1)
-	}
-	if _, hasPassword := u.User.Password(); !hasPassword {
-		return u.String()
-	}
-	// url.UserPassword would escape "***" to "%2A%2A%2A"; print the user
-	// info by hand so the log reads as the operator wrote it.
-	user := url.User(u.User.Username()).String()
-	rest := *u
-	rest.User = nil
-	return u.Scheme + "://" + user + ":" + masked + "@" + strings.TrimPrefix(rest.String(), u.Scheme+"://")
 }
 
 // Error is returned by Load when the environment is invalid. It lists every

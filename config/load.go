@@ -83,10 +83,10 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
 	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
-		// It was "no breaker" once. The breaker is now the one layer that
-		// decides Redis is unavailable, and what bounds the calls a
-		// silent Redis leaves waiting: without it, calls would hang past
-		// IDEMPOTENCY_TIMEOUT.
+		// 0 would mean "no breaker", which is refused: the breaker is the
+		// one layer that decides Redis is unavailable, and what bounds the
+		// calls a silent Redis leaves waiting; without it, calls would hang
+		// past IDEMPOTENCY_TIMEOUT.
 		l.fail("IDEMPOTENCY_BREAKER_FAILURES", "the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000")
 	} else {
 		i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 1, 1000)

@@ -2,6 +2,7 @@ package ports
 
 import (
 	"net/mail"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 )
@@ -69,4 +70,31 @@ func MaskAddress(ch Channel, addr string) string {
 func firstRune(s string) string {
 	_, n := utf8.DecodeRuneInString(s)
 	return s[:n]
+}
+
+// MaskURL returns raw with the password of its user info (and any
+// "password" query parameter) replaced by "***". A value that does not parse
+// is masked whole: without a parse there is no telling where a password sits.
+func MaskURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "***"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "PASSWORD")
+		// Encode escapes "*", so set a placeholder and swap it afterwards.
+		u.RawQuery = strings.Replace(q.Encode(), "password=PASSWORD", "password=***", 1)
+	}
+	if _, hasPassword := u.User.Password(); !hasPassword {
+		return u.String()
+	}
+	// url.UserPassword would escape "***" to "%2A%2A%2A"; print the user
+	// info by hand so the log reads as the operator wrote it.
+	user := url.User(u.User.Username()).String()
+	rest := *u
+	rest.User = nil
+	return u.Scheme + "://" + user + ":***@" + strings.TrimPrefix(rest.String(), u.Scheme+"://")
 }

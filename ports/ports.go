@@ -252,7 +252,7 @@ type IdempotencyStore interface {
 // Outcome is how one notification ended.
 type Outcome string
 
-// The outcomes the domain reports (DESIGN.md section 4).
+// The outcomes the domain reports.
 const (
 	OutcomeSent            Outcome = "sent"
 	OutcomeDuplicate       Outcome = "duplicate"

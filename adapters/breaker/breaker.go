@@ -44,7 +44,7 @@ type Config struct {
 	Failures int
 	// Cooldown is, while the circuit is open, the interval between probes;
 	// each probe also gets Cooldown as its deadline, so a hung store cannot
-	// stall the prober. Zero: DefaultCooldown.
+	// hold up the prober. Zero: DefaultCooldown.
 	Cooldown time.Duration
 	// Probe asks the store whether it answers again, e.g. the Redis store's
 	// Ping. Nil: a Release of a random key that does not exist, which costs

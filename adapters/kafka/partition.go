@@ -103,21 +103,21 @@ func (p *partition) dispatch(msg *sarama.ConsumerMessage) {
 
 // waitSpan returns once the tracker spans fewer than maxSpan offsets, so
 // the next record may be dispatched, or false when done is closed first.
-// Only the ConsumeClaim goroutine calls it; it logs once per stall.
+// Only the ConsumeClaim goroutine calls it; it logs once per pause.
 func (p *partition) waitSpan(done <-chan struct{}) bool {
-	stalled := false
+	paused := false
 	for {
 		p.mu.Lock()
 		span, lowest := p.tracker.span(), p.tracker.commitOffset()
 		p.mu.Unlock()
 		if span < p.maxSpan {
-			if stalled {
+			if paused {
 				p.log.Info("partition_dispatch_resumed", "span", span)
 			}
 			return true
 		}
-		if !stalled {
-			stalled = true
+		if !paused {
+			paused = true
 			p.log.Warn("partition_dispatch_paused", "lowest_unfinished", lowest, "span", span, "max_span", p.maxSpan)
 		}
 		select {

@@ -19,10 +19,9 @@
 // URL for the slot map (CLUSTER SLOTS; CLUSTER SHARDS from Redis 8 on), sends
 // each command to the node that owns its key's slot, follows MOVED when a
 // slot has moved since, and falls back to a single-node client when the
-// server is not a cluster. TestCluster checks this against a real 3-node
-// cluster (Redis 7.0) given one node's URL: the store contract suite passes,
-// keys land on every node, and a claim in a slot moved after New follows the
-// MOVED. More seed nodes can be given as "?addr=host:port" query parameters;
+// server is not a cluster. Against a real 3-node cluster (Redis 7.0) given
+// one node's URL, the store contract suite passes, keys land on every node,
+// and a claim in a slot moved after New follows the MOVED. More seed nodes can be given as "?addr=host:port" query parameters;
 // a seed refusing connections is skipped, though New then takes up to a
 // second longer (a delayed rueidis topology refresh).
 //
@@ -39,9 +38,9 @@
 // allow CLUSTER SLOTS and CLUSTER SHARDS. It could pass only if the seed
 // owned all 16 of those slots, which no other node owning 1024 consecutive
 // slots allows, nor any cluster of two or more primaries splitting the slots
-// evenly in ranges (TestCluster: 10 starts in 10 fail on 3 nodes). The
+// evenly in ranges (on 3 nodes, 10 starts in 10 fail). The
 // claims go out in one batch and the releases in another, so a standalone
-// New takes no longer than with the single key it used to claim. A KeyPrefix
+// New takes one round trip for each. A KeyPrefix
 // with a hash tag of its own puts every key, these included, in the
 // prefix's one slot: the check then covers that slot, the only one used.
 // The check needs every one of those slots served: on a cluster running
@@ -287,12 +286,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
+		return nil, fmt.Errorf("redis: connect to %s: %w", ports.MaskURL(cfg.URL), err)
 	}
 	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("redis: %s: %w", redactedURL(cfg.URL), err)
+		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
 	return s, nil
 }
@@ -303,7 +302,7 @@ const selfCheckTimeout = 5 * time.Second
 
 // selfCheckTags are the hash tags of New's self-check keys: tag i hashes to
 // slot i*1024 (CRC16 of the tag, mod 16384; found by searching
-// three-character strings, checked by TestSelfCheckTags), so the keys are
+// three-character strings), so the keys are
 // spread evenly over Redis Cluster's 16384 slots. On a cluster whose slot map
 // the client could not read, some of them get MOVED unless the seed node owns
 // all 16 of these slots: see the package comment.
@@ -639,13 +638,4 @@ func redactURLError(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-// redactedURL returns the URL with its password masked, for error messages.
-func redactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	return u.Redacted()
 }

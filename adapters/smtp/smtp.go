@@ -60,7 +60,6 @@ import (
 const (
 	DefaultPort      = 587
 	DefaultTLSPolicy = "mandatory"
-	DefaultTimeout   = 15 * time.Second
 )
 
 // Config configures a Notifier.
@@ -76,7 +75,9 @@ type Config struct {
 	// TLSPolicy is "mandatory" (the default: STARTTLS or no send),
 	// "opportunistic" (STARTTLS when offered) or "none" (never).
 	TLSPolicy string
-	// Timeout bounds one send, dial to QUIT, default DefaultTimeout.
+	// Timeout, when positive, bounds one send, dial to QUIT. Zero: the
+	// caller's context alone bounds it (the worker's domain service puts
+	// SEND_TIMEOUT on every send).
 	Timeout time.Duration
 	// HELO is the name given in EHLO; empty means the machine's host name.
 	HELO string
@@ -109,9 +110,6 @@ func New(cfg Config) (*Notifier, error) {
 	}
 	if cfg.TLSPolicy == "" {
 		cfg.TLSPolicy = DefaultTLSPolicy
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
 	}
 
 	var bad []string
@@ -186,7 +184,7 @@ func (n *Notifier) MessageID(key string) string {
 // notification over it would be worse than flattening it. With them gone no
 // header can be injected; go-mail then RFC 2047-encodes what needs it.
 //
-// Send returns within the configured Timeout, or sooner when ctx is done: the
+// Send returns within the configured Timeout or ctx's deadline, or sooner when ctx is done: the
 // connection is closed under the SMTP conversation, at whatever step it is.
 // Errors hold an *Error (errors.As), classified as the package comment says;
 // an unknown outcome wraps ports.ErrOutcomeUnknown around it. Once the server
@@ -231,7 +229,10 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 		msg.SetBodyString(gomail.TypeTextHTML, m.HTML)
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, n.timeout)
+	ctx, cancel := context.WithCancel(ctx)
+	if n.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, n.timeout)
+	}
 	// Runs last: closes the connection, if the dial left one open.
 	defer cancel()
 
@@ -239,7 +240,7 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	var wc *writeCheckedConn // set by the dial, read after the send
 	opts := []gomail.Option{
 		gomail.WithPort(n.port),
-		gomail.WithTimeout(n.timeout),
+		gomail.WithTimeout(n.ioTimeout()),
 		gomail.WithTLSPolicy(n.policy),
 		// go-mail honours ctx only while dialling; closing the connection
 		// when ctx is done bounds the whole conversation.
@@ -486,4 +487,14 @@ func (a *plainOrLogin) Start(s *gosmtp.ServerInfo) (string, []byte, error) {
 
 func (a *plainOrLogin) Next(fromServer []byte, more bool) ([]byte, error) {
 	return a.chosen.Next(fromServer, more)
+}
+
+// ioTimeout is go-mail's bound on each network operation: the send's own
+// Timeout when positive, else go-mail's default. The context's deadline,
+// which closes the connection, bounds the whole conversation either way.
+func (n *Notifier) ioTimeout() time.Duration {
+	if n.timeout > 0 {
+		return n.timeout
+	}
+	return gomail.DefaultTimeout
 }

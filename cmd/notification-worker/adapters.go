@@ -187,7 +187,7 @@ func (m *Main) openSMTP() (ports.Notifier, error) {
 		Password:  s.Password.Reveal(),
 		From:      s.From,
 		TLSPolicy: s.TLSPolicy,
-		Timeout:   m.Config.SendTimeout,
+		// No Timeout: the domain bounds every send with SEND_TIMEOUT.
 	})
 }
 

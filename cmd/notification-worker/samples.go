@@ -16,7 +16,7 @@ var sampleTypes = []string{
 
 var sampleNames = []string{"Ada", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis"}
 
-// sampleEvent is the JSON of DESIGN.md section 3.
+// sampleEvent is the JSON of a shipment event, as the README's "The event" shows it.
 type sampleEvent struct {
 	EventID    string            `json:"event_id"`
 	Type       string            `json:"type"`

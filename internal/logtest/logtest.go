@@ -1,5 +1,5 @@
 // Package logtest captures what a logger writes, for tests that assert on
-// log events (DESIGN.md section 7 names them) and on what must never be
+// log events (docs/runbook.md names them) and on what must never be
 // logged (secrets, unmasked addresses).
 package logtest
 
