@@ -147,6 +147,22 @@ func New() *Metrics {
 		}, []string{"version", "revision", "go_version"}),
 	}
 	m.storeState.Store(StoreUnknown)
+	m.registerFuncs()
+	m.reg.MustRegister(
+		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
+		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
+		m.retries, m.buildInfo, m.unknown, m.reconciliations,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m.SetVersion("")
+	m.exposeZeros()
+	return m
+}
+
+// registerFuncs registers the metrics read from the worker when scraped:
+// the ledger's counts and the breaker's state.
+func (m *Metrics) registerFuncs() {
 	ledgerOwed := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "ledger_owed",
 		Help: "Notifications this worker delivered whose sent record the store has not taken yet; it writes them when the store answers again, and suppresses their replays meanwhile.",
@@ -155,13 +171,6 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "ledger_evictions_total",
 		Help: "Owed sent records dropped because the ledger was full (IDEMPOTENCY_LEDGER_SIZE): a replay of each is no longer suppressed by this worker.",
 	}, func() float64 { _, evicted := m.ledgerCounts(); return float64(evicted) })
-	m.reg.MustRegister(ledgerOwed, ledgerEvicted, m.unknown, m.reconciliations)
-	for _, ch := range ports.Channels {
-		m.unknown.WithLabelValues(string(ch))
-		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
-			m.reconciliations.WithLabelValues(string(ch), string(r))
-		}
-	}
 	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "store_breaker_open",
 		Help: "1 while the circuit breaker in front of the idempotency store refuses calls, else 0 (also when there is no breaker).",
@@ -171,15 +180,17 @@ func New() *Metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(
-		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
-		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
-		m.retries, m.buildInfo, breaker,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	m.SetVersion("")
+	m.reg.MustRegister(ledgerOwed, ledgerEvicted, breaker)
+}
+
+// exposeZeros creates every series with known labels at zero, so a rate or
+// an alert has a series to read before the first event.
+func (m *Metrics) exposeZeros() {
 	for _, ch := range ports.Channels {
+		m.unknown.WithLabelValues(string(ch))
+		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
+			m.reconciliations.WithLabelValues(string(ch), string(r))
+		}
 		for _, o := range ports.Outcomes {
 			m.notifications.WithLabelValues(string(ch), string(o))
 		}
@@ -188,7 +199,6 @@ func New() *Metrics {
 		m.storeUnavailable.WithLabelValues(op)
 		m.storeDuration.WithLabelValues(op)
 	}
-	return m
 }
 
 // TrackLedger exports what counts reports (the domain's Service.Owed): the

@@ -252,6 +252,21 @@ func New(cfg Config) (*Store, error) {
 		}
 		opt.TLSConfig = tc
 	}
+	tune(&opt)
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis: connect to %s: %w", ports.MaskURL(cfg.URL), err)
+	}
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
+	if err := s.selfCheck(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
+	}
+	return s, nil
+}
+
+// tune sets the client options the store runs with, whatever the URL says.
+func tune(opt *rueidis.ClientOption) {
 	opt.DisableCache = true
 	// With a reader goroutine on every connection (not only on busy ones), a
 	// connection the server closed is noticed and replaced at once. Without
@@ -284,16 +299,6 @@ func New(cfg Config) (*Store, error) {
 	if opt.ClusterOption.ShardsRefreshInterval == 0 {
 		opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	}
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("redis: connect to %s: %w", ports.MaskURL(cfg.URL), err)
-	}
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
-	if err := s.selfCheck(); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
-	}
-	return s, nil
 }
 
 // selfCheckTimeout bounds New's one-time check: longer than a call's

@@ -204,30 +204,7 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 		return ports.Receipt{}, ports.MarkPermanent(fail("build message", 0, errors.New("neither text nor HTML body")))
 	}
 
-	msg := gomail.NewMsg()
-	var id string
-	if m.IdempotencyKey != "" {
-		id = n.MessageID(m.IdempotencyKey)
-		msg.SetMessageIDWithValue(strings.Trim(id, "<>"))
-	} else {
-		// One id for every keyless message would let a receiver collapse
-		// unrelated mail: a random id collapses nothing.
-		msg.SetMessageID()
-		id = msg.GetMessageID()
-	}
-	msg.FromMailAddress(n.from)
-	msg.ToMailAddress(&mail.Address{Name: flatten(m.ToName), Address: rcpt.Address})
-	msg.Subject(flatten(m.Subject))
-	msg.SetDate()
-	switch {
-	case m.Text != "" && m.HTML != "":
-		msg.SetBodyString(gomail.TypeTextPlain, m.Text)
-		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
-	case m.Text != "":
-		msg.SetBodyString(gomail.TypeTextPlain, m.Text)
-	default:
-		msg.SetBodyString(gomail.TypeTextHTML, m.HTML)
-	}
+	msg, id := n.message(m, rcpt)
 
 	ctx, cancel := context.WithCancel(ctx)
 	if n.timeout > 0 {
@@ -497,4 +474,35 @@ func (n *Notifier) ioTimeout() time.Duration {
 		return n.timeout
 	}
 	return gomail.DefaultTimeout
+}
+
+// message builds the email of m to rcpt, and returns it with its
+// Message-ID: derived from m's idempotency key, so a receiver can collapse a
+// duplicate, or random for a message without one.
+func (n *Notifier) message(m ports.Message, rcpt *mail.Address) (*gomail.Msg, string) {
+	msg := gomail.NewMsg()
+	var id string
+	if m.IdempotencyKey != "" {
+		id = n.MessageID(m.IdempotencyKey)
+		msg.SetMessageIDWithValue(strings.Trim(id, "<>"))
+	} else {
+		// One id for every keyless message would let a receiver collapse
+		// unrelated mail: a random id collapses nothing.
+		msg.SetMessageID()
+		id = msg.GetMessageID()
+	}
+	msg.FromMailAddress(n.from)
+	msg.ToMailAddress(&mail.Address{Name: flatten(m.ToName), Address: rcpt.Address})
+	msg.Subject(flatten(m.Subject))
+	msg.SetDate()
+	switch {
+	case m.Text != "" && m.HTML != "":
+		msg.SetBodyString(gomail.TypeTextPlain, m.Text)
+		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
+	case m.Text != "":
+		msg.SetBodyString(gomail.TypeTextPlain, m.Text)
+	default:
+		msg.SetBodyString(gomail.TypeTextHTML, m.HTML)
+	}
+	return msg, id
 }

@@ -166,40 +166,9 @@ func New(cfg Config) (*Notifier, error) {
 		cfg.ClockSkew = DefaultClockSkew
 	}
 
-	var bad []string
-	switch {
-	case cfg.AccountSID == "":
-		bad = append(bad, "AccountSID is required")
-	case !alphanumeric.MatchString(cfg.AccountSID):
-		bad = append(bad, "AccountSID must be alphanumeric")
-	}
-	switch {
-	case cfg.AuthToken == "":
-		bad = append(bad, "AuthToken is required")
-	case !alphanumeric.MatchString(cfg.AuthToken):
-		bad = append(bad, "AuthToken must be alphanumeric")
-	}
-	if cfg.From == "" && cfg.MessagingServiceSID == "" {
-		bad = append(bad, "From or MessagingServiceSID is required")
-	}
-	u, err := url.Parse(cfg.APIURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		bad = append(bad, fmt.Sprintf("APIURL %q must be an http or https URL without query", cfg.APIURL))
-	}
-	if cfg.Timeout < 0 {
-		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
-	}
-	if cfg.MaxConns < 0 {
-		bad = append(bad, fmt.Sprintf("MaxConns %d must be positive", cfg.MaxConns))
-	}
-	if cfg.ListLag < 0 {
-		bad = append(bad, fmt.Sprintf("ListLag %v must be positive", cfg.ListLag))
-	}
-	if cfg.ClockSkew < 0 {
-		bad = append(bad, fmt.Sprintf("ClockSkew %v must be positive", cfg.ClockSkew))
-	}
-	if len(bad) > 0 {
-		return nil, fmt.Errorf("twilio: invalid config: %s", strings.Join(bad, "; "))
+	u, err := cfg.validate()
+	if err != nil {
+		return nil, err
 	}
 
 	base := cfg.Transport
@@ -515,4 +484,45 @@ func (n *Notifier) redirected(raw string) string {
 	}
 	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+path, ""
 	return u.String()
+}
+
+// validate reports every missing or invalid field of cfg at once, never
+// the auth token, and returns the parsed APIURL.
+func (cfg Config) validate() (*url.URL, error) {
+	var bad []string
+	switch {
+	case cfg.AccountSID == "":
+		bad = append(bad, "AccountSID is required")
+	case !alphanumeric.MatchString(cfg.AccountSID):
+		bad = append(bad, "AccountSID must be alphanumeric")
+	}
+	switch {
+	case cfg.AuthToken == "":
+		bad = append(bad, "AuthToken is required")
+	case !alphanumeric.MatchString(cfg.AuthToken):
+		bad = append(bad, "AuthToken must be alphanumeric")
+	}
+	if cfg.From == "" && cfg.MessagingServiceSID == "" {
+		bad = append(bad, "From or MessagingServiceSID is required")
+	}
+	u, err := url.Parse(cfg.APIURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		bad = append(bad, fmt.Sprintf("APIURL %q must be an http or https URL without query", cfg.APIURL))
+	}
+	if cfg.Timeout < 0 {
+		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
+	}
+	if cfg.MaxConns < 0 {
+		bad = append(bad, fmt.Sprintf("MaxConns %d must be positive", cfg.MaxConns))
+	}
+	if cfg.ListLag < 0 {
+		bad = append(bad, fmt.Sprintf("ListLag %v must be positive", cfg.ListLag))
+	}
+	if cfg.ClockSkew < 0 {
+		bad = append(bad, fmt.Sprintf("ClockSkew %v must be positive", cfg.ClockSkew))
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("twilio: invalid config: %s", strings.Join(bad, "; "))
+	}
+	return u, nil
 }

@@ -54,23 +54,10 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	// default :8080 may be taken on a developer's machine.
 	cfg.HTTPAddr = ""
 
-	events, notifications := sampleEvents(demoEvents)
-	msgs := make([]kafka.Message, 0, len(events)+1)
-	for _, ev := range events {
-		msgs = append(msgs, kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json()})
-	}
-	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: cfg.Kafka.Brokers})
+	notifications, err := publishDemo(ctx, cfg, stdout)
 	if err != nil {
 		return err
 	}
-	err = pub.Publish(ctx, cfg.Kafka.Topic, msgs...)
-	pub.Close()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "== published %d shipment events (%d notifications) and 1 malformed record to %s\n",
-		len(events), notifications, cfg.Kafka.Topic)
 
 	store := memory.New(nil)
 	sends := &countingNotifier{next: console.New(stdout), perKey: map[string]int{}}
@@ -217,4 +204,27 @@ func (c *countingNotifier) duplicates() int {
 		n += k - 1
 	}
 	return n
+}
+
+// publishDemo publishes the demo's sample events and one malformed record
+// to cfg's topic, and returns how many notifications the events make.
+func publishDemo(ctx context.Context, cfg config.Config, stdout io.Writer) (notifications int, err error) {
+	events, notifications := sampleEvents(demoEvents)
+	msgs := make([]kafka.Message, 0, len(events)+1)
+	for _, ev := range events {
+		msgs = append(msgs, kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json()})
+	}
+	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
+	pub, err := kafka.NewPublisher(kafka.Config{Brokers: cfg.Kafka.Brokers})
+	if err != nil {
+		return 0, err
+	}
+	err = pub.Publish(ctx, cfg.Kafka.Topic, msgs...)
+	pub.Close()
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(stdout, "== published %d shipment events (%d notifications) and 1 malformed record to %s\n",
+		len(events), notifications, cfg.Kafka.Topic)
+	return notifications, nil
 }

@@ -50,7 +50,16 @@ func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, to
 
 // Run runs the contract suite.
 func Run(t *testing.T, h Harness) {
-	receipt := ports.Receipt{ProviderID: "SM0123456789abcdef", SentAt: time.UnixMilli(1775121240000).UTC(), Fingerprint: "f1ngerpr"}
+	claims(t, h)
+	leases(t, h)
+	expiry(t, h)
+}
+
+// testReceipt is the sent record the suite writes.
+var testReceipt = ports.Receipt{ProviderID: "SM0123456789abcdef", SentAt: time.UnixMilli(1775121240000).UTC(), Fingerprint: "f1ngerpr"}
+
+// claims checks Claim, Record and Release on one key at a time.
+func claims(t *testing.T, h Harness) {
 
 	t.Run("ClaimAbsentKey", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
@@ -75,29 +84,33 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ClaimSentKeyReportsReceipt", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
-		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+		if err := s.Record(c, k, testReceipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		got := MustClaim(t, s, c, k, "tok-b", time.Minute)
 		if got.State != ports.AlreadySent {
 			t.Fatalf("claim after record: state %v, want already_sent", got.State)
 		}
-		if got.Receipt.ProviderID != receipt.ProviderID || !got.Receipt.SentAt.Equal(receipt.SentAt) || got.Receipt.Fingerprint != receipt.Fingerprint {
-			t.Fatalf("receipt %+v, want %+v", got.Receipt, receipt)
+		if got.Receipt.ProviderID != testReceipt.ProviderID || !got.Receipt.SentAt.Equal(testReceipt.SentAt) || got.Receipt.Fingerprint != testReceipt.Fingerprint {
+			t.Fatalf("receipt %+v, want %+v", got.Receipt, testReceipt)
 		}
 	})
 
 	t.Run("RecordWithoutClaim", func(t *testing.T) {
 		// Fail-open sends record without having claimed.
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+		if err := s.Record(c, k, testReceipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if got := MustClaim(t, s, c, k, "tok", time.Minute); got.State != ports.AlreadySent {
 			t.Fatalf("state %v, want already_sent", got.State)
 		}
 	})
+	releases(t, h)
+}
 
+// releases checks that Release ends only the caller's own claim.
+func releases(t *testing.T, h Harness) {
 	t.Run("ReleaseByOwner", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
@@ -123,7 +136,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ReleaseOfSentKeyIsNoop", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", time.Minute)
-		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+		if err := s.Record(c, k, testReceipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if err := s.Release(c, k, "tok-a"); err != nil {
@@ -140,7 +153,11 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("Release: %v", err)
 		}
 	})
+}
 
+// leases checks claims whose lease passed: taken over by one caller, never
+// once recorded.
+func leases(t *testing.T, h Harness) {
 	t.Run("ClaimReportsItsLease", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		before := time.Now()
@@ -199,7 +216,12 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("claim after lease and keep: %v, want claimed", got.State)
 		}
 	})
+	takeovers(t, h)
+}
 
+// takeovers checks that of many callers finding a passed lease, one takes
+// the claim over, and none once it is recorded.
+func takeovers(t *testing.T, h Harness) {
 	t.Run("TakeoverByExactlyOneOfMany", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 50*time.Millisecond)
@@ -216,7 +238,7 @@ func Run(t *testing.T, h Harness) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 50*time.Millisecond)
 		time.Sleep(100 * time.Millisecond)
-		states := claimConcurrently(t, s, c, k, 32, func() error { return s.Record(c, k, receipt, time.Hour) })
+		states := claimConcurrently(t, s, c, k, 32, func() error { return s.Record(c, k, testReceipt, time.Hour) })
 		if states[ports.TakenOver] > 1 || states[ports.Claimed] != 0 {
 			t.Fatalf("claims racing a record: %v, want at most one taken_over and none claimed", states)
 		}
@@ -229,18 +251,21 @@ func Run(t *testing.T, h Harness) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 50*time.Millisecond)
 		time.Sleep(100 * time.Millisecond)
-		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+		if err := s.Record(c, k, testReceipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.AlreadySent {
 			t.Fatalf("claim of a recorded key past the lease: %v, want already_sent", got.State)
 		}
 	})
+}
 
+// expiry checks what the TTLs do, and concurrent and cancelled calls.
+func expiry(t *testing.T, h Harness) {
 	t.Run("RecordExpires", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		ttl := 300 * time.Millisecond
-		if err := s.Record(c, k, receipt, ttl); err != nil {
+		if err := s.Record(c, k, testReceipt, ttl); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if h.TTL != nil {
@@ -257,7 +282,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RecordReplacesClaimTTL", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 200*time.Millisecond)
-		if err := s.Record(c, k, receipt, time.Hour); err != nil {
+		if err := s.Record(c, k, testReceipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if h.TTL != nil {
@@ -272,7 +297,11 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("state %v after claim TTL, want already_sent", got.State)
 		}
 	})
+	races(t, h)
+}
 
+// races checks concurrent claims and a cancelled context.
+func races(t *testing.T, h Harness) {
 	t.Run("ClaimRace", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		const n = 64
