@@ -35,82 +35,10 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	ad.SMS = l.oneOf("SMS_NOTIFIER", false, "twilio", "console")
 	ad.Email = l.oneOf("EMAIL_NOTIFIER", false, "smtp", "console")
 
-	k := &c.Kafka
-	k.Brokers = l.hostPorts("KAFKA_BROKERS")
-	k.Topic = l.topic("KAFKA_TOPIC")
-	k.GroupID = l.str("KAFKA_GROUP_ID")
-	// The DLQ default derives from KAFKA_TOPIC; when that is bad, the one
-	// problem is reported once, against the variable the operator set.
-	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
-		k.DLQTopic = l.topic("KAFKA_DLQ_TOPIC")
-	}
-	if k.Topic != "" && k.DLQTopic == k.Topic {
-		// A poison record dead-lettered to the topic it came from would be
-		// consumed, fail and be dead-lettered again, for ever.
-		l.fail("KAFKA_DLQ_TOPIC", "must differ from KAFKA_TOPIC, or dead-lettered records come straight back")
-	}
-	k.TLS = l.boolean("KAFKA_TLS")
-	k.TLSCAFile = l.str("KAFKA_TLS_CA_FILE")
-	k.SASLMechanism = strings.ToUpper(l.oneOf("KAFKA_SASL_MECHANISM", true, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
-	k.SASLUsername = l.str("KAFKA_SASL_USERNAME")
-	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
-	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
-	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
-	k.MaxBufferedBytes = int64(l.intIn("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
-	if k.MaxRecordBytes > 0 && k.MaxBufferedBytes > 0 && k.MaxBufferedBytes < int64(k.MaxRecordBytes) {
-		// Still correct (a record larger than the budget is handled alone),
-		// but a worker that handles its largest records one at a time is a
-		// mistake to catch at start, not to find in a backlog.
-		l.fail("MAX_BUFFERED_BYTES", "must be at least MAX_RECORD_BYTES ("+strconv.Itoa(k.MaxRecordBytes)+"), or a record that size is handled alone, one at a time")
-	}
-	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
-	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
-	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)
-	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && k.RetryMaxBackoff < k.RetryInitialBackoff {
-		l.fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+k.RetryInitialBackoff.String()+")")
-	}
-	l.kafkaSecurity()
-
-	i := &c.Idempotency
-	i.RedisURL = Secret(l.redisURL("REDIS_URL"))
-	// Redis expiries (PX) count whole milliseconds: anything shorter would
-	// be sent as 0, which Redis rejects.
-	i.TTL = l.duration("IDEMPOTENCY_TTL", time.Millisecond)
-	i.ClaimTTL = l.duration("IDEMPOTENCY_CLAIM_TTL", time.Millisecond)
-	// Below a millisecond no Redis call can answer, and the worker would
-	// fail open on every notification.
-	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
-	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
-	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
-	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
-		// 0 would mean "no breaker", which is refused: the breaker is the
-		// one layer that decides Redis is unavailable, and what bounds the
-		// calls a silent Redis leaves waiting; without it, calls would hang
-		// past IDEMPOTENCY_TIMEOUT.
-		l.fail("IDEMPOTENCY_BREAKER_FAILURES", "the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000")
-	} else {
-		i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 1, 1000)
-	}
-	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
-	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
-
-	t := &c.Twilio
-	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
-	t.AuthToken = Secret(l.alphanumeric("TWILIO_AUTH_TOKEN"))
-	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
-	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
-	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
-	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
-	l.twilioComplete()
-
-	s := &c.SMTP
-	s.Host = l.hostName("SMTP_HOST")
-	s.Port = l.intIn("SMTP_PORT", 1, 65535)
-	s.Username = l.str("SMTP_USERNAME")
-	s.Password = Secret(l.str("SMTP_PASSWORD"))
-	s.From = l.address("SMTP_FROM")
-	s.TLSPolicy = l.oneOf("SMTP_TLS_POLICY", false, "mandatory", "opportunistic", "none")
-	l.smtpComplete()
+	l.kafka(&c)
+	l.idempotency(&c)
+	l.providers(&c)
+	i, t := &c.Idempotency, &c.Twilio
 
 	c.AllowInsecureTransport = l.boolean("ALLOW_INSECURE_TRANSPORT")
 	if !c.AllowInsecureTransport {
@@ -158,6 +86,92 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, &Error{Problems: l.problems}
 	}
 	return c, nil
+}
+
+// kafka reads the Kafka variables into c.Kafka.
+func (l *loader) kafka(c *Config) {
+	k := &c.Kafka
+	k.Brokers = l.hostPorts("KAFKA_BROKERS")
+	k.Topic = l.topic("KAFKA_TOPIC")
+	k.GroupID = l.str("KAFKA_GROUP_ID")
+	// The DLQ default derives from KAFKA_TOPIC; when that is bad, the one
+	// problem is reported once, against the variable the operator set.
+	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
+		k.DLQTopic = l.topic("KAFKA_DLQ_TOPIC")
+	}
+	if k.Topic != "" && k.DLQTopic == k.Topic {
+		// A poison record dead-lettered to the topic it came from would be
+		// consumed, fail and be dead-lettered again, for ever.
+		l.fail("KAFKA_DLQ_TOPIC", "must differ from KAFKA_TOPIC, or dead-lettered records come straight back")
+	}
+	k.TLS = l.boolean("KAFKA_TLS")
+	k.TLSCAFile = l.str("KAFKA_TLS_CA_FILE")
+	k.SASLMechanism = strings.ToUpper(l.oneOf("KAFKA_SASL_MECHANISM", true, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+	k.SASLUsername = l.str("KAFKA_SASL_USERNAME")
+	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
+	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
+	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
+	k.MaxBufferedBytes = int64(l.intIn("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
+	if k.MaxRecordBytes > 0 && k.MaxBufferedBytes > 0 && k.MaxBufferedBytes < int64(k.MaxRecordBytes) {
+		// Still correct (a record larger than the budget is handled alone),
+		// but a worker that handles its largest records one at a time is a
+		// mistake to catch at start, not to find in a backlog.
+		l.fail("MAX_BUFFERED_BYTES", "must be at least MAX_RECORD_BYTES ("+strconv.Itoa(k.MaxRecordBytes)+"), or a record that size is handled alone, one at a time")
+	}
+	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
+	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
+	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)
+	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && k.RetryMaxBackoff < k.RetryInitialBackoff {
+		l.fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+k.RetryInitialBackoff.String()+")")
+	}
+	l.kafkaSecurity()
+}
+
+// idempotency reads the store's variables into c.Idempotency.
+func (l *loader) idempotency(c *Config) {
+	i := &c.Idempotency
+	i.RedisURL = Secret(l.redisURL("REDIS_URL"))
+	// Redis expiries (PX) count whole milliseconds: anything shorter would
+	// be sent as 0, which Redis rejects.
+	i.TTL = l.duration("IDEMPOTENCY_TTL", time.Millisecond)
+	i.ClaimTTL = l.duration("IDEMPOTENCY_CLAIM_TTL", time.Millisecond)
+	// Below a millisecond no Redis call can answer, and the worker would
+	// fail open on every notification.
+	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
+	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
+	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
+	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
+		// 0 would mean "no breaker", which is refused: the breaker is the
+		// one layer that decides Redis is unavailable, and what bounds the
+		// calls a silent Redis leaves waiting; without it, calls would hang
+		// past IDEMPOTENCY_TIMEOUT.
+		l.fail("IDEMPOTENCY_BREAKER_FAILURES", "the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000")
+	} else {
+		i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 1, 1000)
+	}
+	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
+	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
+}
+
+// providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP.
+func (l *loader) providers(c *Config) {
+	t := &c.Twilio
+	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
+	t.AuthToken = Secret(l.alphanumeric("TWILIO_AUTH_TOKEN"))
+	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
+	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
+	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
+	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
+	l.twilioComplete()
+
+	s := &c.SMTP
+	s.Host = l.hostName("SMTP_HOST")
+	s.Port = l.intIn("SMTP_PORT", 1, 65535)
+	s.Username = l.str("SMTP_USERNAME")
+	s.Password = Secret(l.str("SMTP_PASSWORD"))
+	s.From = l.address("SMTP_FROM")
+	s.TLSPolicy = l.oneOf("SMTP_TLS_POLICY", false, "mandatory", "opportunistic", "none")
+	l.smtpComplete()
 }
 
 // kafkaSecurity rejects TLS and SASL settings that cannot take effect: on

@@ -400,55 +400,15 @@ func (d *Double) listMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	size := defaultPageSize
-	if v := q.Get("PageSize"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, 20001, "Invalid PageSize")
-			return
-		}
-		size = min(n, maxPageSize)
+	size, page, invalid := pageOf(q)
+	if invalid != "" {
+		writeError(w, http.StatusBadRequest, 20001, invalid)
+		return
 	}
-	page := 0
-	if v := q.Get("Page"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, 20001, "Invalid Page")
-			return
-		}
-		page = n
-	}
-	var day, onOrBefore, onOrAfter string
-	for _, f := range []struct {
-		key string
-		to  *string
-	}{{"DateSent", &day}, {"DateSent<", &onOrBefore}, {"DateSent>", &onOrAfter}} {
-		v := q.Get(f.key)
-		if v == "" {
-			continue
-		}
-		t, ok := parseDay(v)
-		if !ok {
-			writeError(w, http.StatusBadRequest, 20001, "Invalid date value.")
-			return
-		}
-		*f.to = t
-	}
-
-	all := d.Messages()
-	var match []Message
-	for i := len(all) - 1; i >= 0; i-- { // newest first
-		m := all[i]
-		sent := m.Created.UTC().Format(time.DateOnly)
-		switch {
-		case q.Has("To") && m.To != q.Get("To"),
-			q.Has("From") && m.From != q.Get("From"),
-			day != "" && sent != day,
-			onOrBefore != "" && sent > onOrBefore,
-			onOrAfter != "" && sent < onOrAfter:
-			continue
-		}
-		match = append(match, m)
+	match, ok := d.matching(q)
+	if !ok {
+		writeError(w, http.StatusBadRequest, 20001, "Invalid date value.")
+		return
 	}
 	// PageToken "PA" + a SID: the page starts after that message, so a page
 	// stays put while newer messages arrive. Without it, Page counts pages.
@@ -508,6 +468,62 @@ func (d *Double) listMessages(w http.ResponseWriter, r *http.Request) {
 		"next_page_uri":     next,
 		"previous_page_uri": previous,
 	})
+}
+
+// pageOf reads PageSize and Page from q, or says which is invalid.
+func pageOf(q url.Values) (size, page int, invalid string) {
+	size = defaultPageSize
+	if v := q.Get("PageSize"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, 0, "Invalid PageSize"
+		}
+		size = min(n, maxPageSize)
+	}
+	if v := q.Get("Page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, 0, "Invalid Page"
+		}
+		page = n
+	}
+	return size, page, ""
+}
+
+// matching returns the messages q's To, From and DateSent filters select,
+// newest first, or false when a date does not parse.
+func (d *Double) matching(q url.Values) ([]Message, bool) {
+	var day, onOrBefore, onOrAfter string
+	for _, f := range []struct {
+		key string
+		to  *string
+	}{{"DateSent", &day}, {"DateSent<", &onOrBefore}, {"DateSent>", &onOrAfter}} {
+		v := q.Get(f.key)
+		if v == "" {
+			continue
+		}
+		t, ok := parseDay(v)
+		if !ok {
+			return nil, false
+		}
+		*f.to = t
+	}
+	all := d.Messages()
+	var match []Message
+	for i := len(all) - 1; i >= 0; i-- { // newest first
+		m := all[i]
+		sent := m.Created.UTC().Format(time.DateOnly)
+		switch {
+		case q.Has("To") && m.To != q.Get("To"),
+			q.Has("From") && m.From != q.Get("From"),
+			day != "" && sent != day,
+			onOrBefore != "" && sent > onOrBefore,
+			onOrAfter != "" && sent < onOrAfter:
+			continue
+		}
+		match = append(match, m)
+	}
+	return match, true
 }
 
 // parseDay reads a DateSent value as Twilio does: YYYY-MM-DD, or a longer
