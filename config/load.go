@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
 )
 
 // Load reads the configuration through lookup (pass os.LookupEnv), applies
@@ -467,13 +469,10 @@ func (l *loader) listenAddr(name string) string {
 	return v
 }
 
-// kafkaTopicName is Kafka's own rule for topic names.
-var kafkaTopicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-
 func (l *loader) topic(name string) string {
 	v := l.value(name)
-	if !kafkaTopicName.MatchString(v) || v == "." || v == ".." {
-		l.fail(name, "want a Kafka topic name: 1 to 249 of a-z A-Z 0-9 . _ -")
+	if err := kafka.CheckTopicName(v); err != nil {
+		l.fail(name, "want a Kafka topic name: it "+err.Error())
 		return ""
 	}
 	return v

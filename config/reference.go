@@ -1,5 +1,11 @@
 package config
 
+import (
+	"strconv"
+
+	"github.com/harborlight/notification-worker/policy"
+)
+
 // Var documents one environment variable.
 type Var struct {
 	// Name is the environment variable.
@@ -34,11 +40,11 @@ var Reference = []Var{
 	{Name: "KAFKA_SASL_USERNAME", Meaning: "SASL user name."},
 	{Name: "KAFKA_SASL_PASSWORD", Meaning: "SASL password.", Secret: true},
 	{Name: "MAX_IN_FLIGHT", Default: "64", Meaning: "Most records this worker handles at once, across all its partitions (1 to 4096). Records with the same key (one shipment) still go one at a time, in order. It also sizes the pool of connections kept open to Twilio."},
-	{Name: "MAX_RECORD_BYTES", Default: "1048576", Meaning: "Largest record value handled (1 KiB to 64 MiB); a larger one is poison and goes to the dead letter topic."},
+	{Name: "MAX_RECORD_BYTES", Default: strconv.Itoa(policy.DefaultMaxRecordBytes), Meaning: "Largest record value handled (1 KiB to 64 MiB); a larger one is poison and goes to the dead letter topic."},
 	{Name: "MAX_BUFFERED_BYTES", Default: "33554432", Meaning: "Most bytes of records this worker holds, across all its partitions: fetched and not yet handled, in the handler included (1 MiB to 1 GiB, at least `MAX_RECORD_BYTES`). Once spent, the worker stops fetching until records finish; Kafka's read-ahead is sized from it. The default (32 MiB) keeps a worker under 192 MiB whatever the backlog; see docs/capacity.md."},
-	{Name: "RETRY_MAX_ATTEMPTS", Default: "12", Meaning: "Attempts at a record whose send failed in a retryable way before it is dead-lettered (1 to 100; 1: no retry). The default rides out about a minute of provider errors with the default backoff."},
-	{Name: "RETRY_INITIAL_BACKOFF", Default: "200ms", Meaning: "Wait before the first retry; it doubles on each retry."},
-	{Name: "RETRY_MAX_BACKOFF", Default: "10s", Meaning: "Cap on the wait between retries. At least `RETRY_INITIAL_BACKOFF`."},
+	{Name: "RETRY_MAX_ATTEMPTS", Default: strconv.Itoa(policy.DefaultRetryMaxAttempts), Meaning: "Attempts at a record whose send failed in a retryable way before it is dead-lettered (1 to 100; 1: no retry). The default rides out about a minute of provider errors with the default backoff."},
+	{Name: "RETRY_INITIAL_BACKOFF", Default: policy.DefaultRetryInitialBackoff.String(), Meaning: "Wait before the first retry; it doubles on each retry."},
+	{Name: "RETRY_MAX_BACKOFF", Default: policy.DefaultRetryMaxBackoff.String(), Meaning: "Cap on the wait between retries. At least `RETRY_INITIAL_BACKOFF`."},
 	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`.", Secret: true},
 	{Name: "IDEMPOTENCY_TTL", Default: "48h", Meaning: "How long a sent record suppresses a replay (ADR-0006). At least `IDEMPOTENCY_CLAIM_TTL`."},
 	{Name: "IDEMPOTENCY_CLAIM_TTL", Default: "60s", Meaning: "How long an in-flight claim lives, so one left by a crashed worker expires. Must exceed `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`: a claim must outlive the send it guards and the write that records it."},

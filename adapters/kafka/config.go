@@ -169,7 +169,7 @@ func (cfg Config) validate(consumer bool) error {
 		// refuses would fail every dead letter write, and the partition's
 		// commit would stop behind it.
 		if cfg.DLQTopic != "" {
-			if err := checkTopicName(cfg.DLQTopic); err != nil {
+			if err := CheckTopicName(cfg.DLQTopic); err != nil {
 				bad = append(bad, fmt.Sprintf("DLQTopic %q %v", cfg.DLQTopic, err))
 			}
 		}
@@ -318,9 +318,9 @@ func readAhead(budget int64) (channelBuffer int, fetchDefault, fetchMaxBytes int
 // maxTopicNameLen is Kafka's limit on a topic name's length.
 const maxTopicNameLen = 249
 
-// checkTopicName applies Kafka's rules for a topic name: 1 to 249
+// CheckTopicName applies Kafka's rules for a topic name: 1 to 249
 // characters from [a-zA-Z0-9._-], and not "." or "..".
-func checkTopicName(name string) error {
+func CheckTopicName(name string) error {
 	switch {
 	case name == "" || name == "." || name == "..":
 		return errors.New("is not a legal topic name")
