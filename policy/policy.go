@@ -4,6 +4,10 @@
 // and commits; these decide retry, dead-lettering and panic recovery, the
 // same for every source. The package imports only ports and the standard
 // library.
+//
+// Logs, with the record's topic, partition and offset: record_retry_scheduled,
+// handler_panicked, event_dead_lettered, and dead_letter_failed (at most
+// once per 5s per DeadLetter middleware, with a failures count).
 package policy
 
 import (
