@@ -348,6 +348,19 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 			slog.String("error", err.Error()))
 		return ports.OutcomeUnknown, ports.MarkUnavailable(fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
 	}
+	if errors.Is(err, ports.ErrRecipientOptedOut) {
+		// The customer's choice, not a failure: record it as sent, so a
+		// replay is a duplicate and the provider is not asked again.
+		if receipt.ProviderID == "" {
+			receipt.ProviderID = optedOutID
+		}
+		s.delivered(ctx, log, m, done, receipt)
+		log.Info("recipient_opted_out",
+			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("provider_id", receipt.ProviderID),
+			slog.String("error", err.Error()))
+		return ports.OutcomeOptedOut, nil
+	}
 	if err != nil {
 		if res == claimed {
 			s.release(ctx, log, m.IdempotencyKey, token)
@@ -369,6 +382,10 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 		slog.Bool("idempotency_checked", res == claimed))
 	return ports.OutcomeSent, nil
 }
+
+// optedOutID is the ProviderID a sent record keeps for an opted-out
+// recipient when the notifier's receipt names none.
+const optedOutID = "opted-out"
 
 // delivered remembers a delivery of m in done and records it. The record
 // is written even if ctx was cancelled meanwhile, or a replay would send it
