@@ -327,8 +327,17 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 			s.release(ctx, log, key, token)
 		}
 		token = newToken()
-		if res, _, err = s.claim(ctx, log, m, token); err != nil || (res != claimed && res != unchecked) {
-			return ports.OutcomeFailedRetryable, errors.Join(err, fmt.Errorf("claim %s: taken again after reconciling", key))
+		switch res, found, err = s.claim(ctx, log, m, token); {
+		case err != nil:
+			return ports.OutcomeFailedRetryable, err
+		case res == duplicate:
+			return ports.OutcomeDuplicate, nil
+		case res == conflict:
+			return s.conflict(log, m, found.Receipt)
+		case res == reclaimed:
+			// Another worker's claim, made and abandoned in the moment
+			// between our release and our claim: reconcile it next time.
+			return ports.OutcomeFailedRetryable, fmt.Errorf("claim %s: abandoned by another worker while reconciling", key)
 		}
 	}
 	return s.sendAndRecord(ctx, log, m, done, res, token)
