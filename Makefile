@@ -15,7 +15,7 @@ export VERSION
 export TESTCONTAINERS_RYUK_DISABLED := true
 export TESTCONTAINERS_HOST_OVERRIDE := 127.0.0.1
 
-.PHONY: build run test test-unit test-rules test-integration lint bench fuzz check-deploy image images docker-up deps clean
+.PHONY: build run test test-unit test-rules test-integration lint bench fuzz check-deploy image images kafka docker-up deps clean
 
 build: ## static binary into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -ldflags '-X main.version=$(VERSION)' -o $(BIN) ./cmd/notification-worker
@@ -41,8 +41,11 @@ deps: ## install what the tests need on a fresh Debian machine (root)
 docker-up: ## start a Docker engine (host networking only) if none answers
 	scripts/docker-up.sh
 
-images: docker-up ## build the local images the integration suite runs
+images: docker-up ## build the local images the integration suite runs (Apache Kafka's included)
 	scripts/build-images.sh
+
+kafka: docker-up ## Apache Kafka's jars from Maven Central (integration/pom.xml) and its local image
+	scripts/build-images.sh kafka
 
 image: docker-up ## the production image (FROM scratch, non-root), from the Dockerfile
 	scripts/build-images.sh worker

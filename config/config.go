@@ -64,6 +64,7 @@ type Config struct {
 		SASLPassword        Secret        // KAFKA_SASL_PASSWORD
 		MaxInFlight         int           // MAX_IN_FLIGHT
 		MaxRecordBytes      int           // MAX_RECORD_BYTES
+		MaxBufferedBytes    int64         // MAX_BUFFERED_BYTES
 		RetryMaxAttempts    int           // RETRY_MAX_ATTEMPTS
 		RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
 		RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
@@ -77,7 +78,7 @@ type Config struct {
 		Timeout         time.Duration // IDEMPOTENCY_TIMEOUT
 		FailureMode     string        // IDEMPOTENCY_FAILURE_MODE: "open" or "closed"
 		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
-		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES; 0 disables the breaker
+		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 	}
@@ -86,11 +87,12 @@ type Config struct {
 	MaxEventAge       time.Duration
 	MaxEventAgeByType map[string]time.Duration
 	Twilio            struct {
-		AccountSID          string // TWILIO_ACCOUNT_SID
-		AuthToken           Secret // TWILIO_AUTH_TOKEN
-		FromNumber          string // TWILIO_FROM_NUMBER, E.164
-		MessagingServiceSID string // TWILIO_MESSAGING_SERVICE_SID
-		APIURL              string // TWILIO_API_URL, without a trailing slash
+		AccountSID          string        // TWILIO_ACCOUNT_SID
+		AuthToken           Secret        // TWILIO_AUTH_TOKEN
+		FromNumber          string        // TWILIO_FROM_NUMBER, E.164
+		MessagingServiceSID string        // TWILIO_MESSAGING_SERVICE_SID
+		APIURL              string        // TWILIO_API_URL, without a trailing slash
+		ListLag             time.Duration // TWILIO_LIST_LAG
 	}
 	SMTP struct {
 		// Host is empty when email goes to the console.
@@ -178,6 +180,7 @@ func (c Config) LogValue() slog.Value {
 			slog.Any("sasl_password", k.SASLPassword),
 			slog.Int("max_in_flight", k.MaxInFlight),
 			slog.Int("max_record_bytes", k.MaxRecordBytes),
+			slog.Int64("max_buffered_bytes", k.MaxBufferedBytes),
 			slog.Int("retry_max_attempts", k.RetryMaxAttempts),
 			slog.String("retry_initial_backoff", k.RetryInitialBackoff.String()),
 			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),

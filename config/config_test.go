@@ -77,6 +77,7 @@ var fullEnv = map[string]string{
 	"KAFKA_SASL_PASSWORD":          saslPassword,
 	"MAX_IN_FLIGHT":                "17",
 	"MAX_RECORD_BYTES":             "2097152",
+	"MAX_BUFFERED_BYTES":           "8388608",
 	"RETRY_MAX_ATTEMPTS":           "9",
 	"RETRY_INITIAL_BACKOFF":        "150ms",
 	"RETRY_MAX_BACKOFF":            "45s",
@@ -86,7 +87,7 @@ var fullEnv = map[string]string{
 	"IDEMPOTENCY_TIMEOUT":          "350ms",
 	"IDEMPOTENCY_FAILURE_MODE":     "closed",
 	"IDEMPOTENCY_KEY_PREFIX":       "nw-test:",
-	"IDEMPOTENCY_BREAKER_FAILURES": "0",
+	"IDEMPOTENCY_BREAKER_FAILURES": "7",
 	"IDEMPOTENCY_BREAKER_COOLDOWN": "3s",
 	"IDEMPOTENCY_LEDGER_SIZE":      "2500",
 	"MAX_EVENT_AGE":                "36h",
@@ -96,6 +97,7 @@ var fullEnv = map[string]string{
 	"TWILIO_FROM_NUMBER":           "+15557654321",
 	"TWILIO_MESSAGING_SERVICE_SID": "MG0123456789abcdef0123456789abcdef",
 	"TWILIO_API_URL":               "http://twilio-double:4010/",
+	"TWILIO_LIST_LAG":              "90s",
 	"SMTP_HOST":                    "smtp.internal",
 	"SMTP_PORT":                    "2525",
 	"SMTP_USERNAME":                "mailer",
@@ -134,6 +136,7 @@ var fields = map[string]field{
 	"KAFKA_SASL_PASSWORD":          {func(c config.Config) any { return c.Kafka.SASLPassword }, config.Secret(saslPassword)},
 	"MAX_IN_FLIGHT":                {func(c config.Config) any { return c.Kafka.MaxInFlight }, 17},
 	"MAX_RECORD_BYTES":             {func(c config.Config) any { return c.Kafka.MaxRecordBytes }, 2097152},
+	"MAX_BUFFERED_BYTES":           {func(c config.Config) any { return c.Kafka.MaxBufferedBytes }, int64(8388608)},
 	"RETRY_MAX_ATTEMPTS":           {func(c config.Config) any { return c.Kafka.RetryMaxAttempts }, 9},
 	"RETRY_INITIAL_BACKOFF":        {func(c config.Config) any { return c.Kafka.RetryInitialBackoff }, 150 * time.Millisecond},
 	"RETRY_MAX_BACKOFF":            {func(c config.Config) any { return c.Kafka.RetryMaxBackoff }, 45 * time.Second},
@@ -143,7 +146,7 @@ var fields = map[string]field{
 	"IDEMPOTENCY_TIMEOUT":          {func(c config.Config) any { return c.Idempotency.Timeout }, 350 * time.Millisecond},
 	"IDEMPOTENCY_FAILURE_MODE":     {func(c config.Config) any { return c.Idempotency.FailureMode }, "closed"},
 	"IDEMPOTENCY_KEY_PREFIX":       {func(c config.Config) any { return c.Idempotency.KeyPrefix }, "nw-test:"},
-	"IDEMPOTENCY_BREAKER_FAILURES": {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 0},
+	"IDEMPOTENCY_BREAKER_FAILURES": {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 7},
 	"IDEMPOTENCY_BREAKER_COOLDOWN": {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
 	"IDEMPOTENCY_LEDGER_SIZE":      {func(c config.Config) any { return c.Idempotency.LedgerSize }, 2500},
 	"MAX_EVENT_AGE":                {func(c config.Config) any { return c.MaxEventAge }, 36 * time.Hour},
@@ -154,6 +157,7 @@ var fields = map[string]field{
 	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return c.Twilio.FromNumber }, "+15557654321"},
 	"TWILIO_MESSAGING_SERVICE_SID": {func(c config.Config) any { return c.Twilio.MessagingServiceSID }, "MG0123456789abcdef0123456789abcdef"},
 	"TWILIO_API_URL":               {func(c config.Config) any { return c.Twilio.APIURL }, "http://twilio-double:4010"},
+	"TWILIO_LIST_LAG":              {func(c config.Config) any { return c.Twilio.ListLag }, 90 * time.Second},
 	"SMTP_HOST":                    {func(c config.Config) any { return c.SMTP.Host }, "smtp.internal"},
 	"SMTP_PORT":                    {func(c config.Config) any { return c.SMTP.Port }, 2525},
 	"SMTP_USERNAME":                {func(c config.Config) any { return c.SMTP.Username }, "mailer"},
@@ -220,6 +224,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword, config.Secret("")},
 		{"MAX_IN_FLIGHT", c.Kafka.MaxInFlight, 64},
 		{"MAX_RECORD_BYTES", c.Kafka.MaxRecordBytes, 1048576},
+		{"MAX_BUFFERED_BYTES", c.Kafka.MaxBufferedBytes, int64(33554432)},
 		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 12},
 		{"RETRY_INITIAL_BACKOFF", c.Kafka.RetryInitialBackoff, 200 * time.Millisecond},
 		{"RETRY_MAX_BACKOFF", c.Kafka.RetryMaxBackoff, 10 * time.Second},
@@ -239,6 +244,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"TWILIO_FROM_NUMBER", c.Twilio.FromNumber, ""},
 		{"TWILIO_MESSAGING_SERVICE_SID", c.Twilio.MessagingServiceSID, ""},
 		{"TWILIO_API_URL", c.Twilio.APIURL, "https://api.twilio.com"},
+		{"TWILIO_LIST_LAG", c.Twilio.ListLag, time.Minute},
 		{"SMTP_HOST", c.SMTP.Host, ""},
 		{"SMTP_PORT", c.SMTP.Port, 587},
 		{"SMTP_USERNAME", c.SMTP.Username, ""},
@@ -384,6 +390,8 @@ func parseAs(t *testing.T, like any, s string) any {
 		v, err = strconv.ParseBool(s)
 	case int:
 		v, err = strconv.Atoi(s)
+	case int64:
+		v, err = strconv.ParseInt(s, 10, 64)
 	case time.Duration:
 		v, err = time.ParseDuration(s)
 	case map[string]time.Duration:
@@ -499,6 +507,8 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "CAFileWithoutTLS", env: map[string]string{"KAFKA_BROKERS": "a:1", "KAFKA_TLS_CA_FILE": "/ca.pem"}, want: `KAFKA_TLS_CA_FILE="/ca.pem": set, but KAFKA_TLS is false; set KAFKA_TLS=true to use it`},
 		{name: "MaxInFlightZero", env: map[string]string{"MAX_IN_FLIGHT": "0"}, want: `MAX_IN_FLIGHT="0": want an integer from 1 to 4096`},
 		{name: "MaxRecordBytesNotInt", env: map[string]string{"MAX_RECORD_BYTES": "1MB"}, want: `MAX_RECORD_BYTES="1MB": want an integer from 1024 to 67108864`},
+		{name: "MaxBufferedBytesRange", env: map[string]string{"MAX_BUFFERED_BYTES": "1000"}, want: `MAX_BUFFERED_BYTES="1000": want an integer from 1048576 to 1073741824`},
+		{name: "MaxBufferedBelowRecord", env: map[string]string{"MAX_RECORD_BYTES": "4194304", "MAX_BUFFERED_BYTES": "2097152"}, wantIn: `MAX_BUFFERED_BYTES="2097152": must be at least MAX_RECORD_BYTES (4194304)`},
 		{name: "RetryAttempts", env: map[string]string{"RETRY_MAX_ATTEMPTS": "-1"}, want: `RETRY_MAX_ATTEMPTS="-1": want an integer from 1 to 100`},
 		{name: "BackoffNoUnit", env: map[string]string{"RETRY_INITIAL_BACKOFF": "200"}, want: `RETRY_INITIAL_BACKOFF="200": want a duration such as 500ms, 30s or 48h`},
 		{name: "MaxBelowInitialBackoff", env: map[string]string{"RETRY_MAX_BACKOFF": "100ms"}, want: `RETRY_MAX_BACKOFF="100ms": must be at least RETRY_INITIAL_BACKOFF (200ms)`},
@@ -524,7 +534,8 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "TwilioAPIURLWithQuery", env: map[string]string{"TWILIO_API_URL": "https://api.twilio.com?x=1"}, want: `TWILIO_API_URL="https://api.twilio.com?x=1": want a URL without user info, query or fragment`},
 		{name: "TwilioAPIURLWithUserInfo", env: map[string]string{"TWILIO_API_URL": "https://u:hunter2@proxy.internal"}, want: `TWILIO_API_URL="***": want a URL without user info, query or fragment`},
 		{name: "FailureMode", env: map[string]string{"IDEMPOTENCY_FAILURE_MODE": "OPEN"}, want: `IDEMPOTENCY_FAILURE_MODE="OPEN": want one of open, closed`},
-		{name: "BreakerFailures", env: map[string]string{"IDEMPOTENCY_BREAKER_FAILURES": "-1"}, want: `IDEMPOTENCY_BREAKER_FAILURES="-1": want an integer from 0 to 1000`},
+		{name: "BreakerFailures", env: map[string]string{"IDEMPOTENCY_BREAKER_FAILURES": "-1"}, want: `IDEMPOTENCY_BREAKER_FAILURES="-1": want an integer from 1 to 1000`},
+		{name: "BreakerOff", env: map[string]string{"IDEMPOTENCY_BREAKER_FAILURES": "0"}, want: `IDEMPOTENCY_BREAKER_FAILURES="0": the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000`},
 		{name: "LedgerSizeZero", env: map[string]string{"IDEMPOTENCY_LEDGER_SIZE": "0"}, want: `IDEMPOTENCY_LEDGER_SIZE="0": want an integer from 1 to 1000000`},
 		{name: "BreakerCooldown", env: map[string]string{"IDEMPOTENCY_BREAKER_COOLDOWN": "0"}, want: `IDEMPOTENCY_BREAKER_COOLDOWN="0": must be positive`},
 		{name: "TwilioSIDQuoted", env: map[string]string{"TWILIO_ACCOUNT_SID": `"AC1"`, "TWILIO_AUTH_TOKEN": "tok", "TWILIO_FROM_NUMBER": "+15551234567"}, wantIn: `TWILIO_ACCOUNT_SID="\"AC1\"": want letters and digits only (Twilio rejects anything else with error 21222)`},
@@ -539,6 +550,7 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "OTLPEndpointNotURL", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, want: `OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318": want an absolute http:// or https:// URL`},
 		{name: "OTLPTracesEndpointUserInfo", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:hunter2@collector/v1/traces"}, want: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="***": want a URL without user info, query or fragment`},
 		{name: "OTLPProtocolGRPC", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": only http/protobuf is supported (OTLP over HTTP, usually port 4318)`},
+		{name: "ReconcileNotAboveListLag", env: map[string]string{"RECONCILE_TIMEOUT": "1m"}, wantIn: `RECONCILE_TIMEOUT="1m": must exceed TWILIO_LIST_LAG (1m0s)`},
 		{name: "UnknownOutcomePolicy", env: map[string]string{"UNKNOWN_OUTCOME_POLICY": "drop"}, want: `UNKNOWN_OUTCOME_POLICY="drop": want one of resend, dead_letter`},
 		{name: "SendTimeoutZero", env: map[string]string{"SEND_TIMEOUT": "0s"}, want: `SEND_TIMEOUT="0s": must be positive`},
 		{name: "ShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, want: `SHUTDOWN_TIMEOUT="soon": want a duration such as 500ms, 30s or 48h`},

@@ -51,6 +51,13 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
 	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
 	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
+	k.MaxBufferedBytes = int64(l.intIn("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
+	if k.MaxRecordBytes > 0 && k.MaxBufferedBytes > 0 && k.MaxBufferedBytes < int64(k.MaxRecordBytes) {
+		// Still correct (a record larger than the budget is handled alone),
+		// but a worker that handles its largest records one at a time is a
+		// mistake to catch at start, not to find in a backlog.
+		l.fail("MAX_BUFFERED_BYTES", "must be at least MAX_RECORD_BYTES ("+strconv.Itoa(k.MaxRecordBytes)+"), or a record that size is handled alone, one at a time")
+	}
 	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
 	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
 	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)
@@ -70,7 +77,15 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
 	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
-	i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 0, 1000)
+	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
+		// It was "no breaker" once. The breaker is now the one layer that
+		// decides Redis is unavailable, and what bounds the calls a
+		// silent Redis leaves waiting: without it, calls would hang past
+		// IDEMPOTENCY_TIMEOUT.
+		l.fail("IDEMPOTENCY_BREAKER_FAILURES", "the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000")
+	} else {
+		i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 1, 1000)
+	}
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
 	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
 
@@ -98,6 +113,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
 	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
 	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
+	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
 	l.twilioComplete()
 
 	s := &c.SMTP
@@ -141,6 +157,10 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+i.Timeout {
 		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
 			"): a send in hand at shutdown must be able to finish and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
+	}
+	if c.ReconcileTimeout > 0 && c.Twilio.ListLag > 0 && c.ReconcileTimeout <= c.Twilio.ListLag {
+		l.fail("RECONCILE_TIMEOUT", "must exceed TWILIO_LIST_LAG ("+c.Twilio.ListLag.String()+
+			"): until the list has caught up Twilio can only answer \"cannot tell\", and every unknown SMS would fall to UNKNOWN_OUTCOME_POLICY")
 	}
 	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
 		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+

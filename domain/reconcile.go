@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -28,14 +27,13 @@ const (
 // errNoReconciler is the answer of a channel whose provider cannot be asked.
 var errNoReconciler = errors.New("the channel's provider cannot be asked what it accepted")
 
-// reconcile asks m's provider whether a send under m's key, made since
-// since, went out. first is when its outcome was first found unknown; ours
-// says whether that send was this record's own (else another worker's,
-// whose claim was taken over). When send is true, the caller sends m; else
-// it returns outcome and err.
-func (s *Service) reconcile(ctx context.Context, log *slog.Logger, m ports.Message, done *ports.Deliveries, token string, since, first time.Time, ours bool) (outcome ports.Outcome, err error, send bool) {
-	key := m.IdempotencyKey
-	r, err := s.askProvider(ctx, m, since)
+// reconcile asks m's provider whether the send w, under m's key and the
+// claim w.Token, went out in w's window. ours says whether that send was
+// this record's own (else another worker's, whose claim was taken over).
+// When send is true, the caller sends m; else it returns outcome and err.
+func (s *Service) reconcile(ctx context.Context, log *slog.Logger, m ports.Message, done *ports.Deliveries, w ports.Unknown, ours bool) (outcome ports.Outcome, err error, send bool) {
+	key, since := m.IdempotencyKey, w.Since
+	r, err := s.askProvider(ctx, m, w)
 	switch {
 	case err == nil && r.Delivered:
 		s.cfg.Reconciled(m.Channel, ports.ReconciledDelivered)
@@ -52,9 +50,9 @@ func (s *Service) reconcile(ctx context.Context, log *slog.Logger, m ports.Messa
 		return "", nil, true
 	}
 	s.cfg.Reconciled(m.Channel, ports.ReconcileCannotTell)
-	if !errors.Is(err, errNoReconciler) && s.cfg.Now().Sub(first) < s.cfg.ReconcileFor {
+	if !errors.Is(err, errNoReconciler) && s.cfg.Now().Sub(w.First) < s.cfg.ReconcileFor {
 		// Ask again on the record's next attempt, holding the claim.
-		done.SetUnknown(key, ports.Unknown{Token: token, Since: since, First: first})
+		done.SetUnknown(key, w)
 		outcome := ports.OutcomeUnknown
 		if ours {
 			outcome = stillUnknown // reported when the send ended unknown
@@ -63,7 +61,7 @@ func (s *Service) reconcile(ctx context.Context, log *slog.Logger, m ports.Messa
 	}
 	done.ForgetUnknown(key)
 	if s.cfg.UnknownPolicy == PolicyDeadLetter {
-		s.release(ctx, log, key, token)
+		s.release(ctx, log, key, w.Token)
 		log.Error("unknown_outcome_dead_lettered", slog.String("policy", string(s.cfg.UnknownPolicy)), slog.String("error", err.Error()))
 		return ports.OutcomeFailedPermanent, ports.MarkPermanent(fmt.Errorf("send %s: outcome unknown, and %v", key, err)), false
 	}
@@ -71,14 +69,19 @@ func (s *Service) reconcile(ctx context.Context, log *slog.Logger, m ports.Messa
 	return "", nil, true
 }
 
-// askProvider calls the channel's Reconciler for the window from since to
-// now, bounded by the send timeout.
-func (s *Service) askProvider(ctx context.Context, m ports.Message, since time.Time) (ports.Reconciliation, error) {
+// askProvider calls the channel's Reconciler for w's window, bounded by the
+// send timeout. A window without an end (a claim written without a lease)
+// ends now.
+func (s *Service) askProvider(ctx context.Context, m ports.Message, w ports.Unknown) (ports.Reconciliation, error) {
 	rc := s.cfg.Reconcilers[m.Channel]
 	if rc == nil {
 		return ports.Reconciliation{}, errNoReconciler
 	}
+	until := w.Until
+	if until.IsZero() {
+		until = s.cfg.Now()
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
-	return rc.Reconcile(rctx, m, since, s.cfg.Now())
+	return rc.Reconcile(rctx, m, w.Since, until)
 }

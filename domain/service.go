@@ -375,11 +375,11 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 	case res == conflict:
 		return s.conflict(log, m, found.Receipt)
 	case res == reclaimed || wasUnknown:
-		since, first := found.Lease.Start, s.cfg.Now()
+		w := ports.Unknown{Token: token, Since: found.Lease.Start, Until: found.Lease.Until, First: s.cfg.Now()}
 		if wasUnknown {
-			since, first = unknown.Since, unknown.First
+			w = unknown
 		}
-		outcome, err, send := s.reconcile(ctx, log, m, done, token, since, first, wasUnknown)
+		outcome, err, send := s.reconcile(ctx, log, m, done, w, wasUnknown)
 		if !send {
 			return outcome, err
 		}
@@ -389,8 +389,17 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 			s.release(ctx, log, key, token)
 		}
 		token = newToken()
-		if res, _, err = s.claim(ctx, log, m, token); err != nil || (res != claimed && res != unchecked) {
-			return ports.OutcomeFailedRetryable, errors.Join(err, fmt.Errorf("claim %s: taken again after reconciling", key))
+		switch res, found, err = s.claim(ctx, log, m, token); {
+		case err != nil:
+			return ports.OutcomeFailedRetryable, err
+		case res == duplicate:
+			return ports.OutcomeDuplicate, nil
+		case res == conflict:
+			return s.conflict(log, m, found.Receipt)
+		case res == reclaimed:
+			// Another worker's claim, made and abandoned in the moment
+			// between our release and our claim: reconcile it next time.
+			return ports.OutcomeFailedRetryable, fmt.Errorf("claim %s: abandoned by another worker while reconciling", key)
 		}
 	}
 	return s.sendAndRecord(ctx, log, m, done, res, token)
@@ -404,7 +413,8 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 	if errors.Is(err, ports.ErrOutcomeUnknown) {
 		// The provider may have it: keep the claim, and reconcile on the
 		// next attempt rather than send again now.
-		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, First: s.cfg.Now()})
+		now := s.cfg.Now()
+		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, Until: now, First: now})
 		log.Warn("send_outcome_unknown",
 			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 			slog.String("error", err.Error()))
@@ -524,7 +534,9 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, 
 				slog.Time("sent_at", c.Receipt.SentAt))
 			return duplicate, c, nil
 		case ports.TakenOver:
-			log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start))
+			if c.Lease.Token != token {
+				log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start))
+			}
 			return reclaimed, c, nil
 		case ports.InFlight:
 			if c.Lease.Token == token {

@@ -16,11 +16,14 @@
 //
 // Images: each peer's image is taken from an environment variable whose
 // default is the public image a developer would pull (REDIS_IMAGE=redis:7,
-// MAILPIT_IMAGE=axllent/mailpit, KAFKA_IMAGE=apache/kafka,
+// MAILPIT_IMAGE=axllent/mailpit,
 // TWILIO_DOUBLE_IMAGE=notification-worker/twilio-double:dev,
 // WORKER_IMAGE=notification-worker:dev). Where no registry is reachable and
 // the default is not present locally, the harness falls back to the
 // registry-free images scripts/build-images.sh builds (notification-worker/...)
-// and says which image it used in the test log. Kafka falls back to kfake (in
-// a container, or in-process when even that image is missing).
+// and says which image it used in the test log. Kafka is Apache Kafka
+// (KAFKA_IMAGE, default notification-worker/kafka:4.4.0, assembled from
+// Maven Central's jars by scripts/build-images.sh kafka); without that image
+// the harness falls back to kfake (in a container, or in-process when even
+// that image is missing) and every test's "broker:" line says so.
 package integration

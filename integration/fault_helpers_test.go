@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/mail"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,6 +46,9 @@ type faultRig struct {
 // faultRigOptions says which optional peers a test needs.
 type faultRigOptions struct {
 	SMTP bool // an in-process scripted SMTP server for the email channel
+	// KafkaNodes > 1 runs an Apache Kafka cluster of that many nodes, the
+	// topic replicated to all (integration.StartKafkaCluster); else one broker.
+	KafkaNodes int
 }
 
 // startFaultRig starts Kafka, Redis and the Twilio double (and, if asked,
@@ -53,9 +57,15 @@ type faultRigOptions struct {
 func startFaultRig(t *testing.T, opts faultRigOptions) *faultRig {
 	t.Helper()
 	name := faultName(t)
+	var kafka *integration.Kafka
+	if opts.KafkaNodes > 1 {
+		kafka = integration.StartKafkaCluster(t, opts.KafkaNodes)
+	} else {
+		kafka = integration.StartKafka(t)
+	}
 	r := &faultRig{
 		t:      t,
-		Kafka:  integration.StartKafka(t),
+		Kafka:  kafka,
 		Redis:  integration.StartRedis(t),
 		Twilio: integration.StartTwilioDouble(t),
 		Topic:  name,
@@ -384,10 +394,13 @@ type faultSMTP struct {
 	port int
 
 	mu        sync.Mutex
-	temporary map[string]int  // recipient -> 451 answers left
-	rejected  map[string]bool // recipient -> 550 for good
-	attempts  map[string]int  // RCPT TO seen, by recipient
-	delivered map[string]int  // messages accepted, by recipient
+	temporary map[string]int      // recipient -> 451 answers left
+	rejected  map[string]bool     // recipient -> 550 for good
+	attempts  map[string]int      // RCPT TO seen, by recipient
+	delivered map[string]int      // messages accepted, by recipient
+	ids       map[string][]string // Message-IDs of the messages accepted, by recipient
+	late      time.Duration       // the mean wait of the reply to an accepted message
+	accepted  int                 // messages accepted, in all
 }
 
 func startFaultSMTP(t *testing.T) *faultSMTP {
@@ -397,6 +410,7 @@ func startFaultSMTP(t *testing.T) *faultSMTP {
 		rejected:  map[string]bool{},
 		attempts:  map[string]int{},
 		delivered: map[string]int{},
+		ids:       map[string][]string{},
 	}
 	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(*gosmtp.Conn) (gosmtp.Session, error) {
 		return &faultSMTPSession{s: s}, nil
@@ -468,6 +482,24 @@ func (s *faultSMTP) Delivered(rcpt string) int {
 	return s.delivered[rcpt]
 }
 
+// AnswerLate makes the server take each message the moment its DATA ends,
+// and reply later, d on average (from d/4 to 7d/4, varying from message to
+// message, so concurrent senders drift apart): a sender that dies in
+// between never learns its message went out.
+func (s *faultSMTP) AnswerLate(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.late = d
+}
+
+// MessageIDs returns the Message-ID of every message accepted for rcpt, in
+// the order they came.
+func (s *faultSMTP) MessageIDs(rcpt string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ids[rcpt]...)
+}
+
 type faultSMTPSession struct {
 	s  *faultSMTP
 	to []string
@@ -492,14 +524,22 @@ func (ss *faultSMTPSession) Rcpt(to string, _ *gosmtp.RcptOptions) error {
 }
 
 func (ss *faultSMTPSession) Data(r io.Reader) error {
-	if _, err := io.Copy(io.Discard, r); err != nil {
+	msg, err := mail.ReadMessage(r)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, msg.Body); err != nil {
 		return err
 	}
 	ss.s.mu.Lock()
-	defer ss.s.mu.Unlock()
 	for _, to := range ss.to {
 		ss.s.delivered[to]++
+		ss.s.ids[to] = append(ss.s.ids[to], msg.Header.Get("Message-Id"))
 	}
+	ss.s.accepted++
+	late := ss.s.late / 4 * time.Duration(1+ss.s.accepted%7)
+	ss.s.mu.Unlock()
+	time.Sleep(late)
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -39,6 +40,13 @@ func dockerAPI() (*testcontainers.DockerClient, error) {
 		}
 	})
 	return dockerCli, dockerErr
+}
+
+// DockerAvailable reports whether a Docker engine answers, for callers that
+// can do without containers (benchmarks) rather than fail.
+func DockerAvailable() bool {
+	_, err := dockerAPI()
+	return err == nil
 }
 
 // dockerClient is dockerAPI for a test: a missing engine fails the test with
@@ -118,6 +126,12 @@ func hostNetwork(hc *container.HostConfig) { hc.NetworkMode = "host" }
 func startContainer(t testing.TB, req testcontainers.ContainerRequest) testcontainers.Container {
 	t.Helper()
 	req.HostConfigModifier = hostNetwork
+	// testcontainers attaches every container to a default network, and
+	// where dockerd has no "bridge" (--bridge=none) it creates a
+	// "reaper_default" bridge for that. A host-network container must join
+	// no other network: dockerd would program the bridge's address into the
+	// host's own namespace and refuse to start it (route conflict).
+	req.EndpointSettingsModifier = func(eps map[string]*network.EndpointSettings) { clear(eps) }
 	c, err := testcontainers.GenericContainer(context.Background(), testcontainers.GenericContainerRequest{
 		ContainerRequest: req,
 		Started:          true,

@@ -2,13 +2,18 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -20,41 +25,135 @@ import (
 // split work between two workers.
 const DefaultPartitions = 4
 
-// Kafka is a single-broker Kafka cluster: Apache Kafka in KRaft mode, or
-// kfake (franz-go's in-memory broker, same protocol) where that image cannot
-// be had. Topics are created on first use with DefaultPartitions.
+// KafkaVersion is the Apache Kafka release the suite runs, the version that
+// integration/pom.xml resolves; KafkaImage is the local image
+// scripts/build-images.sh builds from it.
+const (
+	KafkaVersion = "4.4.0"
+	KafkaImage   = "notification-worker/kafka:" + KafkaVersion
+	kfakeImage   = "notification-worker/kfake:dev"
+)
+
+// Kafka is a Kafka cluster for one test: Apache Kafka in KRaft mode (one
+// node, or several for StartKafkaCluster), or kfake (franz-go's in-memory
+// broker, same protocol) where the Apache Kafka image cannot be had. Topics
+// are created on first use with DefaultPartitions.
 type Kafka struct {
 	// Brokers are "127.0.0.1:port" seed addresses.
 	Brokers []string
-	// Impl says what runs: the image name, or "kfake (in-process)".
+	// Impl says what runs: "Apache Kafka 4.4.0 (image)", the kfake image, or
+	// "kfake (in-process)".
 	Impl string
+	// Apache is true when Impl is Apache Kafka, false for kfake.
+	Apache bool
 
+	// replication is the replication factor CreateTopic asks for.
+	replication int16
+	// settings are server properties every Apache Kafka node gets.
+	settings map[string]string
+	// nodes are the Apache Kafka containers, nodes[i] with node.id i+1.
+	nodes  []*kafkaNode
 	client *kgo.Client
 	admin  *kadm.Client
 }
 
-// StartKafka starts a broker and waits until it answers. The image is
-// KAFKA_IMAGE (default apache/kafka); when that is not present locally it
-// falls back to the local notification-worker/kfake:dev container, and when
-// that is missing too, to kfake in the test process. The test log says
-// which.
+// kafkaNode is one Apache Kafka container: a broker and a controller.
+type kafkaNode struct {
+	id   int32
+	addr string
+	c    testcontainers.Container
+}
+
+// StartKafka starts a one-node broker and waits until it answers. The image
+// is KAFKA_IMAGE, by default KafkaImage (Apache Kafka, built by
+// scripts/build-images.sh kafka). When that image is missing it falls back
+// to the local kfake image, and when that is missing too, to kfake in the
+// test process, and says so loudly: such a run proves nothing about a real
+// broker. Every test logs the broker it ran on ("broker: ...").
 //
-// An image whose name contains "kfake" is run as the kfake broker; any
-// other as Apache Kafka (KRaft, one combined broker and controller).
+// An image whose name contains "kfake" is run as the kfake broker; any other
+// as Apache Kafka through the entry program of integration/kafkanode.
 func StartKafka(t testing.TB) *Kafka {
 	t.Helper()
-	k := &Kafka{}
-	img, ok := pickImage(t, "KAFKA_IMAGE", "apache/kafka", "notification-worker/kfake:dev")
+	return StartKafkaWithSettings(t, nil)
+}
+
+// StartKafkaWithSettings is StartKafka with server properties that differ
+// from the harness's (see integration/kafkanode), such as
+// group.min.session.timeout.ms for clients with short sessions. kfake,
+// where the harness falls back to it, ignores them.
+func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
+	t.Helper()
+	k := &Kafka{replication: 1, settings: settings}
+	img, fallback := kafkaImage(t)
 	switch {
-	case !ok:
-		t.Logf("KAFKA_IMAGE: neither apache/kafka nor notification-worker/kfake:dev is present locally; running kfake in-process")
+	case img == "":
 		k.Brokers, k.Impl = startKfakeInProcess(t), "kfake (in-process)"
 	case strings.Contains(img, "kfake"):
 		k.Brokers, k.Impl = startKfakeContainer(t, img), img
 	default:
-		k.Brokers, k.Impl = startApacheKafka(t, img), img
+		k.startApache(t, img, 1)
 	}
+	k.connect(t)
+	if fallback {
+		t.Logf("broker: %s -- WARNING: FALLBACK, NOT Apache Kafka: %s is missing (run scripts/build-images.sh kafka)", k.Impl, KafkaImage)
+	} else {
+		t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
+	}
+	return k
+}
 
+// StartKafkaCluster starts n Apache Kafka nodes, each a broker and a voter
+// of one controller quorum, and waits until every broker has registered.
+// Auto-created and CreateTopic topics are replicated to all n with
+// min.insync.replicas n-1 (2 for 3 nodes). The test is skipped, loudly, when
+// only kfake can be had: kfake has no replicas to fail over.
+func StartKafkaCluster(t testing.TB, n int) *Kafka {
+	t.Helper()
+	img, fallback := kafkaImage(t)
+	if fallback || strings.Contains(img, "kfake") {
+		t.Skipf("broker: WARNING: SKIPPED, a %d-node cluster needs the Apache Kafka image %s (run scripts/build-images.sh kafka); have %q", n, KafkaImage, img)
+	}
+	k := &Kafka{replication: int16(n)}
+	k.startApache(t, img, n)
+	k.connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		bs, err := k.admin.ListBrokers(ctx)
+		if err == nil && len(bs) == n {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("kafka cluster: %d of %d brokers registered after %v: %v", len(bs), n, startTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
+	return k
+}
+
+// kafkaImage picks the broker image: KAFKA_IMAGE if set, else KafkaImage,
+// else the kfake image, else "" (kfake in the test process). fallback is
+// true when it is not Apache Kafka for want of the image.
+func kafkaImage(t testing.TB) (img string, fallback bool) {
+	t.Helper()
+	if v := os.Getenv("KAFKA_IMAGE"); v != "" {
+		return v, false
+	}
+	if imagePresent(t, KafkaImage) {
+		return KafkaImage, false
+	}
+	if imagePresent(t, kfakeImage) {
+		return kfakeImage, true
+	}
+	return "", true
+}
+
+// connect opens the harness's own client and waits until the cluster
+// answers.
+func (k *Kafka) connect(t testing.TB) {
+	t.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(k.Brokers...),
 		// Publishing to a topic no test created yet creates it, as the
@@ -72,14 +171,13 @@ func StartKafka(t testing.TB) *Kafka {
 	for {
 		err := cl.Ping(ctx)
 		if err == nil {
-			break
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("kafka %s not ready after %v: %v", k.Impl, startTimeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return k
 }
 
 func startKfakeInProcess(t testing.TB) []string {
@@ -114,42 +212,163 @@ func startKfakeContainer(t testing.TB, img string) []string {
 	return []string{addr}
 }
 
-// startApacheKafka runs the official image as one KRaft node on two loopback
-// ports. The settings are the image's documented single-node ones, with
-// replication factors of 1 and no initial rebalance delay (tests would
-// otherwise wait 3 s for every group to form).
-func startApacheKafka(t testing.TB, img string) []string {
+// startApache runs n Apache Kafka nodes of img, each on two free loopback
+// ports (clients, controller), all voters of one static quorum when n > 1.
+// The settings that differ from Kafka's defaults are in
+// integration/kafkanode and docs/kafka-brokers.md.
+func (k *Kafka) startApache(t testing.TB, img string, n int) {
 	t.Helper()
-	port, ctrl := strconv.Itoa(FreePort(t)), strconv.Itoa(FreePort(t))
-	addr := "127.0.0.1:" + port
-	c := startContainer(t, testcontainers.ContainerRequest{
-		Image: img,
-		Env: map[string]string{
-			"KAFKA_NODE_ID":                                          "1",
-			"KAFKA_PROCESS_ROLES":                                    "broker,controller",
-			"KAFKA_LISTENERS":                                        "PLAINTEXT://" + addr + ",CONTROLLER://127.0.0.1:" + ctrl,
-			"KAFKA_ADVERTISED_LISTENERS":                             "PLAINTEXT://" + addr,
-			"KAFKA_CONTROLLER_LISTENER_NAMES":                        "CONTROLLER",
-			"KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":                   "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-			"KAFKA_INTER_BROKER_LISTENER_NAME":                       "PLAINTEXT",
-			"KAFKA_CONTROLLER_QUORUM_VOTERS":                         "1@127.0.0.1:" + ctrl,
-			"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR":                 "1",
-			"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR":         "1",
-			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":                    "1",
-			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
-			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR":            "1",
-			"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS":                 "0",
-			"KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS":                     "100",
-			"KAFKA_NUM_PARTITIONS":                                   strconv.Itoa(DefaultPartitions),
-			"KAFKA_AUTO_CREATE_TOPICS_ENABLE":                        "true",
-			"KAFKA_LOG_DIRS":                                         "/tmp/kraft-combined-logs",
-		},
-		ExposedPorts: []string{port + "/tcp"},
-	})
-	if err := waitUntil(context.Background(), c, startTimeout, dialCheck(addr)); err != nil {
-		t.Fatalf("kafka %s: %v", img, err)
+	type ports struct{ client, ctrl string }
+	ps := make([]ports, n)
+	var voters []string
+	for i := range ps {
+		ps[i] = ports{strconv.Itoa(FreePort(t)), strconv.Itoa(FreePort(t))}
+		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%s", i+1, ps[i].ctrl))
 	}
-	return []string{addr}
+	clusterID := newClusterID()
+	minISR := max(1, n-1)
+	for i, p := range ps {
+		cmd := []string{
+			"-node-id", strconv.Itoa(i + 1), "-port", p.client, "-controller-port", p.ctrl,
+			"-cluster-id", clusterID, "-replication", strconv.Itoa(n), "-min-isr", strconv.Itoa(minISR),
+			"-partitions", strconv.Itoa(DefaultPartitions),
+		}
+		if n > 1 {
+			cmd = append(cmd, "-voters", strings.Join(voters, ","))
+		}
+		for key, v := range k.settings {
+			cmd = append(cmd, "-set", key+"="+v)
+		}
+		c := startContainer(t, testcontainers.ContainerRequest{
+			Image:        img,
+			Cmd:          cmd,
+			ExposedPorts: []string{p.client + "/tcp"},
+		})
+		keepLogsOnFailure(t, c, fmt.Sprintf("kafka-%d", i+1))
+		node := &kafkaNode{id: int32(i + 1), addr: "127.0.0.1:" + p.client, c: c}
+		k.nodes = append(k.nodes, node)
+		k.Brokers = append(k.Brokers, node.addr)
+	}
+	// The nodes start together, so a quorum can form while each waits.
+	for _, node := range k.nodes {
+		if err := waitUntil(context.Background(), node.c, startTimeout, dialCheck(node.addr)); err != nil {
+			t.Fatalf("kafka %s node %d: %v", img, node.id, err)
+		}
+	}
+	k.Apache = true
+	k.Impl = fmt.Sprintf("Apache Kafka %s (%s, KRaft, %d combined broker+controller node(s))", KafkaVersion, img, n)
+	if v := os.Getenv("KAFKA_IMAGE"); v != "" && v != KafkaImage {
+		k.Impl = fmt.Sprintf("Apache Kafka from KAFKA_IMAGE=%s (KRaft, %d node(s))", img, n)
+	}
+}
+
+// newClusterID is a KRaft cluster id: 16 random bytes, base64url without
+// padding, never starting with '-' (the storage tool would take it for a flag).
+func newClusterID() string {
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
+}
+
+// KillNode sends SIGKILL to the node with node.id id (1-based) and returns
+// once it is dead: no orderly shutdown, no leadership handed over.
+func (k *Kafka) KillNode(ctx context.Context, id int32) error {
+	n, err := k.node(id)
+	if err != nil {
+		return err
+	}
+	cli, err := dockerAPI()
+	if err != nil {
+		return err
+	}
+	if _, err := cli.ContainerKill(ctx, n.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("kill kafka node %d: %w", id, err)
+	}
+	for {
+		st, err := n.c.State(ctx)
+		if err == nil && !st.Running && !st.Restarting {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kill kafka node %d: %w", id, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// StartNode starts a killed or stopped node again on its data (its topics,
+// offsets and quorum state) and ports, and waits until it accepts clients.
+func (k *Kafka) StartNode(ctx context.Context, id int32) error {
+	n, err := k.node(id)
+	if err != nil {
+		return err
+	}
+	if err := n.c.Start(ctx); err != nil {
+		return fmt.Errorf("start kafka node %d: %w", id, err)
+	}
+	return waitUntil(ctx, n.c, startTimeout, dialCheck(n.addr))
+}
+
+func (k *Kafka) node(id int32) (*kafkaNode, error) {
+	if id < 1 || int(id) > len(k.nodes) {
+		return nil, fmt.Errorf("kafka node %d: the cluster has %d Apache Kafka node(s)", id, len(k.nodes))
+	}
+	return k.nodes[id-1], nil
+}
+
+// Leader returns the node id leading topic's partition, and its in-sync
+// replicas, as the cluster's metadata says now.
+func (k *Kafka) Leader(ctx context.Context, topic string, partition int32) (leader int32, isr []int32, err error) {
+	md, err := k.admin.Metadata(ctx, topic)
+	if err != nil {
+		return 0, nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		return 0, nil, fmt.Errorf("metadata of %s: %v", topic, td.Err)
+	}
+	p, ok := td.Partitions[partition]
+	if !ok || p.Err != nil {
+		return 0, nil, fmt.Errorf("metadata of %s/%d: %v", topic, partition, p.Err)
+	}
+	return p.Leader, p.ISR, nil
+}
+
+// keepLogsOnFailure saves c's whole output to a file when the test failed,
+// before the container is removed, and logs its path and last lines. The
+// folder is $NW_TEST_LOGS, or notification-worker-test-logs in the
+// system's temporary folder.
+func keepLogsOnFailure(t testing.TB, c testcontainers.Container, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := containerOutput(ctx, c.GetContainerID())
+		if err != nil {
+			t.Logf("%s: no logs: %v", name, err)
+			return
+		}
+		dir := os.Getenv("NW_TEST_LOGS")
+		if dir == "" {
+			dir = filepath.Join(os.TempDir(), "notification-worker-test-logs")
+		}
+		file := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+name+".log")
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			err = os.WriteFile(file, out, 0o644)
+		}
+		if err != nil {
+			t.Logf("%s: could not keep its log: %v", name, err)
+			file = "(not kept)"
+		}
+		t.Logf("%s: whole log in %s; last lines:\n  %s", name, file, strings.Join(lastLines(splitLines(out), 30), "\n  "))
+	})
 }
 
 // Env is the worker's environment for this broker, consuming topic in group.
@@ -161,10 +380,11 @@ func (k *Kafka) Env(topic, group string) map[string]string {
 	}
 }
 
-// CreateTopic creates topic with the given number of partitions. Create the
-// topic before starting a worker when the partition count matters.
+// CreateTopic creates topic with the given number of partitions, replicated
+// to every node of the cluster. Create the topic before starting a worker
+// when the partition count matters.
 func (k *Kafka) CreateTopic(ctx context.Context, topic string, partitions int32) error {
-	resp, err := k.admin.CreateTopic(ctx, partitions, 1, nil, topic)
+	resp, err := k.admin.CreateTopic(ctx, partitions, k.replication, nil, topic)
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}

@@ -343,6 +343,15 @@ func (w *Worker) Metrics(ctx context.Context) (string, error) {
 	return string(b), nil
 }
 
+// PID returns the worker's process id on this host, or 0 when it runs in
+// a container.
+func (w *Worker) PID() int {
+	if r, ok := w.r.(*processRunner); ok {
+		return r.cmd.Process.Pid
+	}
+	return 0
+}
+
 // Stop sends SIGTERM and waits for the worker to exit, killing it after
 // StopGrace; then ExitCode tells how it ended.
 func (w *Worker) Stop(ctx context.Context) error { return w.r.stop(ctx, StopGrace) }

@@ -23,9 +23,12 @@ type Deliveries struct {
 
 // Unknown is a send whose outcome an attempt could not learn.
 type Unknown struct {
-	Token string    // the claim it was sent under, which the attempt kept
-	Since time.Time // the start of the window in which it may have been accepted
-	First time.Time // when its outcome was first found unknown
+	Token string // the claim it was sent under, which the attempt kept
+	// Since and Until bound the window in which the provider may have
+	// accepted it: from the send's start to when it gave up waiting (or to
+	// the lease's end, for a claim taken over).
+	Since, Until time.Time
+	First        time.Time // when its outcome was first found unknown
 }
 
 // NewDeliveries returns an empty Deliveries.

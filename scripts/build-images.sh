@@ -5,11 +5,13 @@
 #
 #   notification-worker/redis:7             Debian's redis-server + the libraries ldd lists
 #   notification-worker/mailpit:v1.33.1     mailpit built from source, static
+#   notification-worker/kafka:4.4.0         Apache Kafka from Maven Central (scripts/kafka-jars.sh),
+#                                           this machine's JRE, integration/kafkanode as entry
 #   notification-worker/kfake:dev           integration/kfakebroker (Kafka protocol, in memory)
 #   notification-worker/twilio-double:dev   integration/twiliodouble
 #   notification-worker:dev                 the worker, from ./Dockerfile (if ./cmd/notification-worker exists)
 #
-# Usage: scripts/build-images.sh [redis|mailpit|kfake|twilio-double|worker ...]
+# Usage: scripts/build-images.sh [redis|mailpit|kafka|kfake|twilio-double|worker ...]
 # (no argument: all of them). Needs a Docker engine (scripts/docker-up.sh).
 #
 # Every image is FROM scratch, so nothing is pulled. Each carries a label with
@@ -18,8 +20,9 @@
 #
 # Environment:
 #   FORCE=1       rebuild even when the inputs did not change
-#   NW_CACHE_DIR  where the mailpit binary is kept between runs, since it
-#                 takes minutes to compile (default ${XDG_CACHE_HOME:-~/.cache}/notification-worker)
+#   NW_CACHE_DIR  where the mailpit binary and Kafka's jars are kept between
+#                 runs, since they take minutes to compile or fetch (default
+#                 ${XDG_CACHE_HOME:-~/.cache}/notification-worker)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -43,7 +46,7 @@ docker_build() {
 }
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
 
 docker info >/dev/null 2>&1 || { say "no Docker engine answers; run scripts/docker-up.sh first"; exit 1; }
 
@@ -162,6 +165,76 @@ EOF
   build_scratch "$tag" "$dir"
 }
 
+# copy_libs ROOT FILE...: the libraries ldd lists for each FILE (already in
+# ROOT) and the loader, copied into ROOT at their own paths, so FILE runs in
+# an empty image. Libraries ldd finds inside ROOT itself (through $ORIGIN)
+# are there already.
+copy_libs() {
+  local root=$1 f
+  shift
+  for f in "$@"; do
+    ldd "$f" 2>/dev/null | grep -o '/[^ ]*' | sort -u | while read -r lib; do
+      case $lib in "$root"/*) continue ;; esac
+      [ -e "$root$lib" ] || cp -L --parents "$lib" "$root/"
+    done
+  done
+}
+
+# build_kafka JARS: Apache Kafka as Maven Central publishes it (JARS, from
+# scripts/kafka-jars.sh), on the JRE of this machine's `java`, with
+# integration/kafkanode as the entry program.
+build_kafka() {
+  local version tag dir jars=$1 jdk java
+  version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' integration/pom.xml)
+  tag=notification-worker/kafka:$version dir=$work/kafka
+  java=$(readlink -f "$(command -v java)")
+  jdk=$(dirname "$(dirname "$java")")
+  mkdir -p "$dir/rootfs/opt/java/bin" "$dir/rootfs/opt/java/lib" "$dir/rootfs/opt/kafka/libs" \
+    "$dir/rootfs/opt/kafka/config" "$dir/rootfs/data" "$dir/rootfs/tmp"
+  chmod 1777 "$dir/rootfs/tmp" # the compression codecs unpack their native code here
+  cp "$java" "$dir/rootfs/opt/java/bin/java"
+  # The JDK's lib (the module image, libjvm.so, the native libraries) and
+  # conf, links resolved (Debian links conf and jvm.cfg into /etc); without
+  # what only javac or a desktop uses, and without links to nothing.
+  cp -rL "$jdk/conf" "$jdk/release" "$dir/rootfs/opt/java/"
+  local f
+  for f in "$jdk"/lib/*; do
+    case ${f##*/} in
+      ct.sym | src.zip | libatk-wrapper.so | libawt_xawt.so | libsplashscreen.so | libjsound.so | \
+        libfontmanager.so | libjawt.so | liblcms.so | libjavajpeg.so | libmlib_image.so) continue ;;
+    esac
+    [ -e "$f" ] && cp -rL "$f" "$dir/rootfs/opt/java/lib/"
+  done
+  [ -f "$dir/rootfs/opt/java/lib/server/libjvm.so" ] || { say "no libjvm.so under $jdk/lib/server"; exit 1; }
+  copy_libs "$dir/rootfs" "$dir/rootfs/opt/java/bin/java" $(find "$dir/rootfs/opt/java/lib" -name '*.so')
+  cp "$jars"/*.jar "$dir/rootfs/opt/kafka/libs/"
+  # Kafka's own console layout, to stdout, which the harness keeps.
+  cat >"$dir/rootfs/opt/kafka/config/log4j2.properties" <<'EOF'
+rootLogger.level=INFO
+rootLogger.appenderRef.stdout.ref=STDOUT
+appender.stdout.type=Console
+appender.stdout.name=STDOUT
+appender.stdout.layout.type=PatternLayout
+appender.stdout.layout.pattern=[%d] %p %m (%c)%n
+logger.kafka.name=kafka
+logger.kafka.level=INFO
+logger.apache.name=org.apache.kafka
+logger.apache.level=INFO
+# Every config class prints all its values at start: thousands of lines.
+logger.config.name=org.apache.kafka.common.config.AbstractConfig
+logger.config.level=WARN
+EOF
+  go_static "$dir/rootfs/kafkanode" ./integration/kafkanode
+  cat >"$dir/Dockerfile" <<EOF
+FROM scratch
+COPY rootfs/ /
+ENV PATH=/opt/java/bin JAVA_HOME=/opt/java
+LABEL org.apache.kafka.version=$version
+ENTRYPOINT ["/kafkanode"]
+EOF
+  build_scratch "$tag" "$dir"
+}
+
 build_worker() {
   if [ ! -d cmd/notification-worker ]; then
     say "skipping notification-worker:dev: ./cmd/notification-worker does not exist yet"
@@ -182,16 +255,27 @@ build_worker() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kfake twilio-double worker)
+[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka kfake twilio-double worker)
 for t in "${targets[@]}"; do
   start=$SECONDS
   case $t in
     redis) build_redis ;;
     mailpit) build_mailpit ;;
+    kafka)
+      # The one input fetched from outside: when Maven cannot resolve it,
+      # the suite still runs, on kfake, and every test says so.
+      command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || apt_install openjdk-17-jre-headless maven
+      if kafka_dir=$(scripts/kafka-jars.sh); then
+        build_kafka "$kafka_dir/jars"
+      else
+        say "WARNING: Apache Kafka's jars could not be fetched (output above), so its image is not built;"
+        say "WARNING: without one the integration suite falls back to kfake, and each test's log says so"
+      fi
+      ;;
     kfake) build_go_tool notification-worker/kfake:dev ./integration/kfakebroker kfakebroker ;;
     twilio-double) build_go_tool notification-worker/twilio-double:dev ./integration/twiliodouble twiliodouble ;;
     worker) build_worker ;;
-    *) say "unknown image $t (want redis, mailpit, kfake, twilio-double or worker)"; exit 2 ;;
+    *) say "unknown image $t (want redis, mailpit, kafka, kfake, twilio-double or worker)"; exit 2 ;;
   esac
   say "$t: $((SECONDS - start))s"
 done

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs the host packages the tests need on a fresh Debian machine (as
 # root): redis-server for the store's tests, promtool (Debian's prometheus
-# package) for the alert rules' tests. Idempotent and quick when
-# everything is there. The Docker engine is scripts/docker-up.sh's job.
+# package) for the alert rules' tests, a Java runtime and Maven for the
+# Apache Kafka broker the integration suite assembles from Maven Central
+# (scripts/kafka-jars.sh). Idempotent and quick when everything is there.
+# The Docker engine is scripts/docker-up.sh's job.
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -21,4 +25,4 @@ if [ ${#need[@]} -gt 0 ]; then
   # Debian starts a redis-server on 6379 (and a prometheus on 9090, where
   # an init system runs) on install; the tests need neither.
 fi
-echo "deps: ok ($(redis-server --version | cut -d' ' -f3), $(promtool --version 2>&1 | head -1))"
+echo "deps: ok ($(redis-server --version | cut -d' ' -f3), $(promtool --version 2>&1 | head -1), $(java -version 2>&1 | head -1), $(mvn -v 2>/dev/null | head -1 | sed 's/\x1b\[[0-9;]*m//g'))"

@@ -52,8 +52,74 @@ type Config struct {
 	// would write a key, and the probe would have to clean it up.)
 	Probe func(ctx context.Context) error
 	// Now is the clock stamped on the "open since" of ErrOpen errors. Nil:
-	// time.Now. Probing itself runs on real timers.
+	// time.Now. Probing and UnansweredFor run on real timers.
 	Now func() time.Time
+	// Unanswered and UnansweredFor bound the calls the store may still be
+	// working on after their callers stopped waiting (a Redis command keeps
+	// its place on the connection until the server answers it or the client
+	// drops the connection): the circuit also opens once Unanswered calls
+	// have failed within UnansweredFor, whatever succeeded in between. A
+	// store that answers some calls and not others (one node of a cluster)
+	// may never fail Failures times in a row, and without this bound would
+	// pile up the calls it does not answer. Calls whose caller cancelled
+	// count here too (the store may still hold them), though not towards
+	// Failures. Zero in either: no such bound. See MaxUnanswered.
+	Unanswered    int
+	UnansweredFor time.Duration
+}
+
+// MaxUnanswered returns the most calls a store behind a Breaker with cfg
+// can hold unanswered at once, when callers goroutines call it, each one
+// call at a time and holding at most two claims it has not settled (a
+// record's SMS and email), and each call returns by its deadline.
+//
+// With the circuit closed, fewer than cfg.Unanswered calls failed within
+// cfg.UnansweredFor (calls that failed earlier are answered or dropped by
+// then, which is what UnansweredFor must say of the store), and callers
+// calls are in flight. When it opens, those callers calls may fail too,
+// and while it is open each caller may still settle its claims (see
+// Breaker); the only other calls are probes, one per cooldown, none
+// longer than cfg.UnansweredFor ago. A probe that succeeds reaches every
+// connection the store has (the Redis store's Ping does), so the store
+// answered every call made before it.
+//
+// The defaults of New apply to zero fields; with no Unanswered bound the
+// answer is unbounded, reported as -1.
+func MaxUnanswered(cfg Config, callers int) int {
+	cfg = withDefaults(cfg)
+	if cfg.Unanswered <= 0 || cfg.UnansweredFor <= 0 {
+		return -1
+	}
+	probes := int(cfg.UnansweredFor/cfg.Cooldown) + 1
+	return 4*callers + cfg.Unanswered + probes
+}
+
+// ForCallers returns cfg with its Unanswered bound set for a store that may
+// keep a failed call unanswered for unansweredFor, called by at most callers
+// goroutines at once, and MaxUnanswered of the result: how many calls the
+// store must be able to hold unanswered. Unanswered is callers plus
+// Failures, so that every caller giving up at once (a rebalance cancels
+// them all) does not open the circuit by itself, while a store failing some
+// of its calls opens it before it holds more than callers plus Failures of
+// them.
+func ForCallers(cfg Config, callers int, unansweredFor time.Duration) (Config, int) {
+	cfg.Unanswered = callers + withDefaults(cfg).Failures
+	cfg.UnansweredFor = unansweredFor
+	return cfg, MaxUnanswered(cfg, callers)
+}
+
+// withDefaults returns cfg with New's defaults in its zero fields.
+func withDefaults(cfg Config) Config {
+	if cfg.Failures <= 0 {
+		cfg.Failures = DefaultFailures
+	}
+	if cfg.Cooldown <= 0 {
+		cfg.Cooldown = DefaultCooldown
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
 }
 
 // Breaker is a ports.IdempotencyStore that fails fast while its store is
@@ -63,9 +129,12 @@ type Config struct {
 // own context was cancelled by then (the caller gave up; that says nothing
 // about the store). A caller's deadline that passes does count: callers bound
 // store calls with their deadline, so that is how a hanging store shows. A
-// call that succeeds resets the count. While open, calls return
-// an error wrapping ErrOpen without calling the store; only a successful
-// probe closes the circuit again.
+// call that succeeds resets the count. The circuit also opens when
+// Config.Unanswered calls failed within Config.UnansweredFor. While open,
+// calls return an error wrapping ErrOpen without calling the store; such a
+// refusal counts for nothing, and only a successful probe closes the
+// circuit again, at most one Cooldown (plus the probe's round trip) after
+// the store answers again.
 //
 // One exception: a Record or Release of a key this breaker granted a claim
 // for always goes to the store, open or not. The claim is a promise to
@@ -85,6 +154,13 @@ type Breaker struct {
 	openedAt    time.Time
 	consecutive int
 	owed        map[string]int // keys claimed through us, not yet recorded or released
+	// failedAt holds when the last len(failedAt) failed calls failed, as
+	// time since epoch (monotonic), oldest at next; nil without an
+	// Unanswered bound.
+	failedAt      []time.Duration
+	next          int
+	unansweredFor time.Duration
+	epoch         time.Time
 
 	tripped chan struct{} // one pending "opened" signal for the prober
 	stop    context.CancelFunc
@@ -95,15 +171,7 @@ type Breaker struct {
 // New returns a closed Breaker around store and starts its prober, which
 // idles until the circuit opens. Call Close to stop it.
 func New(store ports.IdempotencyStore, cfg Config) *Breaker {
-	if cfg.Failures <= 0 {
-		cfg.Failures = DefaultFailures
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = DefaultCooldown
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg = withDefaults(cfg)
 	if cfg.Probe == nil {
 		cfg.Probe = releaseAbsentKey(store)
 	}
@@ -119,6 +187,11 @@ func New(store ports.IdempotencyStore, cfg Config) *Breaker {
 		stop:     stop,
 		stopped:  make(chan struct{}),
 		ctx:      ctx,
+		epoch:    time.Now(),
+	}
+	if cfg.Unanswered > 0 && cfg.UnansweredFor > 0 {
+		b.failedAt = make([]time.Duration, cfg.Unanswered)
+		b.unansweredFor = cfg.UnansweredFor
 	}
 	go b.runProber()
 	return b
@@ -202,21 +275,24 @@ func (b *Breaker) admit(key string, settles bool) error {
 
 // observe counts the outcome of one store call.
 func (b *Breaker) observe(ctx context.Context, err error) {
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		return // the caller gave up (shutdown, say): not the store's fault
+	if err == nil {
+		b.mu.Lock()
+		b.consecutive = 0
+		b.mu.Unlock()
+		return
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tooMany := b.countUnanswered()
+	// A caller that gave up (shutdown, say) says nothing about the store.
 	// A deadline is different: the domain bounds every store call with
 	// IDEMPOTENCY_TIMEOUT on the context it passes, so a store that hangs
 	// shows up here as the caller's deadline passing. That is the outage
 	// the breaker exists for, and it counts.
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err == nil {
-		b.consecutive = 0
-		return
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		b.consecutive++
 	}
-	b.consecutive++
-	if b.open || b.consecutive < b.failures {
+	if b.open || (b.consecutive < b.failures && !tooMany) {
 		return
 	}
 	b.open, b.openedAt = true, b.now()
@@ -224,6 +300,19 @@ func (b *Breaker) observe(ctx context.Context, err error) {
 	case b.tripped <- struct{}{}:
 	default: // a signal is already pending
 	}
+}
+
+// countUnanswered notes a failed call, and reports whether Unanswered
+// calls have now failed within UnansweredFor. b.mu must be held.
+func (b *Breaker) countUnanswered() bool {
+	if b.failedAt == nil {
+		return false
+	}
+	now := max(time.Since(b.epoch), 1) // 0 marks a free entry
+	b.failedAt[b.next] = now
+	b.next = (b.next + 1) % len(b.failedAt)
+	oldest := b.failedAt[b.next] // of the last Unanswered failures, this one included
+	return oldest != 0 && now-oldest < b.unansweredFor
 }
 
 // runProber waits for the circuit to open, then probes until it closes.
@@ -253,7 +342,10 @@ func (b *Breaker) probeUntilClosed() {
 		cancel()
 		if err == nil {
 			b.mu.Lock()
+			// The probe reached the store and came back: every call
+			// made before it was answered too.
 			b.open, b.consecutive = false, 0
+			clear(b.failedAt)
 			b.mu.Unlock()
 			return
 		}

@@ -293,7 +293,7 @@ func TestConsumer_RebalanceDuringConcurrentHandling(t *testing.T) {
 	t.Parallel()
 	const partitions, total, shipments = 4, 800, 64
 	topic := uniqueName(t, "rebalance-concurrent")
-	brokers := MustStartEmbedded(t, partitions, topic).Brokers()
+	brokers := testBrokers(t, partitions, topic)
 
 	store := memory.New(nil) // shared, as Redis is by every worker
 	provider := &slowProvider{latency: 20 * time.Millisecond, sent: map[string]int{}}

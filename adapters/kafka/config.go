@@ -19,6 +19,7 @@ import (
 const (
 	DefaultMaxInFlight         = 64
 	DefaultMaxRecordBytes      = 1 << 20
+	DefaultMaxBufferedBytes    = 32 << 20
 	DefaultRetryMaxAttempts    = 12
 	DefaultRetryInitialBackoff = 200 * time.Millisecond
 	DefaultRetryMaxBackoff     = 10 * time.Second
@@ -50,12 +51,22 @@ type Config struct {
 
 	// MaxInFlight bounds how many records the worker hands to the handler at
 	// once, across all its partitions; default 64. 1 handles strictly one
-	// record at a time. Up to 4*MaxInFlight records may be fetched and
-	// waiting (behind a busy key, or for a slot) on top of that.
+	// record at a time. Up to 4*MaxInFlight records, within
+	// MaxBufferedBytes, may be fetched and waiting (behind a busy key, or
+	// for a slot) on top of that.
 	MaxInFlight int
 	// MaxRecordBytes: a record whose value is larger goes straight to the
 	// dead letter topic, unhandled; default 1 MiB.
 	MaxRecordBytes int
+	// MaxBufferedBytes bounds the bytes of the records the consumer holds,
+	// across all its partitions: taken from the broker and not finished,
+	// whether queued behind their key, waiting for a handling slot or in
+	// the handler (each counts its key, value and headers plus a fixed
+	// overhead). Once it is spent the consumer stops reading, and so
+	// Sarama stops fetching, until records finish. A record larger than
+	// the whole budget is admitted alone. Sarama's own read-ahead is sized
+	// from it too (see saramaConfig). Default 32 MiB.
+	MaxBufferedBytes int64
 
 	// RetryMaxAttempts is how many times a record failing with a Retryable
 	// error is tried before it is dead-lettered; default 12: with the default backoff, about a minute of provider errors before a record is dead-lettered.
@@ -128,6 +139,7 @@ func (cfg Config) withDefaults() Config {
 	}
 	setDefault(&cfg.MaxInFlight, DefaultMaxInFlight)
 	setDefault(&cfg.MaxRecordBytes, DefaultMaxRecordBytes)
+	setDefault(&cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
 	setDefault(&cfg.RetryMaxAttempts, DefaultRetryMaxAttempts)
 	setDefault(&cfg.RetryInitialBackoff, DefaultRetryInitialBackoff)
 	setDefault(&cfg.RetryMaxBackoff, DefaultRetryMaxBackoff)
@@ -144,7 +156,7 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
@@ -188,6 +200,7 @@ func (cfg Config) validate(consumer bool) error {
 	}{
 		{"MaxInFlight", int64(cfg.MaxInFlight)},
 		{"MaxRecordBytes", int64(cfg.MaxRecordBytes)},
+		{"MaxBufferedBytes", cfg.MaxBufferedBytes},
 		{"RetryMaxAttempts", int64(cfg.RetryMaxAttempts)},
 		{"RetryInitialBackoff", int64(cfg.RetryInitialBackoff)},
 		{"RetryMaxBackoff", int64(cfg.RetryMaxBackoff)},
@@ -228,7 +241,13 @@ func (cfg Config) validate(consumer bool) error {
 func (cfg Config) saramaConfig() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.ClientID = "notification-worker"
-	sc.Version = sarama.DefaultVersion
+	// The protocol versions Sarama speaks: the lowest that gives every
+	// feature the worker uses or is built to switch on (cooperative-sticky
+	// assignment needs 2.4; static membership 2.3; record headers for dead
+	// letters 0.11). Kafka 4.x refuses requests older than 2.1's (KIP-896),
+	// so this also stays inside what current brokers accept. The oldest
+	// broker supported is therefore Apache Kafka 2.4.0.
+	sc.Version = sarama.V2_4_0_0
 
 	if cfg.TLS != nil {
 		sc.Net.TLS.Enable = true
@@ -280,6 +299,42 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	// the broker's own limit still applies.
 	sc.Producer.MaxMessageBytes = int(sarama.MaxRequestSize) - 1
 	return sc
+}
+
+// groupConfig is saramaConfig with the consumer's read-ahead sized from
+// MaxBufferedBytes (see readAhead). The producers keep Sarama's channel
+// defaults: what they buffer is what they were given to send.
+func (cfg Config) groupConfig() *sarama.Config {
+	sc := cfg.saramaConfig()
+	sc.ChannelBufferSize, sc.Consumer.Fetch.Default, sc.Consumer.Fetch.MaxBytes = readAhead(cfg.MaxBufferedBytes)
+	return sc
+}
+
+// readAhead sizes what Sarama reads ahead of the consumer from the byte
+// budget (MaxBufferedBytes), so that the records the consumer holds are
+// most of the worker's memory, and the budget bounds them:
+//
+//   - channelBuffer 0: a partition's records wait in the consumer's own
+//     queues, counted in bytes, not in Sarama's channel, counted in records
+//     (256 by default, whatever their size). Sarama hands a record over when
+//     the consumer takes it, and once a partition has not been taken from
+//     for Consumer.MaxProcessingTime it stops fetching it.
+//   - fetchDefault, budget/64 (16 KiB to 1 MiB): what one fetch asks of one
+//     partition, so the fetch a stopped partition sits on stays small.
+//   - fetchMaxBytes, budget/16 (64 KiB to 50 MiB): what one fetch response
+//     holds across partitions. Sarama's records are slices of the response,
+//     so until the consumer takes (and copies, see detach) a partition's
+//     last record of a response, the whole response stays in memory: each
+//     partition holds at most one, budget/16 bytes.
+//
+// The broker still returns a record batch larger than either limit whole
+// when it is the first of its partition or response (KIP-74), so a large
+// record is never stuck. Consumer.Fetch.Max stays 0 (no limit) on purpose:
+// Sarama skips a record that does not fit in Fetch.Max, and a skipped
+// record is a notification never sent.
+func readAhead(budget int64) (channelBuffer int, fetchDefault, fetchMaxBytes int32) {
+	clamp := func(v, lo, hi int64) int32 { return int32(min(max(v, lo), hi)) }
+	return 0, clamp(budget/64, 16<<10, 1<<20), clamp(budget/16, 64<<10, 50<<20)
 }
 
 // maxTopicNameLen is Kafka's limit on a topic name's length.

@@ -100,6 +100,18 @@ func (c *Consumer) Ready() bool {
 	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
 }
 
+// BufferedBytes returns the bytes of the records this consumer holds now:
+// taken from the broker's stream and not finished, whether queued behind
+// their key, waiting for a handling slot or in the handler (see
+// Config.MaxBufferedBytes). It is 0 between Runs.
+func (c *Consumer) BufferedBytes() int64 {
+	r := c.run.Load()
+	if r == nil {
+		return 0
+	}
+	return r.budget.held()
+}
+
 // Wedged reports whether handler calls that are not returning stop the
 // worker: when calls abandoned at a revoke or shutdown (still running after
 // their context was cancelled) hold every one of the MaxInFlight handling
@@ -140,7 +152,7 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	cfg := c.cfg
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
 
-	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, cfg.saramaConfig())
+	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, cfg.groupConfig())
 	if err != nil {
 		return fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
 	}
@@ -180,6 +192,7 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		handling:  make(chan int, cfg.MaxInFlight),
 		started:   make([]atomic.Int64, cfg.MaxInFlight),
 		window:    make(chan struct{}, 4*cfg.MaxInFlight),
+		budget:    newByteBudget(cfg.MaxBufferedBytes),
 		start:     time.Now(),
 	}
 	for slot := range cfg.MaxInFlight {
@@ -232,6 +245,9 @@ type runState struct {
 	// window holds one token per record fetched and not finished, so a busy
 	// key or a slow provider stops the fetch instead of filling memory.
 	window chan struct{}
+	// budget bounds the bytes of the records the window holds (the byte
+	// budget, Config.MaxBufferedBytes).
+	budget *byteBudget
 	// abandoned counts handler calls a partition's stop gave up on that
 	// have not returned yet: each still holds a handling token.
 	abandoned atomic.Int64
@@ -361,7 +377,15 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				// Not added to the tracker, so not marked: replayed.
 				return nil
 			}
-			p.dispatch(msg)
+			// Waiting here is what stops this partition once the byte
+			// budget is spent: the next record stays in Sarama, which
+			// then stops fetching the partition. This one is held
+			// meanwhile, uncounted: one record per partition.
+			if !g.run.budget.acquire(heldBytes(msg), ctx.Done()) {
+				<-g.run.window
+				return nil
+			}
+			p.dispatch(detach(msg))
 		}
 	}
 }

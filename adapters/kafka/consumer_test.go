@@ -381,7 +381,7 @@ func TestConsumer_CancelCommitsExactlyHandled(t *testing.T) {
 	t.Run("RecordInHandFinishesAndIsCommitted", func(t *testing.T) {
 		t.Parallel()
 		topic := uniqueName(t, "cancel")
-		brokers := MustStartEmbedded(t, 1, topic).Brokers()
+		brokers := testBrokers(t, 1, topic)
 		// One key, so records are handled strictly in offset order.
 		MustPublish(t, brokers, topic, numbered(n, "v", oneKey)...)
 		cfg, logs := testConfig(brokers, topic)
@@ -416,7 +416,7 @@ func TestConsumer_CancelCommitsExactlyHandled(t *testing.T) {
 	t.Run("RecordPastShutdownTimeoutIsReplayed", func(t *testing.T) {
 		t.Parallel()
 		topic := uniqueName(t, "cancel")
-		brokers := MustStartEmbedded(t, 1, topic).Brokers()
+		brokers := testBrokers(t, 1, topic)
 		// One key, so records are handled strictly in offset order.
 		MustPublish(t, brokers, topic, numbered(n, "v", oneKey)...)
 		cfg, _ := testConfig(brokers, topic)

@@ -22,8 +22,12 @@
 //   - Records with the same key run one after another in offset order;
 //     records without a key have no order to keep and run independently.
 //     At most MaxInFlight handler calls run at once per worker, and at most
-//     4*MaxInFlight records are fetched and unfinished; past that the fetch
-//     waits. Behind one unfinished record, a partition takes in at most
+//     4*MaxInFlight records, of at most MaxBufferedBytes together, are
+//     taken from the broker and unfinished; past either the consumer stops
+//     reading and Sarama stops fetching (a record larger than the whole
+//     MaxBufferedBytes is admitted alone). Sarama's own read-ahead is sized
+//     from MaxBufferedBytes too: no channel buffer, fetches of
+//     MaxBufferedBytes/64 per partition and MaxBufferedBytes/16 per response. Behind one unfinished record, a partition takes in at most
 //     64*MaxInFlight offsets (finished ones included) before it stops
 //     reading until that record finishes.
 //   - Retryable errors are tried up to RetryMaxAttempts times, then dead-lettered;

@@ -31,3 +31,25 @@ func (t *offsetTracker) Span() int64 { return t.span() }
 // SpanPerInFlight exposes the dispatch limit's factor, so a test can check
 // the bound the consumer promises.
 const SpanPerInFlight = spanPerInFlight
+
+// ByteBudget exposes the byte budget to its tests in kafka_test.
+type ByteBudget = byteBudget
+
+// NewByteBudget returns a budget of limit bytes.
+func NewByteBudget(limit int64) *ByteBudget { return newByteBudget(limit) }
+
+// Acquire waits until n bytes are admitted (true) or done closes (false).
+func (b *byteBudget) Acquire(n int64, done <-chan struct{}) bool { return b.acquire(n, done) }
+
+// Release gives back n admitted bytes.
+func (b *byteBudget) Release(n int64) { b.release(n) }
+
+// Held returns the bytes admitted and not released.
+func (b *byteBudget) Held() int64 { return b.held() }
+
+// Waiting returns how many Acquire calls are queued.
+func (b *byteBudget) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}

@@ -123,8 +123,9 @@ func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.
 }
 
 // dispatch takes a record from the partition's stream (in offset order) into
-// the tracker and its key's queue. The caller holds a window token for it,
-// which process gives back. Only the ConsumeClaim goroutine calls it.
+// the tracker and its key's queue. The caller holds a window token for it
+// and its heldBytes in the byte budget, which process gives back. Only the
+// ConsumeClaim goroutine calls it.
 func (p *partition) dispatch(msg *sarama.ConsumerMessage) {
 	p.mu.Lock()
 	p.tracker.add(msg.Offset)
@@ -194,7 +195,10 @@ func (p *partition) drainKey(key string) {
 // finished (only possible once stopping) is left unmarked for replay; so is
 // every later record of its key, as they too see stopping.
 func (p *partition) process(msg *sarama.ConsumerMessage) {
-	defer func() { <-p.run.window }()
+	defer func() {
+		p.run.budget.release(heldBytes(msg))
+		<-p.run.window
+	}()
 	if p.isStopping() {
 		return
 	}

@@ -64,7 +64,7 @@ func TestConsumer_RebalanceLosesNothingSendsNothingTwice(t *testing.T) {
 	t.Parallel()
 	const partitions = 4
 	topic := uniqueName(t, "rebalance")
-	brokers := MustStartEmbedded(t, partitions, topic).Brokers()
+	brokers := testBrokers(t, partitions, topic)
 	cfg, _ := testConfig(brokers, topic)
 	// Commits far apart: the revoke commit is what keeps replays short, and
 	// anything replayed past it must be suppressed by the store.
@@ -153,7 +153,7 @@ func TestConsumer_PerKeyOrder(t *testing.T) {
 	t.Parallel()
 	const partitions, n, keys = 2, 400, 16
 	topic := uniqueName(t, "order")
-	brokers := MustStartEmbedded(t, partitions, topic).Brokers()
+	brokers := testBrokers(t, partitions, topic)
 	MustPublish(t, brokers, topic, numbered(n, "v", func(i int) string { return fmt.Sprintf("SHP-%d", i%keys) })...)
 
 	cfg, _ := testConfig(brokers, topic)
@@ -223,7 +223,7 @@ func TestConsumer_PerKeyOrder(t *testing.T) {
 func TestConsumer_MaxInFlightOneIsSequential(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName(t, "sequential")
-	brokers := MustStartEmbedded(t, 2, topic).Brokers()
+	brokers := testBrokers(t, 2, topic)
 	MustPublish(t, brokers, topic, numbered(40, "v", distinctKeys)...)
 	cfg, _ := testConfig(brokers, topic)
 	cfg.MaxInFlight = 1

@@ -73,9 +73,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/url"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -100,6 +100,10 @@ var ErrForeignValue = errors.New("redis: key holds a value that is neither a cla
 // maxFlushDelay is how long the pipeline may wait after a write for more
 // commands to send with the next one (see New).
 const maxFlushDelay = 500 * time.Microsecond
+
+// clusterRefreshInterval is how often the store rereads a Redis Cluster's
+// slot map (see New).
+const clusterRefreshInterval = 5 * time.Second
 
 // pipelineMultiplex -1 asks rueidis for a single connection (2^0): on a
 // standalone server 0 would mean its default, which depends on GOMAXPROCS;
@@ -159,6 +163,21 @@ type Config struct {
 	// instead (5s, or the URL's dial_timeout), so a slow start-up handshake
 	// does not stop the service from starting.
 	Timeout time.Duration
+	// MaxUnanswered is the most commands that may await an answer on one
+	// connection at once: the calls being made, plus those whose callers
+	// stopped waiting at their deadline and that the server has not
+	// answered (yet). Each connection's ring is sized to hold them. rueidis
+	// keeps a command in its ring until the server answers it, and a new
+	// command waits for a free slot without looking at its context
+	// (redis/rueidis#858): a call finding the ring full would hang past its
+	// deadline until the server answered or rueidis dropped the connection
+	// (UnansweredFor). The store does not bound what callers leave
+	// unanswered; the circuit breaker in front of it does (see
+	// breaker.MaxUnanswered). The ring is the smallest power of two above
+	// MaxUnanswered plus the few commands rueidis sends by itself
+	// (keep-alive PINGs, a cluster's slot-map reads), and never below
+	// rueidis' default of 1024. New fails when that would exceed MaxRing.
+	MaxUnanswered int
 	// KeepAbandoned is how long a claim's key outlives its lease, so that
 	// a claim left by a worker that died mid-send is found and taken over
 	// rather than forgotten. Zero: DefaultKeepAbandoned.
@@ -170,28 +189,23 @@ type Config struct {
 	TLSConfig *tls.Config
 }
 
+// MaxRing is the most slots New gives a connection's ring: Config.MaxUnanswered
+// must be below it.
+const MaxRing = 1 << 16
+
 // Store is a ports.IdempotencyStore on Redis. It is safe for concurrent use;
 // commands from concurrent calls are pipelined on shared connections.
 //
 // Every method returns an error when Redis does not answer within
-// Config.Timeout or before ctx is done; errors name the Redis key, never its
-// value. After an outage the store reconnects by itself on the next call: it
-// never needs to be rebuilt.
+// Config.Timeout or before ctx is done, as long as no more than
+// Config.MaxUnanswered commands await an answer on a connection; errors name
+// the Redis key, never its value. After an outage the store reconnects by
+// itself on the next call: it never needs to be rebuilt.
 type Store struct {
 	client  rueidis.Client
 	prefix  string
 	timeout time.Duration
 	keep    time.Duration // Config.KeepAbandoned
-
-	// epoch is when the store was made; stalledAt is when a call's deadline
-	// last passed without an answer, as time since epoch (monotonic), or 0
-	// once stalledFor has passed since. While it is recent, calls run
-	// detached (see bounded).
-	epoch      time.Time
-	stalledAt  atomic.Int64
-	stalledFor time.Duration
-	// detached counts detached calls that rueidis has not yet returned from.
-	detached atomic.Int64
 }
 
 // New connects to the server in cfg.URL and returns a Store. It fails if the
@@ -222,11 +236,13 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
 	}
 	if opt.ConnWriteTimeout < 0 {
-		// rueidis then never drops a silent connection, and the ring
-		// slots its abandoned commands hold are never freed (see
-		// stalledFor).
-		return nil, fmt.Errorf("redis: write_timeout %v in the URL must be positive", opt.ConnWriteTimeout)
+		return nil, errWriteTimeout(opt.ConnWriteTimeout)
 	}
+	slots := cfg.MaxUnanswered + ownCommands(opt)
+	if slots >= MaxRing {
+		return nil, fmt.Errorf("redis: %d commands awaiting an answer need a ring of more than %d slots per connection", cfg.MaxUnanswered, MaxRing)
+	}
+	opt.RingScaleEachConn = ringScale(slots)
 	if cfg.TLSConfig != nil {
 		if opt.TLSConfig == nil {
 			return nil, errors.New("redis: TLSConfig is set but the URL scheme is not rediss://")
@@ -259,11 +275,21 @@ func New(cfg Config) (*Store, error) {
 	// second at most, far below what one pipelined connection carries; and
 	// the shared Redis serves one client per worker instead of four.
 	opt.PipelineMultiplex = pipelineMultiplex
+	// Ping, the breaker's probe, asks every node in rueidis' slot map, so
+	// the map must drop the nodes the cluster has: a replica that died, a
+	// primary replaced by a failover. rueidis otherwise rereads it only
+	// when routed commands fail, and an open breaker sends none, so the
+	// circuit would stay open after the cluster itself had recovered.
+	// CLUSTER SLOTS omits failed replicas; every clusterRefreshInterval the
+	// map follows it.
+	if opt.ClusterOption.ShardsRefreshInterval == 0 {
+		opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
+	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", redactedURL(cfg.URL), err)
 	}
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned, epoch: time.Now(), stalledFor: stalledFor(opt)}
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", redactedURL(cfg.URL), err)
@@ -395,13 +421,35 @@ func firstError(errs []error) error {
 // Close closes the connections. Calls made after Close return an error.
 func (s *Store) Close() { s.client.Close() }
 
-// Ping checks the server answers within the timeout, for readiness checks and
-// the circuit breaker's probe.
+// Ping checks that every server the store talks to answers within the
+// timeout, each on the connection that carries the store's commands, for
+// the circuit breaker's probe: when it succeeds, every command sent before
+// it has been answered too (a connection answers in order). On Redis
+// Cluster that is every node in the client's slot map, replicas included;
+// a node the cluster has given up on leaves the map within
+// clusterRefreshInterval of leaving CLUSTER SLOTS. It returns the first
+// node's error, naming the node.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
-		return fmt.Errorf("redis ping: %w", err)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	nodes := s.client.Nodes()
+	errs := make(chan error, len(nodes))
+	for addr, c := range nodes {
+		go func() {
+			if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+				errs <- fmt.Errorf("redis ping %s: %w", addr, err)
+				return
+			}
+			errs <- nil
+		}()
 	}
-	return nil
+	var first error
+	for range nodes {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Claim implements ports.IdempotencyStore in one round trip:
@@ -448,9 +496,9 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 
 // takeOver replaces the abandoned claim old (whose lease is prev) by mine.
 func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Duration, prev ports.Lease) (ports.Claim, error) {
-	res := s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult {
-		return takeoverScript.Exec(ctx, s.client, []string{k}, []string{old, mine, strconv.FormatInt(ms(px), 10)})
-	})
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	res := takeoverScript.Exec(ctx, s.client, []string{k}, []string{old, mine, strconv.FormatInt(ms(px), 10)})
 	if n, err := res.AsInt64(); err == nil && n == 1 {
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
@@ -502,89 +550,55 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis release %s: %w", k, err)
 	}
-	res := s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult {
-		return releaseScript.Exec(ctx, s.client, []string{k}, []string{pendingPrefix + token})
-	})
-	if err := res.Error(); err != nil {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := releaseScript.Exec(ctx, s.client, []string{k}, []string{pendingPrefix + token}).Error(); err != nil {
 		return fmt.Errorf("redis release %s: %w", k, err)
 	}
 	return nil
 }
 
-// do runs one command under bounded.
+// do runs one command with the store's timeout on top of ctx. rueidis
+// returns by that deadline as long as the command finds a free slot in its
+// connection's ring (see Config.MaxUnanswered).
 func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	return s.bounded(ctx, func(ctx context.Context) rueidis.RedisResult { return s.client.Do(ctx, cmd) })
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.client.Do(ctx, cmd)
 }
 
-// bounded runs call with the store's timeout on top of ctx, and returns by
-// that deadline.
-//
-// rueidis honours the deadline everywhere but in one place: a command waits
-// for a free slot in its connection's ring (1024 commands) without looking
-// at its context, and a slot stays taken until the server answers, even
-// after its caller has given up (redis/rueidis#858). Against a server that
-// stopped answering, a busy worker fills the ring within seconds, and every
-// call after that hung until rueidis dropped the connection, 11 s later
-// (TestOutage_UnresponsiveUnderLoad). So for stalledFor after a call timed
-// out (about 13 s), calls run detached: in a goroutine of their own that
-// the caller stops waiting for at the deadline. Once maxDetached of them
-// are left inside rueidis, further calls fail at once with ErrStalled,
-// until some return. A server that answers again costs a goroutine per
-// call until stalledFor has passed since the last timeout. In normal running no call is detached: a goroutine per call cost
-// about 8 us of CPU per record (two calls) in make bench, 10% of the Redis
-// store's throughput.
-//
-// The state is the store's, not a node's: on Redis Cluster one node that
-// stops answering keeps calls to every node detached, and once its ring is
-// full, ErrStalled fails them all (TestOutage_ClusterNodeUnresponsive). An
-// answer from a healthy node does not end it, or calls to the silent node
-// would run undetached again and hang. This is what the circuit breaker in
-// front of the store does too: the worker treats the cluster as down.
-//
-// A caller that cancels while its connection is still being dialled may
-// wait out that dial, up to the timeout.
-func (s *Store) bounded(ctx context.Context, call func(context.Context) rueidis.RedisResult) rueidis.RedisResult {
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
-		// Only when the caller's bound is looser: the domain sets its own
-		// store timeout on every call, and a second timer would only cost a
-		// context and a timer per call.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
+// bound returns ctx bounded by the store's timeout. Only when the caller's
+// bound is looser: the domain sets its own store timeout on every call, and
+// a second timer would only cost a context and a timer per call.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+		return ctx, func() {}
 	}
-	var res rueidis.RedisResult
-	if s.stalled() {
-		res = s.detach(ctx, call)
-	} else {
-		res = call(ctx)
-	}
-	if err := res.NonRedisError(); err != nil && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, ErrStalled)) {
-		// No answer, not even a Redis error, by the deadline; or refused
-		// because maxDetached calls still wait for one. A server that
-		// answers, but slower than the timeout, is never dropped by rueidis
-		// and can keep the ring full: counting refusals keeps the state for
-		// as long as the cap is reached, rather than relying on a detached
-		// call timing out whenever one of them gets through.
-		s.stalledAt.Store(max(int64(time.Since(s.epoch)), 1))
-	}
-	return res
+	return context.WithTimeout(ctx, s.timeout)
 }
 
-// stalledFor returns how long after a call timed out calls keep running
-// detached: until rueidis has surely dropped a connection whose server went
-// silent, and with it every command still holding a ring slot. Commands
-// abandoned at their deadline keep their slots until then, so a shorter
-// state lapsed with a ring still nearly full, and the calls after it hung
-// (a paced load refused with ErrStalled never times out; an idle spell
-// makes no calls): TestOutage_UnresponsiveUnderLoad and
-// TestOutage_UnresponsiveIdleThenBurst. rueidis pings a connection that has
-// had no reply for a keep-alive interval, and drops it when that ping has
-// no answer within ConnWriteTimeout (a URL's write_timeout sets it). A
-// call timing out comes, all but always, after the last reply, so two
-// intervals plus that timeout from it the connection is gone; one more
-// interval is the slack for timers and the rare exception: 13 s with
-// rueidis' defaults.
-func stalledFor(opt rueidis.ClientOption) time.Duration {
+// UnansweredFor returns how long a command whose caller stopped waiting
+// for it (at its deadline) may keep its slot in the connection's ring: until
+// the server answers it, or rueidis drops the connection. rueidis pings a
+// connection that has had no reply for a keep-alive interval, and drops it
+// when that ping has no answer within ConnWriteTimeout (a URL's
+// write_timeout sets it). A command abandoned at its deadline was written,
+// all but always, after the last reply, so two intervals plus that timeout
+// from it the connection is gone; one more interval is the slack for timers
+// and the rare exception: 13 s with rueidis' defaults. It fails when the URL
+// does not parse or sets no positive write_timeout.
+func (c Config) UnansweredFor() (time.Duration, error) {
+	opt, err := rueidis.ParseURL(c.URL)
+	if err != nil {
+		return 0, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
+	}
+	if opt.ConnWriteTimeout < 0 {
+		return 0, errWriteTimeout(opt.ConnWriteTimeout)
+	}
+	return unansweredFor(opt), nil
+}
+
+func unansweredFor(opt rueidis.ClientOption) time.Duration {
 	keepAlive := opt.Dialer.KeepAlive
 	if keepAlive <= 0 {
 		keepAlive = rueidis.DefaultTCPKeepAlive
@@ -596,45 +610,25 @@ func stalledFor(opt rueidis.ClientOption) time.Duration {
 	return writeTimeout + 3*keepAlive
 }
 
-// stalled reports whether a call timed out within stalledFor. Its fast
-// path, with no timeout in a while, is one atomic load.
-func (s *Store) stalled() bool {
-	at := s.stalledAt.Load()
-	if at == 0 {
-		return false
-	}
-	if time.Since(s.epoch)-time.Duration(at) < s.stalledFor {
-		return true
-	}
-	s.stalledAt.CompareAndSwap(at, 0)
-	return false
+// errWriteTimeout is New's error for a negative write_timeout: rueidis then
+// never drops a silent connection, and the ring slots its abandoned
+// commands hold are never freed.
+func errWriteTimeout(d time.Duration) error {
+	return fmt.Errorf("redis: write_timeout %v in the URL must be positive", d)
 }
 
-// maxDetached bounds the detached calls still inside rueidis: the goroutines
-// a long outage can leave behind.
-const maxDetached = 256
+// ownCommands bounds the commands the client sends by itself that may be
+// unanswered on a connection at once: one keep-alive PING at a time, and
+// the slot-map reads of a Redis Cluster, one per clusterRefreshInterval for
+// as long as a command may stay unanswered.
+func ownCommands(opt rueidis.ClientOption) int {
+	return 1 + int(unansweredFor(opt)/clusterRefreshInterval) + 1
+}
 
-// ErrStalled is wrapped by calls refused at once because the server has
-// stopped answering and maxDetached calls are already waiting on it.
-var ErrStalled = errors.New("redis: server not answering, too many calls already waiting")
-
-// detach runs call in a goroutine and waits for it until ctx is done.
-func (s *Store) detach(ctx context.Context, call func(context.Context) rueidis.RedisResult) rueidis.RedisResult {
-	if s.detached.Add(1) > maxDetached {
-		s.detached.Add(-1)
-		return rueidis.NewErrorResult(ErrStalled)
-	}
-	done := make(chan rueidis.RedisResult, 1)
-	go func() {
-		defer s.detached.Add(-1)
-		done <- call(ctx)
-	}()
-	select {
-	case res := <-done:
-		return res
-	case <-ctx.Done():
-		return rueidis.NewErrorResult(ctx.Err())
-	}
+// ringScale returns the RingScaleEachConn whose ring (2^scale slots) holds
+// n commands; never below rueidis' default of 1024 slots.
+func ringScale(n int) int {
+	return max(rueidis.DefaultRingScale, bits.Len(uint(n)))
 }
 
 // redactURLError drops the URL from a *url.Error, whose message quotes the

@@ -519,6 +519,7 @@ func TestNewInvalidConfig(t *testing.T) {
 		"BadDBNumber":          {URL: "redis://u:hunter2@127.0.0.1:6379/x"},
 		"NegativeWriteTimeout": {URL: "redis://u:hunter2@127.0.0.1:6379?write_timeout=-1s"},
 		"Unparsable":           {URL: "redis://u:hunter2@[::1"},
+		"RingTooLarge":         {URL: "redis://u:hunter2@127.0.0.1:6379", MaxUnanswered: redis.MaxRing},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, err := redis.New(cfg)

@@ -16,8 +16,13 @@
 //     alike, so dead-lettering would discard every email until the fix; as
 //     Unavailable the records wait, nothing is lost, and the errors say
 //     exactly what to fix.
+//   - unknown (wrapping ports.ErrOutcomeUnknown): the message was written
+//     whole, its terminating "." too, and no reply came (the connection
+//     broke, timed out or ctx was done while waiting for it, or the reply
+//     did not parse). The server may have accepted it: a resend delivers it
+//     twice, under the same Message-ID (see MessageID).
 //   - retryable: 4xx replies (451, 421, 454), timeouts, ctx done, connection
-//     errors.
+//     errors before the end of DATA was written.
 //
 // # Authentication
 //
@@ -42,6 +47,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
@@ -182,9 +188,10 @@ func (n *Notifier) MessageID(key string) string {
 //
 // Send returns within the configured Timeout, or sooner when ctx is done: the
 // connection is closed under the SMTP conversation, at whatever step it is.
-// Errors are *Error values, classified as the package comment says. Once the
-// server has accepted the message (250 after DATA), Send reports success even
-// if the QUIT that follows fails: a retry would send the email twice.
+// Errors hold an *Error (errors.As), classified as the package comment says;
+// an unknown outcome wraps ports.ErrOutcomeUnknown around it. Once the server
+// has accepted the message (250 after DATA), Send reports success even if the
+// QUIT that follows fails: a retry would send the email twice.
 func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, error) {
 	masked := ports.MaskEmail(m.To)
 	fail := func(op string, code int, err error) *Error {
@@ -229,6 +236,7 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	defer cancel()
 
 	var auth *plainOrLogin
+	var wc *writeCheckedConn // set by the dial, read after the send
 	opts := []gomail.Option{
 		gomail.WithPort(n.port),
 		gomail.WithTimeout(n.timeout),
@@ -238,10 +246,12 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 		gomail.WithDialContextFunc(func(dctx context.Context, network, addr string) (net.Conn, error) {
 			var d net.Dialer
 			conn, err := d.DialContext(dctx, network, addr)
-			if err == nil {
-				context.AfterFunc(ctx, func() { _ = conn.Close() })
+			if err != nil {
+				return nil, err
 			}
-			return conn, err
+			context.AfterFunc(ctx, func() { _ = conn.Close() })
+			wc = &writeCheckedConn{Conn: conn}
+			return wc, nil
 		}),
 	}
 	if n.helo != "" {
@@ -265,6 +275,8 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	}
 	err = c.SendWithSMTPClient(sc, msg)
 	sentAt := time.Now()
+	// Read before QUIT, which writes on a connection that may be closed.
+	written := wc != nil && !wc.failed.Load()
 	// Best effort: the outcome is already decided, and cancel closes the
 	// connection if QUIT does not.
 	_ = c.CloseWithSMTPClient(sc)
@@ -275,7 +287,25 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	if err == nil {
 		err = errors.New("server did not confirm the message")
 	}
-	return ports.Receipt{}, classifySend(ctx, fail, err)
+	return ports.Receipt{}, classifySend(ctx, fail, written, err)
+}
+
+// writeCheckedConn records whether any write to the connection failed.
+// go-mail v0.8.1 ignores the error of writing DATA's terminating "."
+// (smtp.DataCloser.Close) and reports only the reply it then fails to read:
+// a connection whose every write succeeded has handed the whole message,
+// terminator included, to the network.
+type writeCheckedConn struct {
+	net.Conn
+	failed atomic.Bool
+}
+
+func (c *writeCheckedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.failed.Store(true)
+	}
+	return n, err
 }
 
 func (n *Notifier) addr() string { return net.JoinHostPort(n.host, strconv.Itoa(n.port)) }
@@ -325,8 +355,9 @@ func (n *Notifier) classifyDial(ctx context.Context, auth *plainOrLogin, fail fu
 	return fail("connect", code, err)
 }
 
-// classifySend classifies a failure after the session was set up.
-func classifySend(ctx context.Context, fail func(string, int, error) *Error, err error) error {
+// classifySend classifies a failure after the session was set up. written
+// says every write to the connection succeeded.
+func classifySend(ctx context.Context, fail func(string, int, error) *Error, written bool, err error) error {
 	var se *gomail.SendError
 	if !errors.As(err, &se) {
 		if ctx.Err() != nil {
@@ -336,6 +367,15 @@ func classifySend(ctx context.Context, fail func(string, int, error) *Error, err
 	}
 	e := fail(sendOp(se.Reason), se.ErrorCode(), err)
 	e.Enhanced = se.EnhancedStatusCode()
+	if se.Reason == gomail.ErrSMTPDataClose && se.ErrorCode() == 0 && written {
+		// The end of DATA went out and no SMTP reply came back.
+		e.Reason = "no reply after the end of DATA"
+		if ctx.Err() != nil {
+			_ = timeoutError(ctx, 0, e) // joins ctx.Err() into e.Err, says which in e.Reason
+			e.Reason = "no reply after the end of DATA: " + e.Reason
+		}
+		return fmt.Errorf("%w: %w", e, ports.ErrOutcomeUnknown)
+	}
 	switch code := se.ErrorCode(); {
 	case se.IsTemp(), code < 500:
 		// 4xx, or no reply at all (the connection broke): try again.

@@ -1,6 +1,7 @@
 package smtp_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -523,4 +524,95 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// TestSendOutcomeUnknown: once the end of DATA was written, a reply that
+// never comes leaves the outcome unknown; a connection lost before that is
+// retryable, as before.
+func TestSendOutcomeUnknown(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	assertUnknown := func(t *testing.T, err error) {
+		t.Helper()
+		if !errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want an unknown outcome", err)
+		}
+		var e *smtp.Error
+		if !errors.As(err, &e) || e.Op != "DATA" || e.Code != 0 {
+			t.Errorf("err = %#v, want an *smtp.Error at DATA without a reply code", err)
+		}
+		if strings.Contains(err.Error(), "ada@example.com") {
+			t.Errorf("error %q holds the full recipient", err)
+		}
+	}
+
+	t.Run("ConnectionClosedAfterDataIsUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataFate: func(int) smtptest.Fate { return smtptest.KeepAndDrop }})
+		n := MustNew(t, plainConfig(srv))
+		m := testMessage("k-drop")
+		_, err := n.Send(context.Background(), m)
+		assertUnknown(t, err)
+		// The server did take it, under the id a resend would carry too.
+		got := srv.Only(t)
+		if !bytes.Contains(got.Data, []byte(n.MessageID(m.IdempotencyKey))) {
+			t.Errorf("kept message does not carry Message-ID %s", n.MessageID(m.IdempotencyKey))
+		}
+	})
+
+	t.Run("NoReplyAfterDataTimesOutUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataFate: func(int) smtptest.Fate { return smtptest.KeepAndHang }})
+		cfg := plainConfig(srv)
+		cfg.Timeout = timeout
+		n := MustNew(t, cfg)
+		start := time.Now()
+		_, err := n.Send(context.Background(), testMessage("k-hang"))
+		if el := time.Since(start); el > timeout+time.Second {
+			t.Errorf("Send took %v, want about %v", el, timeout)
+		}
+		assertUnknown(t, err)
+		if len(srv.Deliveries()) != 1 {
+			t.Errorf("server kept %d messages, want 1", len(srv.Deliveries()))
+		}
+	})
+
+	t.Run("ContextDoneAfterDataIsUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataFate: func(int) smtptest.Fate { return smtptest.KeepAndHang }})
+		n := MustNew(t, plainConfig(srv)) // Timeout 10s: ctx ends first
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := n.Send(ctx, testMessage("k-ctx"))
+		assertUnknown(t, err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want context.DeadlineExceeded reachable", err)
+		}
+	})
+
+	t.Run("RejectedAfterDataIsNotUnknown", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DataErr: smtpErr(451, 4, 3, 0, "try later")})
+		n := MustNew(t, plainConfig(srv))
+		_, err := n.Send(context.Background(), testMessage("k-451"))
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("err = %v, want retryable: the server replied", err)
+		}
+	})
+
+	t.Run("ConnectionClosedAtRcptIsRetryable", func(t *testing.T) {
+		srv := smtptest.StartServer(t, smtptest.Script{DropRcpt: true})
+		n := MustNew(t, plainConfig(srv))
+		_, err := n.Send(context.Background(), testMessage("k-rcpt"))
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("err = %v, want retryable and not unknown: no DATA was sent", err)
+		}
+		if len(srv.Deliveries()) != 0 {
+			t.Fatal("server kept a message")
+		}
+	})
+
+	t.Run("SilentServerIsRetryable", func(t *testing.T) {
+		host, port := smtptest.SilentListener(t)
+		n := MustNew(t, smtp.Config{Host: host, Port: port, From: testFrom, TLSPolicy: "none", Timeout: timeout})
+		_, err := n.Send(context.Background(), testMessage("k"))
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want retryable and not unknown: no greeting, nothing sent", err)
+		}
+	})
 }

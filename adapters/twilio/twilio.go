@@ -7,9 +7,16 @@
 // replied STOP) is Permanent and wraps ports.ErrRecipientOptedOut; 401,
 // 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
 // senderCodes) are Unavailable, because the operator must fix them and they
-// must not dead-letter every SMS meanwhile; 408, 429, 21611 (the sender's
-// queue is full), 5xx, timeouts and connection errors are retryable. Only a
-// 2xx counts as sent.
+// must not dead-letter every SMS meanwhile; a request that was written and
+// got no answer, and a 502, 504 or 503 that is not Twilio's own (a gateway
+// answering in Twilio's place) wrap ports.ErrOutcomeUnknown, because Twilio
+// may have accepted the message; 408, 429, 21611 (the sender's queue is
+// full), Twilio's own 500 and 503, and failures before the request was
+// written (dial, DNS, TLS) are retryable. Only a 2xx counts as sent.
+//
+// The Notifier is also a ports.Reconciler: it asks Twilio's Messages list
+// whether a message whose outcome was unknown was accepted (see Reconcile
+// and docs/reconciliation.md).
 package twilio
 
 import (
@@ -17,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -36,6 +44,16 @@ const (
 	DefaultAPIURL   = "https://api.twilio.com"
 	DefaultTimeout  = 10 * time.Second
 	DefaultMaxConns = 64
+	// DefaultListLag: Twilio publishes no bound on how soon an accepted
+	// message shows in its Messages list. The Message resource exists once
+	// the create answered with its SID, and the list reads the same
+	// resources; a minute covers replication between Twilio's stores with a
+	// wide margin, while keeping a record whose send was unknown waiting no
+	// longer than that before it may be resent. See docs/reconciliation.md.
+	DefaultListLag = time.Minute
+	// DefaultClockSkew is the difference tolerated between this host's clock
+	// and Twilio's date_created (itself in whole seconds).
+	DefaultClockSkew = 30 * time.Second
 )
 
 // Config configures a Notifier.
@@ -68,9 +86,20 @@ type Config struct {
 	// http.DefaultTransport (proxy from the environment, keep-alive,
 	// HTTP/2 where the API offers it) sized by MaxConns.
 	Transport http.RoundTripper
+	// ListLag is how long after a send's window ended Reconcile still
+	// answers "cannot tell" rather than "not delivered" when Twilio's list
+	// does not show the message: the list may lag the messages Twilio
+	// accepted. Default DefaultListLag.
+	ListLag time.Duration
+	// ClockSkew widens Reconcile's window on both sides, for this host's
+	// clock against Twilio's. Default DefaultClockSkew.
+	ClockSkew time.Duration
 }
 
-var _ ports.Notifier = (*Notifier)(nil)
+var (
+	_ ports.Notifier   = (*Notifier)(nil)
+	_ ports.Reconciler = (*Notifier)(nil)
+)
 
 // Notifier sends SMS through Twilio. It is safe for concurrent use.
 //
@@ -85,10 +114,16 @@ var _ ports.Notifier = (*Notifier)(nil)
 // SetAccountSid, before the client is shared, and nothing calls them after.
 type Notifier struct {
 	sid, from string
+	token     string
 	msSID     string
 	apiURL    *url.URL
 	timeout   time.Duration
+	listLag   time.Duration
+	skew      time.Duration
 	api       *api.ApiService
+	// lister sends Reconcile's list requests: the base transport (the same
+	// connection pool as sends), the same Timeout, no redirects.
+	lister *http.Client
 	// sends holds each Send in progress (*sendInProgress) by its
 	// placeholder; see sendInProgress.
 	sends sync.Map
@@ -104,6 +139,10 @@ type Notifier struct {
 type sendInProgress struct {
 	ctx    context.Context
 	status atomic.Int32 // written by RoundTrip, read by Send after CreateMessage returned
+	// wrote is set once a request of the send was written whole to the
+	// connection (httptrace's WroteRequest without error): from then on
+	// Twilio may have accepted the message, whether or not an answer comes.
+	wrote atomic.Bool
 }
 
 var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
@@ -120,6 +159,12 @@ func New(cfg Config) (*Notifier, error) {
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ListLag == 0 {
+		cfg.ListLag = DefaultListLag
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = DefaultClockSkew
 	}
 
 	var bad []string
@@ -148,6 +193,12 @@ func New(cfg Config) (*Notifier, error) {
 	if cfg.MaxConns < 0 {
 		bad = append(bad, fmt.Sprintf("MaxConns %d must be positive", cfg.MaxConns))
 	}
+	if cfg.ListLag < 0 {
+		bad = append(bad, fmt.Sprintf("ListLag %v must be positive", cfg.ListLag))
+	}
+	if cfg.ClockSkew < 0 {
+		bad = append(bad, fmt.Sprintf("ClockSkew %v must be positive", cfg.ClockSkew))
+	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("twilio: invalid config: %s", strings.Join(bad, "; "))
 	}
@@ -157,12 +208,17 @@ func New(cfg Config) (*Notifier, error) {
 		base = pooledTransport(cfg.MaxConns)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	n := &Notifier{
 		sid:     cfg.AccountSID,
 		from:    cfg.From,
+		token:   cfg.AuthToken,
 		msSID:   cfg.MessagingServiceSID,
 		apiURL:  u,
 		timeout: cfg.Timeout,
+		listLag: cfg.ListLag,
+		skew:    cfg.ClockSkew,
+		lister:  &http.Client{Transport: base, Timeout: cfg.Timeout, CheckRedirect: noRedirect},
 	}
 	c := &client.Client{
 		Credentials: client.NewCredentials(cfg.AccountSID, cfg.AuthToken),
@@ -170,7 +226,7 @@ func New(cfg Config) (*Notifier, error) {
 			Transport: &apiTransport{base: base, target: u, sid: cfg.AccountSID, sends: &n.sends},
 			Timeout:   cfg.Timeout,
 			// twilio-go's own default: a redirect is an answer, not a hop.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			CheckRedirect: noRedirect,
 		},
 	}
 	c.SetAccountSid(cfg.AccountSID)
@@ -200,15 +256,25 @@ func pooledTransport(maxConns int) *http.Transport {
 //
 // It returns within the configured Timeout, or sooner when ctx is done (the
 // request is cancelled, not abandoned, even though twilio-go takes no
-// context). Errors are *Error values, classified for ports.KindOf:
+// context). Errors hold an *Error (errors.As), classified for ports.KindOf
+// and ports.ErrOutcomeUnknown:
 //   - Permanent: Twilio's JSON error with a 4xx status, about the message
 //     itself (invalid or unsubscribed number, body too long): the same
 //     message fails the same way again. An unsubscribed number (21610)
 //     also wraps ports.ErrRecipientOptedOut, with a receipt whose
 //     ProviderID is "opted-out:21610".
 //   - Unavailable: 401 or 403, credentials or account.
-//   - retryable: 408, 429, 5xx, a timeout, ctx done, a connection error, a
-//     4xx that is not Twilio's JSON (a proxy's page, not Twilio's verdict).
+//   - unknown (errors.Is(err, ports.ErrOutcomeUnknown)): the request was
+//     written whole and no answer came (a timeout, ctx done, the connection
+//     reset or closed); or a 502 or 504, which a gateway answers in
+//     Twilio's place, whatever happened behind it; or a 503 that is not
+//     Twilio's JSON error (a proxy that may have forwarded the request:
+//     Envoy answers 503 when the upstream reset after taking it). Twilio may
+//     have accepted the message: ask Reconcile before sending it again.
+//   - retryable: 408, 429, Twilio's own 500 and 503 (its JSON error: it
+//     refused the request), any failure before the request was written
+//     (dial refused, DNS, TLS handshake: Twilio never saw it), a 4xx that
+//     is not Twilio's JSON (a proxy's page, not Twilio's verdict).
 //
 // A 2xx whose body cannot be decoded counts as sent, with an empty
 // ProviderID: Twilio has accepted the message, and a retry would send the
@@ -248,7 +314,7 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	if err == nil {
 		err = fmt.Errorf("unexpected HTTP status %d", status)
 	}
-	err = n.classify(ctx, m, status, err)
+	err = n.classify(ctx, m, status, s.wrote.Load(), err)
 	if errors.Is(err, ports.ErrRecipientOptedOut) {
 		// Nothing went out; this receipt is what the sent record keeps.
 		return ports.Receipt{ProviderID: optedOutID, SentAt: sentAt}, err
@@ -292,8 +358,18 @@ func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := v.(*sendInProgress)
 	// twilio-go builds every request on context.Background(); s.ctx
 	// carries the send's deadline (the same as http.Client.Timeout) and the
-	// caller's cancellation, so replacing the context loses nothing.
-	r := req.Clone(s.ctx)
+	// caller's cancellation, so replacing the context loses nothing. The
+	// trace tells Send whether the request left whole: net/http (HTTP/1
+	// and HTTP/2) reports WroteRequest once headers and body are written
+	// and flushed, with the write's error if it failed.
+	ctx := httptrace.WithClientTrace(s.ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				s.wrote.Store(true)
+			}
+		},
+	})
+	r := req.Clone(ctx)
 	r.URL.Scheme = t.target.Scheme
 	r.URL.Host = t.target.Host
 	r.URL.Path = t.target.Path + before + accountsSegment + t.sid + "/" + rest
@@ -344,7 +420,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, err error) error {
+// classify turns a failed send into its error. status is the HTTP status
+// the transport saw (0: no answer), wrote whether the request was written
+// whole.
+func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, wrote bool, err error) error {
 	masked := ports.MaskPhone(m.To)
 	mask := func(s string) string {
 		if m.To == "" {
@@ -378,6 +457,16 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, er
 		e.Reason = mask(fmt.Sprintf("%s %s: %v", ue.Op, n.redirected(ue.URL), ue.Err))
 	default:
 		e.Reason = mask(err.Error())
+	}
+
+	// Only the transport's status and trace say whether Twilio may have the
+	// message; twilio-go's own checks (status 0, nothing written) never do.
+	twilioVerdict := tre != nil && tre.Code != 0
+	switch {
+	case status == 0 && wrote,
+		status == http.StatusBadGateway || status == http.StatusGatewayTimeout,
+		status == http.StatusServiceUnavailable && !twilioVerdict:
+		return fmt.Errorf("%w: %w", e, ports.ErrOutcomeUnknown)
 	}
 
 	switch s := e.Status; {

@@ -133,19 +133,25 @@ func TestSend(t *testing.T) {
 		body   string
 		kind   ports.Kind
 		code   int
+		// unknown: Twilio may have accepted the message.
+		unknown bool
 	}{
-		{"InvalidNumber21211IsPermanent", 400, twilioError(400, 21211, "The 'To' number "+testTo+" is not a valid phone number."), ports.Permanent, 21211},
-		{"Unsubscribed21610IsPermanent", 400, twilioError(400, 21610, "Attempt to send to unsubscribed recipient"), ports.Permanent, 21610},
-		{"NotMobile21614IsPermanent", 400, twilioError(400, 21614, "'To' number is not a valid mobile number"), ports.Permanent, 21614},
-		{"BadCredentialsIsUnavailable", 401, twilioError(401, 20003, "Authenticate"), ports.Unavailable, 20003},
-		{"TooManyRequestsIsRetryable", 429, twilioError(429, 20429, "Too Many Requests"), ports.Retryable, 20429},
-		{"ServiceUnavailableIsRetryable", 503, `<html>503 Service Unavailable</html>`, ports.Retryable, 0},
-		{"InternalErrorJSONIsRetryable", 500, twilioError(500, 20500, "Internal Server Error"), ports.Retryable, 20500},
-		{"ProxyNotFoundPageIsRetryable", 404, `<html>not found</html>`, ports.Retryable, 0},
-		{"RedirectIsUnavailableNotSent", 301, `{"message":"moved"}`, ports.Unavailable, 0},
-		{"InvalidFrom21212IsUnavailable", 400, twilioError(400, 21212, "The 'From' number is not a valid phone number"), ports.Unavailable, 21212},
-		{"FromCannotSMS21606IsUnavailable", 400, twilioError(400, 21606, "The 'From' phone number provided is not a valid message-capable Twilio phone number"), ports.Unavailable, 21606},
-		{"QueueFull21611IsRetryable", 400, twilioError(400, 21611, "This 'From' number has exceeded the maximum number of queued messages"), ports.Retryable, 21611},
+		{"InvalidNumber21211IsPermanent", 400, twilioError(400, 21211, "The 'To' number "+testTo+" is not a valid phone number."), ports.Permanent, 21211, false},
+		{"Unsubscribed21610IsPermanent", 400, twilioError(400, 21610, "Attempt to send to unsubscribed recipient"), ports.Permanent, 21610, false},
+		{"NotMobile21614IsPermanent", 400, twilioError(400, 21614, "'To' number is not a valid mobile number"), ports.Permanent, 21614, false},
+		{"BadCredentialsIsUnavailable", 401, twilioError(401, 20003, "Authenticate"), ports.Unavailable, 20003, false},
+		{"TooManyRequestsIsRetryable", 429, twilioError(429, 20429, "Too Many Requests"), ports.Retryable, 20429, false},
+		{"ProxyServiceUnavailableIsUnknown", 503, `<html>503 Service Unavailable</html>`, ports.Retryable, 0, true},
+		{"TwilioServiceUnavailableIsRetryable", 503, twilioError(503, 20503, "Service Unavailable"), ports.Retryable, 20503, false},
+		{"BadGatewayIsUnknown", 502, `<html>502 Bad Gateway</html>`, ports.Retryable, 0, true},
+		{"GatewayTimeoutIsUnknown", 504, `upstream request timeout`, ports.Retryable, 0, true},
+		{"GatewayTimeoutJSONIsUnknown", 504, twilioError(504, 20504, "Gateway Timeout"), ports.Retryable, 20504, true},
+		{"InternalErrorJSONIsRetryable", 500, twilioError(500, 20500, "Internal Server Error"), ports.Retryable, 20500, false},
+		{"ProxyNotFoundPageIsRetryable", 404, `<html>not found</html>`, ports.Retryable, 0, false},
+		{"RedirectIsUnavailableNotSent", 301, `{"message":"moved"}`, ports.Unavailable, 0, false},
+		{"InvalidFrom21212IsUnavailable", 400, twilioError(400, 21212, "The 'From' number is not a valid phone number"), ports.Unavailable, 21212, false},
+		{"FromCannotSMS21606IsUnavailable", 400, twilioError(400, 21606, "The 'From' phone number provided is not a valid message-capable Twilio phone number"), ports.Unavailable, 21606, false},
+		{"QueueFull21611IsRetryable", 400, twilioError(400, 21611, "This 'From' number has exceeded the maximum number of queued messages"), ports.Retryable, 21611, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := NewFakeTwilio(t, reply(tc.status, tc.body))
@@ -156,6 +162,9 @@ func TestSend(t *testing.T) {
 			}
 			if got := ports.KindOf(err); got != tc.kind {
 				t.Errorf("KindOf(%v) = %v, want %v", err, got, tc.kind)
+			}
+			if got := errors.Is(err, ports.ErrOutcomeUnknown); got != tc.unknown {
+				t.Errorf("errors.Is(%v, ErrOutcomeUnknown) = %v, want %v", err, got, tc.unknown)
 			}
 			var te *twilio.Error
 			if !errors.As(err, &te) || te.Status != tc.status || te.Code != tc.code {
@@ -168,7 +177,7 @@ func TestSend(t *testing.T) {
 		})
 	}
 
-	t.Run("HangingServerTimesOutRetryable", func(t *testing.T) {
+	t.Run("HangingServerTimesOutUnknown", func(t *testing.T) {
 		arrived := make(chan struct{}, 1)
 		fake := NewFakeTwilio(t, hang(t, arrived))
 		const timeout = 300 * time.Millisecond
@@ -183,10 +192,95 @@ func TestSend(t *testing.T) {
 		if elapsed > timeout+time.Second {
 			t.Errorf("Send took %v, want about %v", elapsed, timeout)
 		}
-		if ports.KindOf(err) != ports.Retryable || !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("err = %v (kind %v), want retryable deadline exceeded", err, ports.KindOf(err))
+		if !errors.Is(err, ports.ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want an unknown outcome, deadline exceeded", err)
+		}
+		var te *twilio.Error
+		if !errors.As(err, &te) || te.Status != 0 {
+			t.Errorf("err = %#v, want a *twilio.Error without status", err)
 		}
 		AssertSafeErrorText(t, err, fake.URL)
+	})
+
+	t.Run("ConnectionClosedAfterRequestIsUnknown", func(t *testing.T) {
+		fake := NewFakeTwilio(t, func(w http.ResponseWriter, _ *http.Request) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		})
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL})
+		_, err := n.Send(context.Background(), msg)
+		if !errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want an unknown outcome: the request was taken", err)
+		}
+		if len(fake.Requests()) != 1 {
+			t.Errorf("server saw %d requests, want 1: a send is never repeated by the transport", len(fake.Requests()))
+		}
+		AssertSafeErrorText(t, err, fake.URL)
+	})
+
+	t.Run("HTTP2HangingServerIsUnknown", func(t *testing.T) {
+		// The real API speaks HTTP/2: the written request is seen there too.
+		arrived := make(chan struct{}, 1)
+		srv := httptest.NewUnstartedServer(hang(t, arrived))
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		var proto atomic.Value
+		base := srv.Client().Transport
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: srv.URL, Timeout: 300 * time.Millisecond,
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := base.RoundTrip(r)
+				if resp != nil {
+					proto.Store(resp.Proto)
+				}
+				return resp, err
+			})})
+		_, err := n.Send(context.Background(), msg)
+		if !errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want an unknown outcome", err)
+		}
+		select {
+		case <-arrived:
+		default:
+			t.Fatal("the request never reached the server")
+		}
+		// And a send that is answered is sent, over HTTP/2.
+		ok := httptest.NewUnstartedServer(reply(http.StatusCreated, `{"sid":"SM1"}`))
+		ok.EnableHTTP2 = true
+		ok.StartTLS()
+		t.Cleanup(ok.Close)
+		base = ok.Client().Transport
+		n = MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: ok.URL,
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := base.RoundTrip(r)
+				if resp != nil {
+					proto.Store(resp.Proto)
+				}
+				return resp, err
+			})})
+		if _, err := n.Send(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := proto.Load().(string); p != "HTTP/2.0" {
+			t.Errorf("protocol %q, want HTTP/2.0", p)
+		}
+	})
+
+	t.Run("TLSHandshakeFailureIsRetryable", func(t *testing.T) {
+		var reached atomic.Int64
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) }))
+		t.Cleanup(srv.Close)
+		// The default transport does not trust the test certificate.
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: srv.URL})
+		_, err := n.Send(context.Background(), msg)
+		if err == nil || errors.Is(err, ports.ErrOutcomeUnknown) || ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("err = %v, want retryable and not unknown: nothing was written", err)
+		}
+		if reached.Load() != 0 {
+			t.Fatal("a request passed an untrusted handshake")
+		}
 	})
 
 	t.Run("ContextCancelledStopsWaiting", func(t *testing.T) {
@@ -209,8 +303,9 @@ func TestSend(t *testing.T) {
 		cancel()
 		select {
 		case err := <-errc:
-			if !errors.Is(err, context.Canceled) || ports.KindOf(err) != ports.Retryable {
-				t.Errorf("err = %v, want retryable context.Canceled", err)
+			// Cancelled after the request was written: Twilio may have it.
+			if !errors.Is(err, context.Canceled) || !errors.Is(err, ports.ErrOutcomeUnknown) {
+				t.Errorf("err = %v, want context.Canceled, outcome unknown", err)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Send still waiting 5s after ctx was cancelled (Timeout is 1m)")
@@ -221,8 +316,8 @@ func TestSend(t *testing.T) {
 		apiURL := ClosedURL(t)
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL})
 		_, err := n.Send(context.Background(), msg)
-		if err == nil || ports.KindOf(err) != ports.Retryable {
-			t.Fatalf("err = %v, want retryable", err)
+		if err == nil || ports.KindOf(err) != ports.Retryable || errors.Is(err, ports.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want retryable, not unknown: nothing was written", err)
 		}
 		AssertSafeErrorText(t, err, apiURL)
 		if strings.Contains(err.Error(), "api.twilio.com") {
@@ -406,6 +501,10 @@ func hang(tb testing.TB, arrived chan<- struct{}) http.HandlerFunc {
 func twilioError(status, code int, message string) string {
 	return fmt.Sprintf(`{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, message, code, status)
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // MustNew returns a Notifier for cfg, failing the test on error.
 func MustNew(tb testing.TB, cfg twilio.Config) *twilio.Notifier {

@@ -13,11 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/internal/memlimit"
 )
 
 // version is the worker's release, set at link time
@@ -81,10 +84,31 @@ type usageError struct{ msg string }
 func (e *usageError) Error() string { return e.msg }
 
 func runWorker(ctx context.Context, cfg config.Config, stdout io.Writer) error {
+	// Before anything allocates much: the collector should know the
+	// container's limit from the first fetch on.
+	limit := memlimit.Apply(memlimit.DefaultRatio)
 	m := &Main{Config: cfg, Stdout: stdout}
 	defer m.Close()
 	if err := m.Open(ctx); err != nil {
 		return err
 	}
+	logMemoryLimit(m.logger, limit, cfg.Kafka.MaxBufferedBytes)
 	return m.Run(ctx)
+}
+
+// logMemoryLimit says which soft memory limit the Go runtime runs with and
+// why (memory_limit): the operator's GOMEMLIMIT, a share of the container's
+// cgroup limit, or none.
+func logMemoryLimit(log *slog.Logger, l memlimit.Limit, buffered int64) {
+	attrs := []any{slog.String("source", l.Source), slog.Int64("max_buffered_bytes", buffered)}
+	if l.Bytes != math.MaxInt64 {
+		attrs = append(attrs, slog.Int64("limit_bytes", l.Bytes))
+	}
+	if l.Cgroup > 0 {
+		attrs = append(attrs, slog.Int64("cgroup_limit_bytes", l.Cgroup))
+	}
+	if l.Source == memlimit.SourceCgroup {
+		attrs = append(attrs, slog.Float64("ratio", memlimit.DefaultRatio))
+	}
+	log.Info("memory_limit", attrs...)
 }

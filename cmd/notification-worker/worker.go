@@ -81,7 +81,7 @@ type Main struct {
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
-	breaker  *breaker.Breaker // nil without Redis or with the breaker off
+	breaker  *breaker.Breaker // nil without Redis
 	consumer *kafka.Consumer
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
@@ -322,16 +322,32 @@ func (m *Main) openStore(ctx context.Context, wired map[string]string) (ports.Id
 		wired["store"] = "memory (REDIS_URL is empty; forgets on restart)"
 		return memory.New(nil), nil
 	}
-	rs, err := redis.New(redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout, KeepAbandoned: cfg.TTL})
+	// The breaker is the one layer that decides Redis is unavailable, and
+	// it bounds what the handlers leave unanswered on a server that went
+	// silent; the store's ring is sized to hold that bound, so no call
+	// waits for a free slot past its deadline (see redis.Config).
+	rcfg := redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout, KeepAbandoned: cfg.TTL}
+	unansweredFor, err := rcfg.UnansweredFor()
+	if err != nil {
+		return nil, err
+	}
+	// The callers: MAX_IN_FLIGHT handlers, each making one store call at a
+	// time, and the domain's one background writer of owed records.
+	bcfg, maxUnanswered := breaker.ForCallers(
+		breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown},
+		m.Config.Kafka.MaxInFlight+1, unansweredFor)
+	if maxUnanswered >= redis.MaxRing {
+		return nil, fmt.Errorf("MAX_IN_FLIGHT=%d with IDEMPOTENCY_BREAKER_COOLDOWN=%v and the Redis URL's write_timeout (a command may wait %v for its answer) would leave up to %d commands awaiting Redis; the store holds fewer than %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
+			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, redis.MaxRing)
+	}
+	rcfg.MaxUnanswered = maxUnanswered
+	rs, err := redis.New(rcfg)
 	if err != nil {
 		return nil, err
 	}
 	m.closers = append(m.closers, rs.Close)
-	wired["store"] = "redis"
-	if cfg.BreakerFailures == 0 {
-		return rs, nil
-	}
-	b := breaker.New(rs, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Probe: rs.Ping})
+	bcfg.Probe = rs.Ping
+	b := breaker.New(rs, bcfg)
 	m.closers = append(m.closers, b.Close)
 	m.breaker = b
 	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
@@ -352,6 +368,7 @@ func (m *Main) openNotifiers(wired map[string]string) (map[ports.Channel]ports.N
 			MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
 			APIURL:              cfg.Twilio.APIURL,
 			Timeout:             cfg.SendTimeout,
+			ListLag:             cfg.Twilio.ListLag,
 			// At most one SMS per record in flight: a connection each.
 			MaxConns: cfg.Kafka.MaxInFlight,
 		})
@@ -390,6 +407,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		DLQTopic:            k.DLQTopic,
 		MaxInFlight:         k.MaxInFlight,
 		MaxRecordBytes:      k.MaxRecordBytes,
+		MaxBufferedBytes:    k.MaxBufferedBytes,
 		RetryMaxAttempts:    k.RetryMaxAttempts,
 		RetryInitialBackoff: k.RetryInitialBackoff,
 		RetryMaxBackoff:     k.RetryMaxBackoff,

@@ -219,7 +219,6 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 		outage   string // /readyz's "store" while Redis is down
 	}{
 		{"BehindTheBreaker", "2", storeOpenCircuit},
-		{"WithoutBreaker", "0", prometheus.StoreFailing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			redisSrv := redistest.MustStart(t)

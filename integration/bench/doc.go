@@ -3,16 +3,22 @@
 // idempotency store (Redis, memory, none), throughput during a Redis outage
 // with and without the circuit breaker, the memory one idempotency key
 // takes in Redis, the connections the Twilio adapter opens per 1000 SMS
-// with the throughput they cost, and the cost of tracing (off, over a no-op
-// provider, on).
+// with the throughput they cost, the cost of tracing (off, over a no-op
+// provider, on), throughput against Little's law at MaxInFlight 1024, and
+// the worker process itself: its peak RSS under a GiB backlog and its CPU
+// per record.
 //
 // Everything runs through the real pieces (the Sarama consumer on the
 // embedded kfake broker, the domain service, the real stores, a real
 // redis-server on a free loopback port); only the notifier is a double, so
 // its latency is a known constant, except in the Twilio benchmark, where
-// the real Twilio adapter sends to the in-process Twilio double. Every ratio is computed against a
-// baseline measured in the same run, and the run ends by printing one
-// table (see report_test.go). The benchmarks only run with -bench, so
+// the real Twilio adapter sends to the in-process Twilio double. The worker
+// process benchmarks run the worker binary and the kfake broker command
+// (integration/kfakebroker) as child processes, so what is read from /proc
+// is the worker's alone; the Twilio double they send to runs in this
+// process. Every ratio is computed against a baseline measured in the same
+// run, and the run ends by printing one table (see report_test.go). The
+// benchmarks only run with -bench, so
 // `go test ./...` compiles this package and runs nothing:
 //
 //	go test -run '^$' -bench . -benchtime 1x -count 1 -timeout 10m ./integration/bench/

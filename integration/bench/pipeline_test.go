@@ -48,7 +48,14 @@ func mustBroker(b *testing.B, n, keys int) *broker {
 		b.Fatalf("StartEmbedded: %v", err)
 	}
 	b.Cleanup(e.Close)
-	p, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers()})
+	return mustPublish(b, e.Brokers(), topic, n, keys)
+}
+
+// mustPublish publishes n events to topic (which must exist with
+// partitions partitions) on brokers, as mustBroker describes.
+func mustPublish(b *testing.B, brokers []string, topic string, n, keys int) *broker {
+	b.Helper()
+	p, err := kafka.NewPublisher(kafka.Config{Brokers: brokers})
 	if err != nil {
 		b.Fatalf("NewPublisher: %v", err)
 	}
@@ -66,7 +73,7 @@ func mustBroker(b *testing.B, n, keys int) *broker {
 			b.Fatalf("Publish: %v", err)
 		}
 	}
-	return &broker{brokers: e.Brokers(), topic: topic, events: n}
+	return &broker{brokers: brokers, topic: topic, events: n}
 }
 
 // eventJSON is a valid shipment event (DESIGN.md section 3) for one SMS.
@@ -197,6 +204,9 @@ type measurement struct {
 	// conns is how many connections the provider double accepted during
 	// the run, when counted.
 	conns int64
+	// join is the time from starting the consumer to its first record: the
+	// group join and the first fetch.
+	join time.Duration
 }
 
 // cpuPerRecord is the process's CPU time per measured record.
@@ -307,6 +317,7 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	started := time.Now()
 	go func() { done <- c.Run(ctx, h) }()
 	stop := func() {
 		cancel()
@@ -333,7 +344,7 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	m := measurement{}
+	m := measurement{join: time.Unix(0, first.Load()).Sub(started)}
 	cpuStart := processCPU()
 	var serverStart time.Duration
 	if r.serverCPU != nil {

@@ -5,10 +5,13 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/harborlight/notification-worker/integration"
 )
 
 // TestMain prints the table once every benchmark of the run has finished,
@@ -36,12 +39,14 @@ func loadAverage() string {
 }
 
 // results collects what the benchmarks measured, by name, for the table.
-var results = &registry{runs: map[string]measurement{}}
+var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}}
 
 type registry struct {
 	mu   sync.Mutex
 	runs map[string]measurement
-	keys *keyMemory
+	keys []keyMemory
+	rss  map[string]rssRun
+	cpu  map[string]cpuRun
 	// loadBefore is the load average when the run started.
 	loadBefore string
 }
@@ -59,10 +64,36 @@ func (r *registry) get(name string) (measurement, bool) {
 	return m, ok
 }
 
+func (r *registry) putRSS(name string, m rssRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rss[name] = m
+}
+
+func (r *registry) getRSS(name string) (rssRun, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.rss[name]
+	return m, ok
+}
+
+func (r *registry) putCPU(name string, m cpuRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cpu[name] = m
+}
+
+func (r *registry) getCPU(name string) (cpuRun, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.cpu[name]
+	return m, ok
+}
+
 func (r *registry) setKeys(k keyMemory) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.keys = &k
+	r.keys = append(r.keys, k)
 }
 
 // Names of the measurements, shared by the benchmarks and the table.
@@ -77,19 +108,17 @@ const (
 	runTracingOff  = "tracing/off"
 	runTracingNoop = "tracing/noop-provider"
 	runTracingOn   = "tracing/on"
+	// The consumer on each broker.
+	runBrokerKfake  = "broker/kfake"
+	runBrokerApache = "broker/apache-kafka"
 )
 
 // outageRun names an outage measurement.
-func outageRun(outage string, withBreaker bool) string {
-	if withBreaker {
-		return "outage/" + outage + "/breaker"
-	}
-	return "outage/" + outage + "/no-breaker"
-}
+func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
-	empty := len(r.runs) == 0 && r.keys == nil
+	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0
 	r.mu.Unlock()
 	if empty {
 		return
@@ -106,7 +135,133 @@ func (r *registry) print(w io.Writer) {
 	r.printKeys(w)
 	r.printTwilio(w)
 	r.printTracing(w)
+	r.printBrokers(w)
+	r.printRSS(w)
+	r.printLittle(w)
+	r.printCPU(w)
 	fmt.Fprintln(w)
+}
+
+func (r *registry) printBrokers(w io.Writer) {
+	kf, okKf := r.get(runBrokerKfake)
+	ak, okAk := r.get(runBrokerApache)
+	if !okKf && !okAk {
+		return
+	}
+	fmt.Fprintf(w, "\n### 7. The consumer on each broker (MaxInFlight 64, memory store, zero-latency notifier, %d partitions)\n\n", partitions)
+	fmt.Fprintln(w, "kfake runs in this process (its CPU counts in worker CPU/record); Apache Kafka in its container, on the same 2 CPUs.")
+	fmt.Fprintln(w, "Join is the time from starting the consumer to its first record (group join, first fetch), in the fastest round.")
+	fmt.Fprintln(w)
+	header(w, "broker", "records", "records/s", "rounds (records/s)", "ratio vs kfake", "worker CPU/record", "join")
+	if okKf {
+		row(w, "kfake (embedded, franz-go)", fmt.Sprint(kf.records), rate(kf), roundRates(kf), "1.00x (baseline)", us(kf.cpuPerRecord()), ms(kf.join))
+	}
+	if okAk {
+		row(w, "Apache Kafka "+integration.KafkaVersion+" (KRaft, 1 node)", fmt.Sprint(ak.records), rate(ak), roundRates(ak), ratio(ak, kf, okKf), us(ak.cpuPerRecord()), ms(ak.join))
+	} else {
+		row(w, "Apache Kafka "+integration.KafkaVersion, "n/a", "not run: see the benchmark's log", "", "", "", "")
+	}
+}
+
+func mibs(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func (r *registry) printRSS(w io.Writer) {
+	idle, okIdle := r.getRSS(runRSSIdle)
+	large, okLarge := r.getRSS(runRSSLarge)
+	small, okSmall := r.getRSS(runRSSSmall)
+	limited, okLimited := r.getRSS(runRSSLimited)
+	if !okIdle && !okLarge && !okSmall && !okLimited {
+		return
+	}
+	fmt.Fprintf(w, "\n### 8. Worker memory under a backlog (worker binary, default settings: MAX_BUFFERED_BYTES %s, MAX_IN_FLIGHT 64; Redis store; Twilio double answering after %v; kfake broker in its own process)\n\n",
+		mibs(budgetOfDefaults), rssNotifier)
+	fmt.Fprintf(w, "Peak RSS is the worker process's VmHWM. A run stops once it has not grown by %s for %v (after at least %v), or at %v.\n", mibs(rssStep), rssPlateau, rssAtLeast, rssTimeBound)
+	fmt.Fprintln(w, "The baseline is the same worker idle on an empty topic; growth over it is read against the byte budget. Live heap is half the")
+	fmt.Fprintln(w, "largest heap goal the worker reported (go_memstats_next_gc_bytes, sampled with VmHWM): what a collection left, at GOGC=100.")
+	fmt.Fprintln(w, "Anonymous RSS is the largest RssAnon sampled: RSS without the binary's file-backed pages, which the kernel can drop.")
+	fmt.Fprintln(w, "Under GOMEMLIMIT the heap goal is capped, so the live heap is not shown; its target is on the anonymous RSS.")
+	fmt.Fprintln(w)
+	header(w, "backlog", "records", "seconds", "sends during the run", "stopped on", "peak RSS", "peak anonymous RSS", "live heap", "growth over idle", "growth / MAX_BUFFERED_BYTES", "target")
+	stopped := func(m rssRun) string {
+		if m.plateau {
+			return "plateau"
+		}
+		return "time bound"
+	}
+	if okIdle {
+		row(w, "none (idle)", "0", fmt.Sprintf("%.1f", idle.elapsed.Seconds()), "0", stopped(idle), mibs(idle.peak), mibs(idle.anon), mibs(idle.heapGoal/2), "baseline", "", "")
+	}
+	for _, c := range []struct {
+		label string
+		m     rssRun
+		ok    bool
+		bound int64
+	}{
+		{"1 GiB of 200 KiB records, 8 partitions", large, okLarge, rssBound},
+		{"1 GiB of 1 KiB records, 8 partitions", small, okSmall, rssBound},
+		{fmt.Sprintf("1 GiB of 200 KiB records, GOMEMLIMIT %s (as in a pod limited to %s)", mibs(podSoftLimit), mibs(podLimit)), limited, okLimited, podLimit},
+	} {
+		if !c.ok {
+			continue
+		}
+		growth, ratio := "n/a (baseline not run)", "n/a"
+		if okIdle {
+			growth = mibs(c.m.peak - idle.peak)
+			ratio = fmt.Sprintf("%.2fx", float64(c.m.peak-idle.peak)/float64(budgetOfDefaults))
+		}
+		measured, what, live := c.m.peak, "RSS", mibs(c.m.heapGoal/2)
+		if c.m.limited {
+			measured, what, live = c.m.anon, "anonymous RSS", "(goal capped)"
+		}
+		target := fmt.Sprintf("%s < %s: met", what, mibs(c.bound))
+		if measured >= c.bound {
+			target = fmt.Sprintf("%s < %s: MISSED", what, mibs(c.bound))
+		}
+		row(w, c.label, fmt.Sprint(c.m.records), fmt.Sprintf("%.1f", c.m.elapsed.Seconds()), fmt.Sprint(c.m.sent), stopped(c.m), mibs(c.m.peak), mibs(c.m.anon), live, growth, ratio, target)
+	}
+}
+
+func (r *registry) printLittle(w io.Writer) {
+	m, ok := r.get(runLittle)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "\n### 9. Throughput against Little's law (MaxInFlight %d, notifier latency %v, Redis store, 5000 shipments, %d partitions)\n\n", littleInFlight, littleLatency, partitions)
+	fmt.Fprintln(w, "CPU is this process's per record (the consumer, the in-process broker, the domain), and what it takes at the limit. A slot is")
+	fmt.Fprintln(w, "held for the send and the store calls around it (Claim and Record, wall time per record): the limit assumes those take nothing.")
+	fmt.Fprintln(w)
+	header(w, "records", "seconds", "records/s", "rounds (records/s)", "CPU/record", "CPUs needed at the limit", "store time p50", "store time p99", "Little's-law limit", "ratio", "target")
+	ratio := m.perSecond() / littleLimit()
+	target := ">= 0.95: met"
+	if ratio < 0.95 {
+		target = ">= 0.95: MISSED"
+	}
+	row(w, fmt.Sprint(m.records), fmt.Sprintf("%.2f", m.elapsed.Seconds()), rate(m), roundRates(m), us(m.cpuPerRecord()),
+		fmt.Sprintf("%.2f", m.cpuPerRecord().Seconds()*littleLimit()), ms(m.percentile(50)), ms(m.percentile(99)),
+		fmt.Sprintf("%.0f/s", littleLimit()), fmt.Sprintf("%.3f", ratio), target)
+}
+
+func (r *registry) printCPU(w io.Writer) {
+	mem, okMem := r.getCPU(runCPUMemory)
+	red, okRed := r.getCPU(runCPURedis)
+	if !okMem && !okRed {
+		return
+	}
+	fmt.Fprintln(w, "\n### 10. CPU per record of the worker process (worker binary, default settings, console notifier: a send takes no time; kfake broker in its own process)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu.")
+	fmt.Fprintln(w)
+	header(w, "store", "records", "seconds", "worker CPU/record", "redis-server CPU/record", "ratio vs memory")
+	if okMem {
+		row(w, "memory", fmt.Sprint(mem.records), fmt.Sprintf("%.2f", mem.elapsed.Seconds()), us(mem.perRecord()), "", "1.00x (baseline)")
+	}
+	if okRed {
+		ratio := "n/a (baseline not run)"
+		if okMem && mem.perRecord() > 0 {
+			ratio = fmt.Sprintf("%.2fx", float64(red.perRecord())/float64(mem.perRecord()))
+		}
+		row(w, "redis", fmt.Sprint(red.records), fmt.Sprintf("%.2f", red.elapsed.Seconds()), us(red.perRecord()), us(red.serverPerRecord()), ratio)
+	}
 }
 
 // ratio formats got/base, or n/a when the baseline did not run.
@@ -245,12 +400,9 @@ func (r *registry) printOutage(w io.Writer) {
 		label, name string
 	}
 	cells := []cell{
-		{"Redis up, breaker", outageRun("up", true)},
-		{"Redis up, no breaker", outageRun("up", false)},
-		{"Redis killed, breaker", outageRun("killed", true)},
-		{"Redis killed, no breaker", outageRun("killed", false)},
-		{"Redis unresponsive (SIGSTOP), breaker", outageRun("unresponsive", true)},
-		{"Redis unresponsive (SIGSTOP), no breaker", outageRun("unresponsive", false)},
+		{"Redis up", outageRun("up")},
+		{"Redis killed", outageRun("killed")},
+		{"Redis unresponsive (SIGSTOP)", outageRun("unresponsive")},
 	}
 	measured := false
 	for _, c := range cells {
@@ -261,24 +413,20 @@ func (r *registry) printOutage(w io.Writer) {
 	if !measured {
 		return
 	}
-	fmt.Fprintf(w, "\n### 3. Redis outage, fail open (IDEMPOTENCY_TIMEOUT 200ms; breaker: %d failures, %v cooldown, probe Store.Ping; zero-latency notifier, MaxInFlight 64)\n\n",
-		outageBreakerFailures, outageBreakerCooldown)
+	fmt.Fprintf(w, "\n### 3. Redis outage, fail open (IDEMPOTENCY_TIMEOUT 200ms; breaker: %d failures, %v cooldown, probe Store.Ping; zero-latency notifier, MaxInFlight %d)\n\n",
+		outageBreakerFailures, outageBreakerCooldown, outageMaxInFlight)
 	header(w, "condition", "records", "seconds", "records/s", "rounds (records/s)", "ratio vs Redis up (same wiring)", "store time p50", "store time p99", "target")
 	for _, c := range cells {
 		m, ok := r.get(c.name)
 		if !ok {
 			continue
 		}
-		withBreaker := strings.HasSuffix(c.name, "/breaker")
-		up, okUp := r.get(outageRun("up", withBreaker))
+		up, okUp := r.get(outageRun("up"))
 		rt, target := ratio(m, up, okUp), ""
-		switch {
-		case strings.HasPrefix(c.name, "outage/up/"):
+		if strings.HasPrefix(c.name, "outage/up/") {
 			rt = "1.00x (baseline)"
-		case withBreaker:
+		} else {
 			target = verdict(m, up, okUp, 0.5)
-		default:
-			target = "reported"
 		}
 		row(w, c.label, fmt.Sprint(m.records), fmt.Sprintf("%.2f", m.elapsed.Seconds()), rate(m), roundRates(m), rt, ms(m.percentile(50)), ms(m.percentile(99)), target)
 	}
@@ -286,21 +434,27 @@ func (r *registry) printOutage(w io.Writer) {
 
 func (r *registry) printKeys(w io.Writer) {
 	r.mu.Lock()
-	k := r.keys
+	ks := slices.Clone(r.keys)
 	r.mu.Unlock()
-	if k == nil {
+	if len(ks) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n### 4. Memory per idempotency key (redis-server %s, %d sent records written by Store.Record, TTL 48h)\n\n", k.version, k.keys)
-	header(w, "measure", "value")
-	row(w, "key, e.g.", "`"+k.exampleKey+"`")
-	row(w, "key length", fmt.Sprintf("%d bytes", k.keyLen))
-	row(w, "value, e.g.", "`"+k.exampleValue+"`")
-	row(w, "value length", fmt.Sprintf("%d bytes", k.valueLen))
-	row(w, "MEMORY USAGE, mean over every key", fmt.Sprintf("%.1f bytes", k.memoryUsage))
-	row(w, "used_memory growth / keys (adds the expires table and hash buckets)", fmt.Sprintf("%.1f bytes", k.usedPerKey))
+	base := ks[0]
+	fmt.Fprintf(w, "\n### 4. Memory per idempotency key (redis-server %s, %d sent records written by Store.Record, TTL 48h, each format in a fresh server)\n\n", base.version, base.keys)
+	fmt.Fprintln(w, "used_memory growth / keys adds the expires table entry and the hash buckets, which MEMORY USAGE leaves out. The target is <= 128 bytes.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Projection at the 48h TTL: keys alive = 2 days of notifications, one key per notification; one Redis, no persistence; a replica holds the same again.")
+	header(w, "format", "key, e.g.", "key bytes", "value, e.g.", "value bytes", "MEMORY USAGE", "used_memory / key", "vs the release before", "<= 128 B")
+	for _, k := range ks {
+		target := "met"
+		if k.usedPerKey > 128 {
+			target = "MISSED"
+		}
+		row(w, k.label, "`"+k.exampleKey+"`", fmt.Sprint(k.keyLen), "`"+k.exampleValue+"`", fmt.Sprint(k.valueLen),
+			fmt.Sprintf("%.1f", k.memoryUsage), fmt.Sprintf("%.1f", k.usedPerKey), fmt.Sprintf("%.2fx", k.usedPerKey/base.usedPerKey), target)
+	}
+	k := ks[len(ks)-1]
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Projection at the 48h TTL for %q: keys alive = 2 days of notifications, one key per notification; one Redis, no persistence; a replica holds the same again.\n", k.label)
 	fmt.Fprintln(w)
 	header(w, "notifications / day", "keys alive", "by MEMORY USAGE", "by used_memory growth", "with one replica (used_memory)")
 	for _, perDay := range []int64{1_000_000, 10_000_000, 100_000_000} {
@@ -352,7 +506,7 @@ func (r *registry) printTracing(w io.Writer) {
 	if !okOff {
 		return
 	}
-	fmt.Fprintf(w, "\n### 5. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
+	fmt.Fprintf(w, "\n### 6. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
 	fmt.Fprintln(w, "Off is what the worker runs without OTEL_EXPORTER_OTLP_ENDPOINT: nothing decorated. On samples every record (a record")
 	fmt.Fprintln(w, "span, and claim, send and record children) and batches the spans to an exporter that discards them.")
 	fmt.Fprintln(w)

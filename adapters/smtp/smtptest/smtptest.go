@@ -38,7 +38,29 @@ type Script struct {
 	DataReply func(n int) error
 	// TLS, when set, makes the server offer STARTTLS with this config.
 	TLS *tls.Config
+	// DataFate, when set, is asked what becomes of the n-th message the
+	// server was given (from 1) once DATA ended, before any reply; nil, or
+	// Reply, answers as DataErr and DataReply say.
+	DataFate func(n int) Fate
+	// DropRcpt closes the connection at RCPT TO, without a reply.
+	DropRcpt bool
 }
+
+// Fate is what the server does with a message once its DATA ended.
+type Fate int
+
+const (
+	// Reply answers as Script.DataErr and Script.DataReply say.
+	Reply Fate = iota
+	// KeepAndHang keeps the message, then says nothing until the client
+	// hangs up (its timeout): the server took it, the reply never comes.
+	KeepAndHang
+	// KeepAndDrop keeps the message and closes the connection without a
+	// reply: the server took it, the reply was lost.
+	KeepAndDrop
+	// Drop closes the connection without a reply and keeps nothing.
+	Drop
+)
 
 // Delivery is one message the server accepted.
 type Delivery struct {
@@ -173,6 +195,10 @@ func (ss *session) Mail(from string, _ *gosmtp.MailOptions) error {
 }
 
 func (ss *session) Rcpt(to string, _ *gosmtp.RcptOptions) error {
+	if ss.s.script.DropRcpt {
+		_ = ss.conn.Conn().Close()
+		return errors.New("dropped")
+	}
 	if ss.s.script.RcptErr != nil {
 		return ss.s.script.RcptErr
 	}
@@ -192,16 +218,41 @@ func (ss *session) Data(r io.Reader) error {
 	ss.s.datas++
 	n := ss.s.datas
 	ss.s.mu.Unlock()
+	fate := Reply
+	if f := ss.s.script.DataFate; f != nil {
+		fate = f(n)
+	}
+	switch fate {
+	case KeepAndHang, KeepAndDrop:
+		ss.keep(data)
+		if fate == KeepAndHang {
+			// Nothing else reads the connection while Data runs: this
+			// read ends when the client hangs up (or after a minute).
+			c := ss.conn.Conn()
+			_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+			_, _ = c.Read(make([]byte, 1))
+		}
+		_ = ss.conn.Conn().Close()
+		return errors.New("dropped")
+	case Drop:
+		_ = ss.conn.Conn().Close()
+		return errors.New("dropped")
+	}
 	if reply := ss.s.script.DataReply; reply != nil {
 		if err := reply(n); err != nil {
 			return err
 		}
 	}
+	ss.keep(data)
+	return nil
+}
+
+// keep stores data as a message the server accepted.
+func (ss *session) keep(data []byte) {
 	_, isTLS := ss.conn.TLSConnectionState()
 	ss.s.mu.Lock()
 	ss.s.got = append(ss.s.got, Delivery{From: ss.from, To: ss.to, Data: data, TLS: isTLS})
 	ss.s.mu.Unlock()
-	return nil
 }
 
 func (ss *session) Reset()        { ss.from, ss.to = "", nil }

@@ -1,8 +1,15 @@
-// Package double is an HTTP test double of the one Twilio endpoint the worker
-// calls, POST /2010-04-01/Accounts/{sid}/Messages.json, with a read-back API
-// and scriptable provider failures. Tests use it in-process
-// (httptest.NewServer(double.New(sid, token))) or as the twilio-double
-// container (integration/twiliodouble), over the same HTTP surface.
+// Package double is an HTTP test double of the Twilio resource the worker
+// calls, /2010-04-01/Accounts/{sid}/Messages.json (POST sends a message, GET
+// lists them), with a read-back API and scriptable provider failures. Tests
+// use it in-process (httptest.NewServer(double.New(sid, token))) or as the
+// twilio-double container (integration/twiliodouble), over the same HTTP
+// surface.
+//
+// The list answers as Twilio's does: newest first, filtered by To, From and
+// DateSent (a day; "DateSent<" and "DateSent>" bound it, inclusive), PageSize
+// (default 50, at most 1000) messages a page, with Page, PageToken and
+// next_page_uri; dates in RFC 2822. A message the double accepted is listed
+// at once: the double has no list lag.
 //
 // Control API, besides the Twilio endpoint:
 //
@@ -28,6 +35,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,12 +44,14 @@ import (
 
 // Message is one SMS the double accepted.
 type Message struct {
-	SID        string    `json:"sid"`
-	AccountSID string    `json:"account_sid"`
-	From       string    `json:"from"`
-	To         string    `json:"to"`
-	Body       string    `json:"body"`
-	Created    time.Time `json:"date_created"`
+	SID        string `json:"sid"`
+	AccountSID string `json:"account_sid"`
+	From       string `json:"from"`
+	// MessagingServiceSID is the messaging service the send named, if any.
+	MessagingServiceSID string    `json:"messaging_service_sid,omitempty"`
+	To                  string    `json:"to"`
+	Body                string    `json:"body"`
+	Created             time.Time `json:"date_created"`
 }
 
 // Attempt is one send request as the double answered it. Status is the HTTP
@@ -63,12 +74,24 @@ type Fault struct {
 	// Delay means "accept, but slowly".
 	Status int `json:"status,omitempty"`
 	// Code is Twilio's error code in the body (21211: invalid To number).
+	// Zero means the code Twilio gives the Status (20429, 20500, 20503,
+	// ...: 20000 + the status), as every error Twilio answers carries one.
 	Code int `json:"code,omitempty"`
 	// Message is the error text in the body; a default is derived from Code.
 	Message string `json:"message,omitempty"`
 	// Delay holds the answer back, e.g. to make the worker's client time
 	// out. JSON: nanoseconds, or a string such as "2s".
 	Delay Duration `json:"delay,omitempty"`
+	// Accept stores the message as accepted the moment the request arrives,
+	// before the Delay and whatever becomes of the answer: Twilio took it,
+	// its answer is late or lost. Without Accept, a send with Status 0 is
+	// accepted only when the answer is written, and not at all when the
+	// client gave up waiting.
+	Accept bool `json:"accept,omitempty"`
+	// Drop closes the connection without an answer (after the Delay, if
+	// any): the request was taken and no answer comes. The message is
+	// stored only with Accept.
+	Drop bool `json:"drop,omitempty"`
 }
 
 // Duration is a time.Duration that reads "2s" as well as nanoseconds from JSON.
@@ -109,6 +132,7 @@ type Double struct {
 func New(accountSID, authToken string) *Double {
 	d := &Double{accountSID: accountSID, authToken: authToken, mux: http.NewServeMux()}
 	d.mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", d.createMessage)
+	d.mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages.json", d.listMessages)
 	d.mux.HandleFunc("GET /messages", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Messages()) })
 	d.mux.HandleFunc("DELETE /messages", func(w http.ResponseWriter, _ *http.Request) { d.Reset(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /attempts", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Attempts()) })
@@ -192,8 +216,8 @@ func (d *Double) addFault(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "fault: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if f.Status == 0 && f.Delay == 0 {
-		http.Error(w, "fault: set status, delay or both", http.StatusBadRequest)
+	if f.Status == 0 && f.Delay == 0 && !f.Drop {
+		http.Error(w, "fault: set status, delay, drop or a mix", http.StatusBadRequest)
 		return
 	}
 	d.Fail(f)
@@ -221,16 +245,25 @@ func (d *Double) takeFault(to string) *Fault {
 	return nil
 }
 
-func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
+// authorized answers Twilio's error and returns false unless r carries the
+// double's credentials and names its account.
+func (d *Double) authorized(w http.ResponseWriter, r *http.Request) bool {
 	user, pass, ok := r.BasicAuth()
 	// Constant-time compare, as a habit: the double's token is not a secret.
 	if !ok || subtle.ConstantTimeCompare([]byte(user), []byte(d.accountSID)) != 1 ||
 		subtle.ConstantTimeCompare([]byte(pass), []byte(d.authToken)) != 1 {
 		writeError(w, http.StatusUnauthorized, 20003, "Authenticate")
-		return
+		return false
 	}
 	if sid := r.PathValue("sid"); sid != d.accountSID {
 		writeError(w, http.StatusNotFound, 20404, fmt.Sprintf("The requested resource /2010-04-01/Accounts/%s/Messages.json was not found", sid))
+		return false
+	}
+	return true
+}
+
+func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
+	if !d.authorized(w, r) {
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -238,11 +271,12 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := Message{
-		AccountSID: d.accountSID,
-		From:       r.PostForm.Get("From"),
-		To:         r.PostForm.Get("To"),
-		Body:       r.PostForm.Get("Body"),
-		Created:    time.Now().UTC(),
+		AccountSID:          d.accountSID,
+		From:                r.PostForm.Get("From"),
+		MessagingServiceSID: r.PostForm.Get("MessagingServiceSid"),
+		To:                  r.PostForm.Get("To"),
+		Body:                r.PostForm.Get("Body"),
+		Created:             time.Now().UTC(),
 	}
 	// The real API's own validation, so a worker bug that drops a field
 	// fails here as it would in production.
@@ -253,12 +287,16 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 	case m.Body == "":
 		d.answer(w, m, http.StatusBadRequest, 21602, "Message body is required.")
 		return
-	case m.From == "" && r.PostForm.Get("MessagingServiceSid") == "":
+	case m.From == "" && m.MessagingServiceSID == "":
 		d.answer(w, m, http.StatusBadRequest, 21603, "A 'From' phone number is required.")
 		return
 	}
 
-	if f := d.takeFault(m.To); f != nil {
+	f := d.takeFault(m.To)
+	if f != nil && f.Accept {
+		d.accept(&m)
+	}
+	if f != nil {
 		if f.Delay > 0 {
 			select {
 			case <-time.After(time.Duration(f.Delay)):
@@ -268,34 +306,221 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+		if f.Drop {
+			d.record(Attempt{Message: m, Status: 0})
+			drop(w)
+			return
+		}
 		if f.Status >= 300 {
+			code := f.Code
+			if code == 0 {
+				code = 20000 + f.Status
+			}
 			msg := f.Message
 			if msg == "" {
-				msg = defaultMessage(f.Code, m.To)
+				msg = defaultMessage(code, m.To)
 			}
-			d.answer(w, m, f.Status, f.Code, msg)
+			d.answer(w, m, f.Status, code, msg)
 			return
 		}
 	}
 
+	if m.SID == "" {
+		d.accept(&m)
+	}
+	d.record(Attempt{Message: m, Status: http.StatusCreated})
+	// As Twilio answers a create: queued, not yet sent.
+	created := resource(m)
+	created["status"], created["date_sent"] = "queued", nil
+	writeJSON(w, http.StatusCreated, created)
+}
+
+// accept gives m a SID and stores it as accepted.
+func (d *Double) accept(m *Message) {
 	m.SID = newSID()
 	d.mu.Lock()
-	d.messages = append(d.messages, m)
-	d.attempts = append(d.attempts, Attempt{Message: m, Status: http.StatusCreated})
-	d.mu.Unlock()
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"sid":          m.SID,
-		"account_sid":  m.AccountSID,
-		"from":         m.From,
-		"to":           m.To,
-		"body":         m.Body,
-		"status":       "queued",
-		"direction":    "outbound-api",
-		"api_version":  "2010-04-01",
-		"num_segments": "1",
-		"date_created": m.Created.Format(time.RFC1123Z),
-		"uri":          "/2010-04-01/Accounts/" + m.AccountSID + "/Messages/" + m.SID + ".json",
+	defer d.mu.Unlock()
+	d.messages = append(d.messages, *m)
+}
+
+// drop closes the request's connection without writing an answer.
+func drop(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		// HTTP/2: abort the stream, the closest to a dropped connection.
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+// resource is m as Twilio's API lists a Message resource: every date in
+// RFC 2822, status "sent" (the double hands a message on at once, so
+// date_sent is date_created).
+func resource(m Message) map[string]any {
+	var ms any
+	if m.MessagingServiceSID != "" {
+		ms = m.MessagingServiceSID
+	}
+	created := m.Created.Format(time.RFC1123Z)
+	return map[string]any{
+		"sid":                   m.SID,
+		"account_sid":           m.AccountSID,
+		"from":                  m.From,
+		"to":                    m.To,
+		"body":                  m.Body,
+		"messaging_service_sid": ms,
+		"status":                "sent",
+		"direction":             "outbound-api",
+		"api_version":           "2010-04-01",
+		"num_segments":          "1",
+		"num_media":             "0",
+		"date_created":          created,
+		"date_updated":          created,
+		"date_sent":             created,
+		"error_code":            nil,
+		"error_message":         nil,
+		"uri":                   "/2010-04-01/Accounts/" + m.AccountSID + "/Messages/" + m.SID + ".json",
+	}
+}
+
+// Page sizes of the list resource, as Twilio's.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 1000
+)
+
+// listMessages answers GET .../Messages.json: the accepted messages
+// matching the filters, newest first, one page of them.
+func (d *Double) listMessages(w http.ResponseWriter, r *http.Request) {
+	if !d.authorized(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	size := defaultPageSize
+	if v := q.Get("PageSize"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, 20001, "Invalid PageSize")
+			return
+		}
+		size = min(n, maxPageSize)
+	}
+	page := 0
+	if v := q.Get("Page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, 20001, "Invalid Page")
+			return
+		}
+		page = n
+	}
+	var day, onOrBefore, onOrAfter string
+	for _, f := range []struct {
+		key string
+		to  *string
+	}{{"DateSent", &day}, {"DateSent<", &onOrBefore}, {"DateSent>", &onOrAfter}} {
+		v := q.Get(f.key)
+		if v == "" {
+			continue
+		}
+		t, ok := parseDay(v)
+		if !ok {
+			writeError(w, http.StatusBadRequest, 20001, "Invalid date value.")
+			return
+		}
+		*f.to = t
+	}
+
+	all := d.Messages()
+	var match []Message
+	for i := len(all) - 1; i >= 0; i-- { // newest first
+		m := all[i]
+		sent := m.Created.UTC().Format(time.DateOnly)
+		switch {
+		case q.Has("To") && m.To != q.Get("To"),
+			q.Has("From") && m.From != q.Get("From"),
+			day != "" && sent != day,
+			onOrBefore != "" && sent > onOrBefore,
+			onOrAfter != "" && sent < onOrAfter:
+			continue
+		}
+		match = append(match, m)
+	}
+	// PageToken "PA" + a SID: the page starts after that message, so a page
+	// stays put while newer messages arrive. Without it, Page counts pages.
+	start := page * size
+	if tok := q.Get("PageToken"); tok != "" {
+		start = -1
+		for i, m := range match {
+			if "PA"+m.SID == tok {
+				start = i + 1
+			}
+		}
+		if start < 0 {
+			writeError(w, http.StatusBadRequest, 20001, "Invalid PageToken")
+			return
+		}
+	}
+	start = min(start, len(match))
+	end := min(start+size, len(match))
+
+	msgs := make([]map[string]any, 0, end-start)
+	for _, m := range match[start:end] {
+		msgs = append(msgs, resource(m))
+	}
+	filters := url.Values{}
+	for _, k := range []string{"To", "From", "DateSent", "DateSent<", "DateSent>"} {
+		if q.Has(k) {
+			filters.Set(k, q.Get(k))
+		}
+	}
+	filters.Set("PageSize", strconv.Itoa(size))
+	uri := func(page int, token string) string {
+		v := url.Values{}
+		for k, vs := range filters {
+			v[k] = vs
+		}
+		v.Set("Page", strconv.Itoa(page))
+		if token != "" {
+			v.Set("PageToken", token)
+		}
+		return "/2010-04-01/Accounts/" + d.accountSID + "/Messages.json?" + v.Encode()
+	}
+	var next, previous any
+	if end < len(match) {
+		next = uri(page+1, "PA"+match[end-1].SID)
+	}
+	if page > 0 {
+		previous = uri(page-1, "")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"messages":          msgs,
+		"page":              page,
+		"page_size":         size,
+		"start":             start,
+		"end":               max(start, end-1),
+		"uri":               r.URL.RequestURI(),
+		"first_page_uri":    uri(0, ""),
+		"next_page_uri":     next,
+		"previous_page_uri": previous,
 	})
+}
+
+// parseDay reads a DateSent value as Twilio does: YYYY-MM-DD, or a longer
+// timestamp (twilio-go sends RFC 3339) of which the day counts.
+func parseDay(v string) (string, bool) {
+	if len(v) < len(time.DateOnly) {
+		return "", false
+	}
+	day := v[:len(time.DateOnly)]
+	if _, err := time.Parse(time.DateOnly, day); err != nil {
+		return "", false
+	}
+	return day, true
 }
 
 // answer records a failed attempt and writes Twilio's error body.
@@ -316,6 +541,8 @@ func defaultMessage(code int, to string) string {
 		return fmt.Sprintf("The 'To' number %s is not a valid phone number.", to)
 	case 20429:
 		return "Too Many Requests"
+	case 20500:
+		return "Internal Server Error"
 	}
 	return "Service Unavailable"
 }

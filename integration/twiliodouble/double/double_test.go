@@ -127,8 +127,9 @@ func TestDouble(t *testing.T) {
 		for i := range 2 {
 			_, err := send(rc, "+15551234567")
 			var tErr *client.TwilioRestError
-			if !errors.As(err, &tErr) || tErr.Status != 503 {
-				t.Fatalf("send %d: err = %v, want 503", i, err)
+			// Twilio's own 503 carries its code, as every error of Twilio's does.
+			if !errors.As(err, &tErr) || tErr.Status != 503 || tErr.Code != 20503 {
+				t.Fatalf("send %d: err = %v, want 503 with code 20503", i, err)
 			}
 		}
 		if _, err := send(rc, "+15551234567"); err != nil {
@@ -156,6 +157,69 @@ func TestDouble(t *testing.T) {
 		}
 		if len(d.Messages()) != 0 {
 			t.Fatal("a timed-out send was recorded as accepted")
+		}
+	})
+
+	t.Run("FaultAcceptThenAnswerLate", func(t *testing.T) {
+		d := double.New(sid, token)
+		srv := httptest.NewServer(d)
+		defer srv.Close()
+		d.Fail(double.Fault{Accept: true, Delay: double.Duration(5 * time.Second), Count: 1})
+
+		if _, err := send(newTwilio(t, srv, sid, token), "+15551234567"); err == nil {
+			t.Fatal("want a timeout")
+		}
+		got := d.Messages()
+		if len(got) != 1 || !strings.HasPrefix(got[0].SID, "SM") {
+			t.Fatalf("messages = %+v, want the one the client gave up on, accepted with a SID", got)
+		}
+	})
+
+	t.Run("FaultDropWithoutAccepting", func(t *testing.T) {
+		d := double.New(sid, token)
+		srv := httptest.NewServer(d)
+		defer srv.Close()
+		d.Fail(double.Fault{Drop: true, Count: 1})
+		rc := newTwilio(t, srv, sid, token)
+
+		start := time.Now()
+		_, err := send(rc, "+15551234567")
+		var tErr *client.TwilioRestError
+		if err == nil || errors.As(err, &tErr) {
+			t.Fatalf("err = %v, want a connection error, no answer", err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("dropped send took %v, want an immediate close", el)
+		}
+		if n := len(d.Messages()); n != 0 {
+			t.Fatalf("accepted %d messages, want none", n)
+		}
+		a := d.Attempts()
+		if len(a) != 1 || a[0].Status != 0 {
+			t.Fatalf("attempts = %+v, want one unanswered", a)
+		}
+		if _, err := send(rc, "+15551234567"); err != nil {
+			t.Fatalf("send after the fault: %v", err)
+		}
+	})
+
+	t.Run("FaultDropAfterAccepting", func(t *testing.T) {
+		d := double.New(sid, token)
+		srv := httptest.NewServer(d)
+		defer srv.Close()
+		resp, err := http.Post(srv.URL+"/faults", "application/json", strings.NewReader(`{"drop":true,"accept":true,"count":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("POST /faults: %s", resp.Status)
+		}
+		if _, err := send(newTwilio(t, srv, sid, token), "+15551234567"); err == nil {
+			t.Fatal("want a connection error")
+		}
+		if n := len(d.Messages()); n != 1 {
+			t.Fatalf("accepted %d messages, want 1", n)
 		}
 	})
 
@@ -195,6 +259,111 @@ func TestDouble(t *testing.T) {
 		}
 		if got.Accepted != 3 {
 			t.Errorf("GET /connections = %d on the third connection, want 3", got.Accepted)
+		}
+	})
+}
+
+func TestDoubleList(t *testing.T) {
+	const (
+		alice = "+15550000001"
+		bob   = "+15550000002"
+	)
+	d := double.New(sid, token)
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	rc := newTwilio(t, srv, sid, token)
+	var sent []string // SIDs to alice, oldest first
+	for range 5 {
+		m, err := send(rc, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, *m.Sid)
+		if _, err := send(rc, bob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rc.Api.CreateMessage((&openapi.CreateMessageParams{}).SetTo(alice).SetMessagingServiceSid("MG1").SetBody("via service")); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("FilteredNewestFirstRFC2822", func(t *testing.T) {
+		p := (&openapi.ListMessageParams{}).SetTo(alice).SetFrom("+15550000000").SetPageSize(50)
+		page, err := rc.Api.PageMessage(p, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Messages) != 5 || page.NextPageUri != nil {
+			t.Fatalf("%d messages, next %v; want alice's 5 sent from the number, one page", len(page.Messages), page.NextPageUri)
+		}
+		for i, m := range page.Messages {
+			if want := sent[len(sent)-1-i]; *m.Sid != want {
+				t.Errorf("message %d = %s, want %s (newest first)", i, *m.Sid, want)
+			}
+			if *m.To != alice || *m.Body != "Your parcel is out for delivery" {
+				t.Errorf("message %d: to %s body %q", i, *m.To, *m.Body)
+			}
+			if _, err := time.Parse(time.RFC1123Z, *m.DateCreated); err != nil {
+				t.Errorf("date_created %q is not RFC 2822: %v", *m.DateCreated, err)
+			}
+		}
+	})
+
+	t.Run("DateSentDays", func(t *testing.T) {
+		today := time.Now().UTC()
+		for _, tc := range []struct {
+			name string
+			p    *openapi.ListMessageParams
+			want int
+		}{
+			{"Today", (&openapi.ListMessageParams{}).SetTo(bob).SetDateSent(today), 5},
+			{"Yesterday", (&openapi.ListMessageParams{}).SetTo(bob).SetDateSent(today.AddDate(0, 0, -1)), 0},
+			{"OnOrAfterToday", (&openapi.ListMessageParams{}).SetTo(bob).SetDateSentAfter(today), 5},
+			{"OnOrBeforeYesterday", (&openapi.ListMessageParams{}).SetTo(bob).SetDateSentBefore(today.AddDate(0, 0, -1)), 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				page, err := rc.Api.PageMessage(tc.p, "", "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page.Messages) != tc.want {
+					t.Errorf("%d messages, want %d", len(page.Messages), tc.want)
+				}
+			})
+		}
+	})
+
+	t.Run("PagesFollowNextPageURI", func(t *testing.T) {
+		// twilio-go's ListMessage follows next_page_uri to the end.
+		got, err := rc.Api.ListMessage((&openapi.ListMessageParams{}).SetTo(alice).SetPageSize(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 6 {
+			t.Fatalf("%d messages over every page, want 6", len(got))
+		}
+		if *got[0].Body != "via service" || *got[0].MessagingServiceSid != "MG1" {
+			t.Errorf("newest = %q via %v, want the messaging service's", *got[0].Body, got[0].MessagingServiceSid)
+		}
+		for i, m := range got[1:] {
+			if want := sent[len(sent)-1-i]; *m.Sid != want {
+				t.Errorf("message %d = %s, want %s", i+1, *m.Sid, want)
+			}
+		}
+		page, err := rc.Api.PageMessage((&openapi.ListMessageParams{}).SetTo(alice).SetPageSize(2), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page.PageSize != 2 || len(page.Messages) != 2 || page.NextPageUri == nil || !strings.Contains(*page.NextPageUri, "PageToken=PA") {
+			t.Fatalf("first page: size %d, %d messages, next %v", page.PageSize, len(page.Messages), page.NextPageUri)
+		}
+	})
+
+	t.Run("ErrBadCredentials", func(t *testing.T) {
+		_, err := newTwilio(t, srv, sid, "wrong").Api.PageMessage(&openapi.ListMessageParams{}, "", "")
+		var tErr *client.TwilioRestError
+		if !errors.As(err, &tErr) || tErr.Status != http.StatusUnauthorized {
+			t.Fatalf("err = %v, want a 401 TwilioRestError", err)
 		}
 	})
 }

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/harborlight/notification-worker/adapters/console"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// counts returns how many distinct notifications reached c's provider,
+// and how many reached it more than once.
+func (c *countingNotifier) counts() (distinct, again int) {
+	again = c.duplicates()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.perKey), again
+}
+
+// keys returns the idempotency keys that reached c's provider.
+func (c *countingNotifier) keys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]string, 0, len(c.perKey))
+	for k := range c.perKey {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// smsEvents returns n SMS-only events, each its own shipment, so the worker
+// may handle them all at once.
+func smsEvents(n int) []sampleEvent {
+	events, _ := sampleEvents(n)
+	for i := range events {
+		events[i].ShipmentID = fmt.Sprintf("%s-%d", events[i].EventID, i)
+		events[i].Channels = []string{"sms"}
+	}
+	return events
+}
+
+// TestMain_ReplayAfterARedisPause: a worker with MAX_IN_FLIGHT=1024 sends
+// 1500 notifications; Redis then pauses for 300 ms while new records
+// arrive (their calls time out at IDEMPOTENCY_TIMEOUT, 200 ms, and the
+// worker fails open for them), and
+// answers again; 3 s later all 1500 records are replayed at once. Redis
+// answers every command of the replay, so not one notification may be sent
+// again, and each is suppressed as a duplicate: whatever decides that Redis
+// is unavailable must stop deciding so once Redis answers.
+func TestMain_ReplayAfterARedisPause(t *testing.T) {
+	const (
+		notifications = 1500
+		batch         = 100 // the first sends, so that no record write waits out its timeout
+		duringPause   = 50
+	)
+	// The store timeout and the pause, both scaled under the race
+	// detector: there 1024 handlers at once take longer than 200 ms, even
+	// a second, to be scheduled on two busy cores, and a healthy Redis
+	// would look slow. The pause still outlasts the timeout, and the
+	// replay still comes well within the 13 s the removed layer held.
+	storeTimeout, pause := 200*time.Millisecond, 300*time.Millisecond
+	if raceEnabled {
+		storeTimeout, pause = 10*storeTimeout, 10*pause
+	}
+	redisSrv := redistest.MustStart(t)
+	raw := redisSrv.MustClient(t, 0)
+	topic, prefix := uniqueName("replay"), uniqueName("idem")+":"
+	emb := MustStartEmbedded(t, topic)
+	cfg := MustLoadConfig(t, map[string]string{
+		"KAFKA_BROKERS":          emb.Brokers()[0],
+		"KAFKA_TOPIC":            topic,
+		"KAFKA_GROUP_ID":         uniqueName("group"),
+		"REDIS_URL":              redisSrv.URL(),
+		"IDEMPOTENCY_KEY_PREFIX": prefix,
+		"MAX_IN_FLIGHT":          "1024",
+		"IDEMPOTENCY_TIMEOUT":    storeTimeout.String(),
+		"HTTP_ADDR":              "",
+		"SEND_TIMEOUT":           "2s",
+		"SHUTDOWN_TIMEOUT":       "5s",
+	})
+	sms := &countingNotifier{next: console.New(io.Discard), perKey: map[string]int{}}
+	var duplicates atomic.Int64
+	var out logtest.Buffer
+	m := &Main{
+		Config: cfg, Stdout: &out,
+		Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms, ports.ChannelEmail: sms},
+		Observer: ports.ObserverFunc(func(_ ports.Channel, o ports.Outcome) {
+			if o == ports.OutcomeDuplicate {
+				duplicates.Add(1)
+			}
+		}),
+	}
+	MustOpen(t, m)
+	MustRun(t, m)
+
+	waitSent := func(what string, want int) {
+		t.Helper()
+		waitFor(t, what, func() (bool, string) {
+			got, _ := sms.counts()
+			return got >= want, fmt.Sprintf("%d of %d sent", got, want)
+		})
+	}
+	events := smsEvents(notifications)
+	for i := 0; i < notifications; i += batch {
+		MustPublish(t, emb.Brokers(), topic, eventMessages(events[i:i+batch])...)
+		waitSent("the first sends", i+batch)
+	}
+	// Every send recorded: the replay meets 1500 sent records.
+	keys := sms.keys()
+	waitFor(t, "the first sends recorded in Redis", func() (bool, string) {
+		recorded := 0
+		for _, v := range mustGetAll(t, raw, prefix, keys) {
+			if strings.HasPrefix(v, "sent:") {
+				recorded++
+			}
+		}
+		return recorded == len(keys), fmt.Sprintf("%d of %d recorded", recorded, len(keys))
+	})
+
+	redisSrv.Pause(t)
+	t.Cleanup(func() { redisSrv.Resume(t) })
+	paused := time.Now()
+	MustPublish(t, emb.Brokers(), topic, eventMessages(smsEvents(duringPause))...)
+	time.Sleep(time.Until(paused.Add(pause))) // the outage's length: the scenario, not a wait
+	redisSrv.Resume(t)
+	waitSent("the records that arrived during the pause", notifications+duringPause)
+	if n := len(out.Events(t, "idempotency_check_unavailable")); n == 0 {
+		t.Fatal("no idempotency_check_unavailable during the pause: the pause did not reach the store")
+	}
+	time.Sleep(3 * time.Second) // Redis answering again for 3 s: the scenario
+
+	before := duplicates.Load()
+	MustPublish(t, emb.Brokers(), topic, eventMessages(events)...)
+	waitFor(t, "the replay handled", func() (bool, string) {
+		_, again := sms.counts()
+		suppressed := int(duplicates.Load() - before)
+		return suppressed+again >= notifications, fmt.Sprintf("%d suppressed, %d sent again", suppressed, again)
+	})
+	replayed := map[string]bool{}
+	for _, ev := range events {
+		replayed[ev.EventID] = true
+	}
+	suppressed := map[string]bool{}
+	for _, e := range out.Events(t, "duplicate_suppressed") {
+		if id, _ := e["event_id"].(string); replayed[id] {
+			suppressed[id] = true
+		}
+	}
+	if _, again := sms.counts(); again != 0 {
+		t.Fatalf("%d of %d replayed notifications sent again with Redis answering; %d suppressed", again, notifications, len(suppressed))
+	}
+	if len(suppressed) != notifications {
+		t.Fatalf("duplicate_suppressed for %d of %d replayed notifications", len(suppressed), notifications)
+	}
+}
+
+// mustGetAll reads prefix+k for every k in keys in one round trip, ""
+// for a key that is absent.
+func mustGetAll(tb testing.TB, c rueidis.Client, prefix string, keys []string) []string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = c.B().Get().Key(prefix + k).Build()
+	}
+	vals := make([]string, len(keys))
+	for i, res := range c.DoMulti(ctx, cmds...) {
+		v, err := res.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			tb.Fatalf("GET %s: %v", prefix+keys[i], err)
+		}
+		vals[i] = v
+	}
+	return vals
+}
+
+// TestMain_RefusesAnUnboundedRedisQueue: a combination whose calls could
+// pile up beyond the largest ring the Redis store makes (a write_timeout of
+// days keeps an unanswered command that long) is refused at Open, naming
+// what to change, before any connection to Redis.
+func TestMain_RefusesAnUnboundedRedisQueue(t *testing.T) {
+	cfg := MustLoadConfig(t, map[string]string{
+		"KAFKA_BROKERS":                "127.0.0.1:1",
+		"REDIS_URL":                    "redis://127.0.0.1:1?write_timeout=72h",
+		"MAX_IN_FLIGHT":                "4096",
+		"IDEMPOTENCY_BREAKER_COOLDOWN": "1s",
+		"HTTP_ADDR":                    "",
+	})
+	m := &Main{Config: cfg, Stdout: io.Discard}
+	t.Cleanup(m.Close)
+	err := m.Open(context.Background())
+	if err == nil {
+		t.Fatal("Open succeeded")
+	}
+	for _, want := range []string{"MAX_IN_FLIGHT=4096", "IDEMPOTENCY_BREAKER_COOLDOWN=1s", "write_timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open: %v; want it to name %s", err, want)
+		}
+	}
+}

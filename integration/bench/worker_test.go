@@ -1,0 +1,311 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/integration"
+)
+
+// The worker's memory under a backlog: a GiB of records waiting, a
+// provider that takes 2 s a send, every setting at its default.
+const (
+	backlogBytes  = 1 << 30
+	largeRecord   = 200 << 10
+	smallRecord   = 1 << 10
+	rssNotifier   = 2 * time.Second
+	rssBound      = 192 << 20
+	rssKeys       = 5000
+	rssPlateau    = 5 * time.Second // VmHWM within rssStep this long: the peak is reached
+	rssStep       = 1 << 20
+	rssAtLeast    = 10 * time.Second // of reading the backlog before a plateau counts
+	rssTimeBound  = 45 * time.Second // whatever happens, the run stops here
+	rssIdleSample = 3 * time.Second
+)
+
+// rssRun is one worker's memory measurement.
+type rssRun struct {
+	recordSize int   // 0: idle, no backlog
+	records    int   // published before the worker started
+	peak       int64 // VmHWM when the run stopped
+	heapGoal   int64 // the largest heap goal seen: twice the live heap (GOGC=100)
+	// anon is the largest RssAnon sampled: the resident memory the Go
+	// runtime mapped, without the binary's file-backed pages, which the
+	// kernel can drop and read again.
+	anon int64
+	// limited says GOMEMLIMIT was set: the heap goal is then capped by
+	// it, and half of it is no longer the live heap.
+	limited bool
+	sent    int // sends the provider double saw during the run
+	elapsed time.Duration
+	plateau bool // stopped on a plateau, not on the time bound
+}
+
+// Names of the worker process measurements.
+const (
+	runRSSIdle  = "rss/idle"
+	runRSSLarge = "rss/200KiB"
+	runRSSSmall = "rss/1KiB"
+	// runRSSLimited is the 200 KiB backlog with the soft limit the worker
+	// sets in a pod whose memory limit is podLimit.
+	runRSSLimited = "rss/200KiB/limited"
+	podLimit      = 128 << 20
+	podSoftLimit  = podLimit / 10 * 9 // memlimit.DefaultRatio of it
+)
+
+// BenchmarkWorkerPeakRSS runs the worker binary, with default settings and
+// the Redis store, against a kfake broker process holding a GiB backlog in
+// 8 partitions, with a Twilio double that answers each send after 2 s, and
+// reads the worker's peak RSS (VmHWM). The run stops once the peak has not
+// grown by 1 MiB for 5 s (after at least 10 s), or after 45 s: the point is the
+// peak while the backlog is read, not draining it at 32 sends a second.
+// The baseline is the same worker idle, on an empty topic. A last run
+// repeats the 200 KiB backlog with GOMEMLIMIT at 90% of 128 MiB, what the
+// worker sets itself in a pod of that limit: the smallest pod the live
+// heap fits in with room to spare.
+func BenchmarkWorkerPeakRSS(b *testing.B) {
+	needRedis(b)
+	srv := mustRedis(b)
+	tw := mustSlowTwilio(b, rssNotifier)
+	for range b.N {
+		results.putRSS(runRSSIdle, measureRSS(b, srv.URL(), tw, 0))
+		results.putRSS(runRSSLarge, measureRSS(b, srv.URL(), tw, largeRecord))
+		results.putRSS(runRSSSmall, measureRSS(b, srv.URL(), tw, smallRecord))
+		// As the worker would set it in a pod limited to podLimit.
+		results.putRSS(runRSSLimited, measureRSS(b, srv.URL(), tw, largeRecord, "GOMEMLIMIT", strconv.Itoa(podSoftLimit)))
+	}
+	if r, ok := results.getRSS(runRSSLarge); ok {
+		b.ReportMetric(float64(r.peak)/(1<<20), "peak-RSS-MiB-200KiB")
+	}
+}
+
+// measureRSS runs one worker against a fresh broker holding a GiB backlog
+// of recordSize records (none when 0), with the environment pairs in
+// extra on top of the defaults.
+func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int, extra ...string) rssRun {
+	b.Helper()
+	topic := "shipment-events"
+	broker, stopBroker := mustBrokerProcess(b, topic)
+	defer stopBroker()
+	r := rssRun{recordSize: recordSize}
+	if recordSize > 0 {
+		r.records = publishBacklog(b, broker, topic, backlogBytes, recordSize, rssKeys)
+	}
+	env := map[string]string{
+		"KAFKA_BROKERS":          broker,
+		"KAFKA_TOPIC":            topic,
+		"REDIS_URL":              redisURL,
+		"IDEMPOTENCY_KEY_PREFIX": fmt.Sprintf("bench-rss-%d:", prefixSeq.Add(1)),
+	}
+	for k, v := range tw.env {
+		env[k] = v
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+		r.limited = r.limited || extra[i] == "GOMEMLIMIT"
+	}
+	sentBefore := len(tw.d.Attempts())
+	w := startWorker(b, env)
+	defer stopWorker(b, w)
+	if err := w.WaitReady(30 * time.Second); err != nil {
+		b.Fatalf("worker not ready: %v", err)
+	}
+	start := time.Now()
+	// A plateau is VmHWM within rssStep of where it stood rssPlateau ago:
+	// the heap creeps by a page now and then long after the peak.
+	var peak, level int64
+	grewAt := start
+	for {
+		hwm, err := procStatus(w.PID(), "VmHWM")
+		if err != nil {
+			b.Fatalf("worker exited while measured: %v", err)
+		}
+		if anon, err := procStatus(w.PID(), "RssAnon"); err == nil {
+			r.anon = max(r.anon, anon)
+		}
+		if goal, err := metricValue(context.Background(), w, heapGoalSeries); err == nil {
+			r.heapGoal = max(r.heapGoal, int64(goal))
+		}
+		now := time.Now()
+		peak = max(peak, hwm)
+		if hwm > level+rssStep {
+			level, grewAt = hwm, now
+		}
+		if recordSize == 0 && now.Sub(start) >= rssIdleSample {
+			r.plateau = true
+			break
+		}
+		if recordSize > 0 && now.Sub(start) >= rssAtLeast && now.Sub(grewAt) >= rssPlateau {
+			r.plateau = true
+			break
+		}
+		if now.Sub(start) >= rssTimeBound {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.peak, r.elapsed = peak, time.Since(start)
+	r.sent = len(tw.d.Attempts()) - sentBefore
+	if recordSize > 0 && r.sent == 0 {
+		b.Fatalf("no send reached the Twilio double in %s: the worker did not handle the backlog\n%v", r.elapsed, lastLines(w.Logs(), 20))
+	}
+	return r
+}
+
+// littleLatency and littleInFlight: Little's law puts the most a worker
+// can do at MaxInFlight / latency.
+const (
+	littleInFlight = 1024
+	littleLatency  = 250 * time.Millisecond
+	littleRounds   = 3
+	runLittle      = "throughput/MaxInFlight=1024"
+)
+
+// littleLimit is Little's-law limit in records a second.
+func littleLimit() float64 { return float64(littleInFlight) / littleLatency.Seconds() }
+
+// BenchmarkThroughputLittlesLaw measures the worker (the real consumer and
+// domain, in this process) with MaxInFlight 1024, a notifier that takes
+// 250 ms a send, the Redis store, and 5000 distinct shipments: it cannot do
+// more than 1024 / 0.25 s = 4096 records a second, and should come close.
+func BenchmarkThroughputLittlesLaw(b *testing.B) {
+	needRedis(b)
+	const events, keys = 24 * littleInFlight, 5000 // 24 sends per slot: 6 s at the limit
+	br := mustBroker(b, events, keys)
+	srv := mustRedis(b)
+	for range b.N {
+		bestOf(b, littleRounds, []variant{{runLittle, func(b *testing.B) measurement {
+			return run{
+				maxInFlight: littleInFlight,
+				store:       mustRedisStore(b, srv),
+				latency:     littleLatency,
+				want:        events,
+				within:      time.Minute,
+			}.measure(b, br)
+		}}})
+	}
+}
+
+// cpuRun is the worker process's CPU time over the records it sent.
+type cpuRun struct {
+	records   int
+	cpu       time.Duration // the worker's user and system time
+	serverCPU time.Duration // redis-server's, for the Redis store
+	elapsed   time.Duration
+}
+
+func (c cpuRun) perRecord() time.Duration {
+	if c.records == 0 {
+		return 0
+	}
+	return c.cpu / time.Duration(c.records)
+}
+
+func (c cpuRun) serverPerRecord() time.Duration {
+	if c.records == 0 {
+		return 0
+	}
+	return c.serverCPU / time.Duration(c.records)
+}
+
+// Names of the CPU measurements.
+const (
+	runCPUMemory = "cpu/memory"
+	runCPURedis  = "cpu/redis"
+)
+
+// BenchmarkWorkerCPUPerRecord runs the worker binary (default settings,
+// console notifier: a send that takes no time) against a kfake broker
+// process, with the memory store and then the Redis store, and reads the
+// CPU time the worker process spent per record sent, from the first record
+// to the last (its /proc stat, so neither the broker's nor this process's).
+func BenchmarkWorkerCPUPerRecord(b *testing.B) {
+	needRedis(b)
+	const events, keys = 20000, 5000
+	topic := "shipment-events"
+	broker, _ := mustBrokerProcess(b, topic)
+	publishBacklog(b, broker, topic, int64(events)*int64(len(eventJSON(newUUID(), "SHP-000000"))), len(eventJSON(newUUID(), "SHP-000000")), keys)
+	srv := mustRedis(b)
+	admin := srv.MustClient(b, 0)
+	redisCPU := func() time.Duration {
+		var total float64
+		for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+			v, err := strconv.ParseFloat(info(b, admin, "cpu", f), 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", f, err)
+			}
+			total += v
+		}
+		return time.Duration(total * float64(time.Second))
+	}
+	measure := func(redisURL string) cpuRun {
+		env := map[string]string{
+			"KAFKA_BROKERS":  broker,
+			"KAFKA_TOPIC":    topic,
+			"KAFKA_GROUP_ID": fmt.Sprintf("bench-cpu-%d", groupSeq.Add(1)),
+		}
+		if redisURL != "" {
+			env["REDIS_URL"] = redisURL
+			env["IDEMPOTENCY_KEY_PREFIX"] = fmt.Sprintf("bench-cpu-%d:", prefixSeq.Add(1))
+		}
+		w := startWorker(b, env)
+		defer stopWorker(b, w)
+		return measureCPU(b, w, events, redisCPU)
+	}
+	for range b.N {
+		results.putCPU(runCPUMemory, measure(""))
+		results.putCPU(runCPURedis, measure(srv.URL()))
+	}
+}
+
+// measureCPU polls w's sent count until it reaches want and returns the
+// worker's CPU time (and redis-server's) from its first send to then.
+func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() time.Duration) cpuRun {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		from, cpu0, srv0 = 0, time.Duration(0), time.Duration(0)
+		started          time.Time
+	)
+	for {
+		n, err := sentCount(ctx, w)
+		if err != nil && ctx.Err() != nil {
+			b.Fatalf("worker sent %d of %d in 2 minutes\n%v", n, want, lastLines(w.Logs(), 20))
+		}
+		if err == nil && n > 0 && started.IsZero() {
+			if cpu0, err = procCPU(w.PID()); err != nil {
+				b.Fatalf("worker exited: %v", err)
+			}
+			srv0, from, started = serverCPU(), n, time.Now()
+		}
+		if err == nil && n >= want {
+			cpu1, err := procCPU(w.PID())
+			if err != nil {
+				b.Fatalf("worker exited: %v", err)
+			}
+			return cpuRun{records: n - from, cpu: cpu1 - cpu0, serverCPU: serverCPU() - srv0, elapsed: time.Since(started)}
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatalf("worker sent %d of %d in 2 minutes\n%v", n, want, lastLines(w.Logs(), 20))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lastLines returns the last n of lines.
+func lastLines(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// budgetOfDefaults is MAX_BUFFERED_BYTES at its default, which the memory
+// rows are read against.
+const budgetOfDefaults = kafka.DefaultMaxBufferedBytes
