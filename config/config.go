@@ -92,7 +92,11 @@ type Config struct {
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 	}
-	Twilio struct {
+	// MaxEventAge and MaxEventAgeByType: MAX_EVENT_AGE, and
+	// MAX_EVENT_AGE_OVERRIDES by event type (nil when unset).
+	MaxEventAge       time.Duration
+	MaxEventAgeByType map[string]time.Duration
+	Twilio            struct {
 		AccountSID          string        // TWILIO_ACCOUNT_SID
 		AuthToken           Secret        // TWILIO_AUTH_TOKEN
 		FromNumber          string        // TWILIO_FROM_NUMBER, E.164

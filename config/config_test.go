@@ -94,6 +94,8 @@ var fullEnv = map[string]string{
 	"IDEMPOTENCY_BREAKER_FAILURES": "7",
 	"IDEMPOTENCY_BREAKER_COOLDOWN": "3s",
 	"IDEMPOTENCY_LEDGER_SIZE":      "2500",
+	"MAX_EVENT_AGE":                "36h",
+	"MAX_EVENT_AGE_OVERRIDES":      "shipment.out_for_delivery=6h, shipment.delayed=12h",
 	"TWILIO_ACCOUNT_SID":           "AC0123456789abcdef0123456789abcdef",
 	"TWILIO_AUTH_TOKEN":            twilioToken,
 	"TWILIO_FROM_NUMBER":           "+15557654321",
@@ -155,6 +157,9 @@ var fields = map[string]field{
 	"IDEMPOTENCY_BREAKER_FAILURES": {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 7},
 	"IDEMPOTENCY_BREAKER_COOLDOWN": {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
 	"IDEMPOTENCY_LEDGER_SIZE":      {func(c config.Config) any { return c.Idempotency.LedgerSize }, 2500},
+	"MAX_EVENT_AGE":                {func(c config.Config) any { return c.MaxEventAge }, 36 * time.Hour},
+	"MAX_EVENT_AGE_OVERRIDES": {func(c config.Config) any { return c.MaxEventAgeByType }, map[string]time.Duration{
+		"shipment.out_for_delivery": 6 * time.Hour, "shipment.delayed": 12 * time.Hour}},
 	"TWILIO_ACCOUNT_SID":           {func(c config.Config) any { return c.Twilio.AccountSID }, "AC0123456789abcdef0123456789abcdef"},
 	"TWILIO_AUTH_TOKEN":            {func(c config.Config) any { return c.Twilio.AuthToken }, config.Secret(twilioToken)},
 	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return c.Twilio.FromNumber }, "+15557654321"},
@@ -244,6 +249,8 @@ func TestLoad_Defaults(t *testing.T) {
 		{"IDEMPOTENCY_BREAKER_FAILURES", c.Idempotency.BreakerFailures, 5},
 		{"IDEMPOTENCY_BREAKER_COOLDOWN", c.Idempotency.BreakerCooldown, time.Second},
 		{"IDEMPOTENCY_LEDGER_SIZE", c.Idempotency.LedgerSize, 10000},
+		{"MAX_EVENT_AGE", c.MaxEventAge, 48 * time.Hour},
+		{"MAX_EVENT_AGE_OVERRIDES", c.MaxEventAgeByType, map[string]time.Duration(nil)},
 		{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID, ""},
 		{"TWILIO_AUTH_TOKEN", c.Twilio.AuthToken, config.Secret("")},
 		{"TWILIO_FROM_NUMBER", c.Twilio.FromNumber, ""},
@@ -399,6 +406,11 @@ func parseAs(t *testing.T, like any, s string) any {
 		v, err = strconv.ParseInt(s, 10, 64)
 	case time.Duration:
 		v, err = time.ParseDuration(s)
+	case map[string]time.Duration:
+		if s != "" {
+			t.Fatalf("parseAs: no rule for a non-empty %T default", like)
+		}
+		v = map[string]time.Duration(nil)
 	case slog.Level:
 		var l slog.Level
 		err = l.UnmarshalText([]byte(s))
@@ -515,6 +527,14 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "RedisScheme", env: map[string]string{"REDIS_URL": "http://redis:6379"}, want: `REDIS_URL="***": want a redis:// or rediss:// (TLS) URL`},
 		{name: "RedisNoHost", env: map[string]string{"REDIS_URL": "redis://"}, wantIn: `REDIS_URL="***": want a host`},
 		{name: "RedisDB", env: map[string]string{"REDIS_URL": "redis://redis:6379/cache"}, wantIn: `REDIS_URL="***": want a database number`},
+		{name: "MaxEventAgeAboveTTL", env: map[string]string{"MAX_EVENT_AGE": "72h"}, wantIn: `MAX_EVENT_AGE="72h": must be at most IDEMPOTENCY_TTL (48h0m0s)`},
+		{name: "MaxEventAgeFollowsTTL", env: map[string]string{"IDEMPOTENCY_TTL": "24h", "MAX_EVENT_AGE": "36h"}, wantIn: `MAX_EVENT_AGE="36h": must be at most IDEMPOTENCY_TTL (24h0m0s)`},
+		{name: "MaxEventAgeNotDuration", env: map[string]string{"MAX_EVENT_AGE": "2d"}, want: `MAX_EVENT_AGE="2d": want a duration such as 500ms, 30s or 48h`},
+		{name: "AgeOverrideWithoutEquals", env: map[string]string{"MAX_EVENT_AGE_OVERRIDES": "shipment.delayed=12h,shipment.out_for_delivery:6h"}, wantIn: `entry 2 ("shipment.out_for_delivery:6h"): want type=duration`},
+		{name: "AgeOverrideBadDuration", env: map[string]string{"MAX_EVENT_AGE_OVERRIDES": "shipment.delayed=12"}, wantIn: `entry 1 ("shipment.delayed=12"): want a positive duration`},
+		{name: "AgeOverrideZero", env: map[string]string{"MAX_EVENT_AGE_OVERRIDES": "shipment.delayed=0s"}, wantIn: `entry 1 ("shipment.delayed=0s"): want a positive duration`},
+		{name: "AgeOverrideRepeated", env: map[string]string{"MAX_EVENT_AGE_OVERRIDES": "a=1h,a=2h"}, wantIn: `entry 2 ("a=2h"): type a is given twice`},
+		{name: "AgeOverrideAboveTTL", env: map[string]string{"MAX_EVENT_AGE_OVERRIDES": "shipment.delivered=72h"}, wantIn: `shipment.delivered=72h0m0s: must be at most IDEMPOTENCY_TTL (48h0m0s)`},
 		{name: "TTLZero", env: map[string]string{"IDEMPOTENCY_TTL": "0s"}, want: `IDEMPOTENCY_TTL="0s": must be at least 1ms`},
 		{name: "TTLBelowClaimTTL", env: map[string]string{"IDEMPOTENCY_TTL": "30s"}, wantIn: `IDEMPOTENCY_TTL="30s": must be at least IDEMPOTENCY_CLAIM_TTL (1m0s)`},
 		{name: "ClaimTTLNotAboveSendTimeout", env: map[string]string{"IDEMPOTENCY_CLAIM_TTL": "10s"}, wantIn: `IDEMPOTENCY_CLAIM_TTL="10s": must exceed SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT (10.2s): a claim must outlive a send and the write that records it`},

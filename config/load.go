@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 
 	l.kafka(&c)
 	l.idempotency(&c)
+	l.eventAge(&c)
 	l.providers(&c)
 	i, t := &c.Idempotency, &c.Twilio
 
@@ -153,6 +155,29 @@ func (l *loader) idempotency(c *Config) {
 	}
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
 	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
+}
+
+// eventAge reads MAX_EVENT_AGE and its overrides, once c.Idempotency is
+// read: neither may exceed IDEMPOTENCY_TTL.
+func (l *loader) eventAge(c *Config) {
+	i := &c.Idempotency
+	// The default derives from IDEMPOTENCY_TTL; when that is bad, the one
+	// problem is reported once, against the variable the operator set.
+	if i.TTL > 0 || l.set("MAX_EVENT_AGE") {
+		c.MaxEventAge = l.duration("MAX_EVENT_AGE", positive)
+	}
+	c.MaxEventAgeByType = l.ageOverrides("MAX_EVENT_AGE_OVERRIDES")
+	if i.TTL > 0 {
+		if c.MaxEventAge > i.TTL {
+			l.fail("MAX_EVENT_AGE", "must be at most IDEMPOTENCY_TTL ("+i.TTL.String()+
+				"): an older event may have been sent and its record forgotten, and a replay of it would be sent again")
+		}
+		for _, typ := range sortedKeys(c.MaxEventAgeByType) {
+			if d := c.MaxEventAgeByType[typ]; d > i.TTL {
+				l.fail("MAX_EVENT_AGE_OVERRIDES", fmt.Sprintf("%s=%v: must be at most IDEMPOTENCY_TTL (%v), or a replay after the store forgot an event could send it again", typ, d, i.TTL))
+			}
+		}
+	}
 }
 
 // providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP.
@@ -383,6 +408,45 @@ func (l *loader) duration(name string, lo time.Duration) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// ageOverrides parses "type=duration,type=duration". Every entry must
+// name a type and a positive duration, and no type may repeat; each bad
+// entry is reported by its position and text. It returns nil when unset.
+func (l *loader) ageOverrides(name string) map[string]time.Duration {
+	v := l.value(name)
+	if v == "" {
+		return nil
+	}
+	out := map[string]time.Duration{}
+	for n, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		typ, ds, ok := strings.Cut(e, "=")
+		typ, ds = strings.TrimSpace(typ), strings.TrimSpace(ds)
+		d, err := time.ParseDuration(ds)
+		switch {
+		case !ok || typ == "" || strings.ContainsAny(typ, " \t"):
+			l.fail(name, fmt.Sprintf("entry %d (%q): want type=duration, such as shipment.out_for_delivery=6h", n+1, e))
+		case err != nil || d <= 0:
+			l.fail(name, fmt.Sprintf("entry %d (%q): want a positive duration such as 6h after the =", n+1, e))
+		case out[typ] != 0:
+			l.fail(name, fmt.Sprintf("entry %d (%q): type %s is given twice", n+1, e, typ))
+		default:
+			out[typ] = d
+		}
+	}
+	return out
+}
+
+// sortedKeys returns m's keys in order, so problems are reported in a
+// stable order.
+func sortedKeys(m map[string]time.Duration) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // oneOf returns the value if it is one of allowed (compared case-insensitively

@@ -24,7 +24,7 @@ import (
 // members; recipient defaults to one with a phone and an email.
 func rec(members string) string {
 	if !strings.Contains(members, `"recipient"`) {
-		members += `,"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"}`
+		members += `,"recipient":{"name":"Ada","phone":"+31201234567","email":"ada@example.com"}`
 	}
 	return `{"event_id":"e1","type":"shipment.out_for_delivery","shipment_id":"SHP-1"` + members + `}`
 }
@@ -128,7 +128,7 @@ func TestAbuseHeaderInjection(t *testing.T) {
 	t.Run("NonASCIIKeptIntact", func(t *testing.T) {
 		// Encoding a non-ASCII header (RFC 2047) is the SMTP adapter's job;
 		// the domain must hand it the name unmangled.
-		ev := mustDecode(t, rec(`,"recipient":{"name":"Zoë 山田 😀","phone":"+15551234567","email":"ada@example.com"}`))
+		ev := mustDecode(t, rec(`,"recipient":{"name":"Zoë 山田 😀","phone":"+31201234567","email":"ada@example.com"}`))
 		m := mustRender(t, tpl, ev, ports.ChannelEmail)
 		if m.ToName != "Zoë 山田 😀" || !strings.Contains(m.Text, "Hi Zoë 山田 😀,") {
 			t.Fatalf("ToName %q text %q, want the name intact", m.ToName, m.Text)
@@ -146,7 +146,7 @@ func TestAbuseScriptInData(t *testing.T) {
 		reason = `"'><script>alert(1)</script><img src=x onerror=alert(2)>`
 	)
 	ev := mustDecode(t, `{"event_id":"e1","type":"shipment.delayed","shipment_id":"SHP-1",
-		"recipient":{"name":`+jsonString(name)+`,"phone":"+15551234567","email":"ada@example.com"},
+		"recipient":{"name":`+jsonString(name)+`,"phone":"+31201234567","email":"ada@example.com"},
 		"data":{"reason":`+jsonString(reason)+`,"tracking_url":"JaVaScRiPt:alert(3)"}}`)
 
 	t.Run("EscapedInHTML", func(t *testing.T) {
@@ -261,17 +261,17 @@ func TestAbuseRecordLimits(t *testing.T) {
 }
 
 func TestAbuseDuplicateKeys(t *testing.T) {
-	const r = `"recipient":{"phone":"+15551234567","email":"ada@example.com"}`
+	const r = `"recipient":{"phone":"+31201234567","email":"ada@example.com"}`
 	for _, tc := range []struct{ name, value, field, reason string }{
 		{"TopLevel", `{"event_id":"e1","event_id":"e2","type":"shipment.created","shipment_id":"S",` + r + `}`, "event_id", "more than once"},
-		{"Recipient", `{"event_id":"e1","type":"shipment.created","shipment_id":"S",` + r + `,"recipient":{"phone":"+15557654321"}}`, "recipient", "more than once"},
-		{"RecipientPhone", `{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"phone":"+15551234567","phone":"+15557654321"}}`, "recipient.phone", "more than once"},
+		{"Recipient", `{"event_id":"e1","type":"shipment.created","shipment_id":"S",` + r + `,"recipient":{"phone":"+31207654321"}}`, "recipient", "more than once"},
+		{"RecipientPhone", `{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"phone":"+31201234567","phone":"+31207654321"}}`, "recipient.phone", "more than once"},
 		{"RecipientEmail", `{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"email":"ada@example.com","email":"eve@example.com"}}`, "recipient.email", "more than once"},
 		{"Data", `{"event_id":"e1","type":"shipment.created","shipment_id":"S",` + r + `,"data":{"eta":"1","eta":"2"}}`, "data.eta", "more than once"},
 		{"CaseVariantBesideField", `{"event_id":"e1","EVENT_ID":"e2","type":"shipment.created","shipment_id":"S",` + r + `}`, "EVENT_ID", `case-sensitive: want "event_id"`},
 		{"CaseVariantAlone", `{"Event_Id":"e1","type":"shipment.created","shipment_id":"S",` + r + `}`, "Event_Id", `want "event_id"`},
 		{"UnicodeFoldVariant", `{"event_id":"e1","type":"shipment.created","ſhipment_id":"S",` + r + `}`, "ſhipment_id", `want "shipment_id"`},
-		{"RecipientCaseVariant", `{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"phone":"+15551234567","Phone":"+15557654321"}}`, "recipient.Phone", `want "phone"`},
+		{"RecipientCaseVariant", `{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"phone":"+31201234567","Phone":"+31207654321"}}`, "recipient.Phone", `want "phone"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) { mustReject(t, tc.value, tc.field, tc.reason) })
 	}
@@ -291,20 +291,20 @@ func TestAbuseDuplicateKeys(t *testing.T) {
 
 func TestAbuseInvalidUTF8(t *testing.T) {
 	for _, tc := range []struct{ name, value, field string }{
-		{"RawByteInName", rec(`,"recipient":{"name":"Ada` + "\xff" + `","phone":"+15551234567"}`), ""},
+		{"RawByteInName", rec(`,"recipient":{"name":"Ada` + "\xff" + `","phone":"+31201234567"}`), ""},
 		{"OverlongEncoding", rec(`,"data":{"eta":"` + "\xc0\xaf" + `"}`), ""},
 		{"RawSurrogate", rec(`,"data":{"eta":"` + "\xed\xa0\x80" + `"}`), ""},
-		{"LoneSurrogateEscapeInName", rec(`,"recipient":{"name":"Ada\ud800","phone":"+15551234567"}`), "recipient.name"},
+		{"LoneSurrogateEscapeInName", rec(`,"recipient":{"name":"Ada\ud800","phone":"+31201234567"}`), "recipient.name"},
 		{"LoneSurrogateEscapeInData", rec(`,"data":{"eta":"\udfff"}`), "data.eta"},
 		{"LoneSurrogateEscapeInDataKey", rec(`,"data":{"\ud800":"x"}`), "data.\ufffd"},
-		{"LoneSurrogateEscapeInEventID", `{"event_id":"e\ud800","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
+		{"LoneSurrogateEscapeInEventID", `{"event_id":"e\ud800","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "event_id"},
 		{"LoneSurrogateEscapeInEmail", rec(`,"recipient":{"email":"ad\ud800a@example.com"}`), "recipient.email"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { mustReject(t, tc.value, tc.field, "UTF-8") })
 	}
 
 	t.Run("SurrogatePairEscapeAccepted", func(t *testing.T) {
-		ev := mustDecode(t, rec(`,"recipient":{"name":"Ada \ud83d\ude00","phone":"+15551234567"}`))
+		ev := mustDecode(t, rec(`,"recipient":{"name":"Ada \ud83d\ude00","phone":"+31201234567"}`))
 		if ev.Recipient.Name != "Ada 😀" {
 			t.Fatalf("name %q", ev.Recipient.Name)
 		}
@@ -313,7 +313,7 @@ func TestAbuseInvalidUTF8(t *testing.T) {
 
 func TestAbuseHugeEventID(t *testing.T) {
 	huge := strings.Repeat("x", 10<<10)
-	value := `{"event_id":"` + huge + `","type":"shipment.created","shipment_id":"S","recipient":{"phone":"+15551234567"}}`
+	value := `{"event_id":"` + huge + `","type":"shipment.created","shipment_id":"S","recipient":{"phone":"+31201234567"}}`
 	mustReject(t, value, "event_id", "longer than 128 bytes")
 	_, err := domain.Decode([]byte(value))
 	if strings.Contains(err.Error(), strings.Repeat("x", 100)) {
@@ -322,7 +322,7 @@ func TestAbuseHugeEventID(t *testing.T) {
 }
 
 func TestAbuseEmptyAndWhitespace(t *testing.T) {
-	const r = `"recipient":{"phone":"+15551234567"}`
+	const r = `"recipient":{"phone":"+31201234567"}`
 	for _, tc := range []struct{ name, value, field, reason string }{
 		{"EmptyEventID", `{"event_id":"","type":"t","shipment_id":"s",` + r + `}`, "event_id", "required"},
 		{"BlankEventID", `{"event_id":" \t\n ","type":"t","shipment_id":"s",` + r + `}`, "event_id", "required"},
@@ -345,13 +345,13 @@ func TestAbuseEmptyAndWhitespace(t *testing.T) {
 		}
 	})
 	t.Run("PaddedPhoneNormalised", func(t *testing.T) {
-		ev := mustDecode(t, rec(`,"recipient":{"phone":" +1 555 123 4567 "}`))
-		if ev.Recipient.Phone != "+15551234567" {
+		ev := mustDecode(t, rec(`,"recipient":{"phone":" +31 20 123 4567 "}`))
+		if ev.Recipient.Phone != "+31201234567" {
 			t.Fatalf("phone %q", ev.Recipient.Phone)
 		}
 	})
 	t.Run("BlankNameGreetsWithoutIt", func(t *testing.T) {
-		ev := mustDecode(t, rec(`,"recipient":{"name":" \t\r\n ","phone":"+15551234567"}`))
+		ev := mustDecode(t, rec(`,"recipient":{"name":" \t\r\n ","phone":"+31201234567"}`))
 		m := mustRender(t, mustLoadTemplates(t, ""), ev, ports.ChannelSMS)
 		if ev.Recipient.Name != "" || !strings.HasPrefix(m.Text, "Harborlight: Your shipment") {
 			t.Fatalf("name %q SMS %q", ev.Recipient.Name, m.Text)
@@ -376,7 +376,7 @@ func TestAbuseEmptyAndWhitespace(t *testing.T) {
 
 func TestAbuseUnknownEventType(t *testing.T) {
 	w := newWorld(t, domain.FailOpen)
-	err := w.handle(t, `{"event_id":"e1","type":"shipment.teleported","shipment_id":"S","recipient":{"phone":"+15551234567","email":"ada@example.com"}}`)
+	err := w.handle(t, `{"event_id":"e1","type":"shipment.teleported","shipment_id":"S","recipient":{"phone":"+31201234567","email":"ada@example.com"}}`)
 	if ports.KindOf(err) != ports.Permanent || !errors.Is(err, domain.ErrUnknownEventType) {
 		t.Fatalf("Handle: %v, want permanent ErrUnknownEventType", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/nyaruka/phonenumbers"
+
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -383,11 +385,19 @@ func checkID(field, v string) error {
 	return nil
 }
 
-// NormalizePhone returns p in E.164 ("+" and 8 to 15 digits, no leading
-// zero), after dropping surrounding white space and the separators people
-// write: spaces, dots, dashes and parentheses. A leading "00" is not taken
-// for "+": without a known dialing country it is ambiguous, so it is an
-// error. Its output is a fixed point: NormalizePhone(out) returns out.
+// NormalizePhone returns p in E.164 ("+", a country code and the national
+// number, 15 digits at most), after dropping surrounding white space and the
+// separators people write: spaces, dots, dashes and parentheses. The number
+// must start with "+": a leading "00" or a national number is ambiguous
+// without a known dialing country, so it is an error.
+//
+// The number is checked against libphonenumber's numbering plans
+// (github.com/nyaruka/phonenumbers): a country code that does not exist, a
+// length no number of that country has, or a number in no range the country
+// assigns is an error, before any provider is asked to send to it. A trunk
+// prefix written after the country code ("+44 (0)20 ...") is dropped, as
+// dialing from abroad does. Its output is a fixed point:
+// NormalizePhone(out) returns out. Its errors never quote a digit of p.
 func NormalizePhone(p string) (string, error) {
 	p = strings.TrimSpace(p)
 	var b strings.Builder
@@ -406,13 +416,77 @@ func NormalizePhone(p string) (string, error) {
 	switch {
 	case !strings.HasPrefix(s, "+"):
 		return "", errors.New("not an E.164 phone number: must start with +")
-	case len(s) < 9 || len(s) > 16:
-		return "", errors.New("not an E.164 phone number: want 8 to 15 digits")
+	case len(s) < 4:
+		return "", errors.New("impossible phone number: too short")
+	case len(s) > maxPhoneDigits+1:
+		// A trunk prefix may add a digit or two to the 15 of E.164; more
+		// than that is no number.
+		return "", errors.New("impossible phone number: too long")
 	case s[1] == '0':
-		return "", errors.New("not an E.164 phone number: country code cannot start with 0")
+		return "", errors.New("not an E.164 phone number: country code cannot start with a zero")
 	}
-	return s, nil
+	num, err := phonenumbers.Parse(s, unknownRegion)
+	if err != nil {
+		// phonenumbers' errors name no digits, but say it in our words:
+		// its texts are not a contract.
+		if errors.Is(err, phonenumbers.ErrInvalidCountryCode) {
+			return "", errors.New("impossible phone number: no country has this country code")
+		}
+		return "", errors.New("impossible phone number: too short or too long")
+	}
+	switch phonenumbers.IsPossibleNumberWithReason(num) {
+	case phonenumbers.IS_POSSIBLE, phonenumbers.IS_POSSIBLE_LOCAL_ONLY:
+	case phonenumbers.INVALID_COUNTRY_CODE:
+		return "", errors.New("impossible phone number: no country has this country code")
+	case phonenumbers.TOO_SHORT:
+		return "", errors.New("impossible phone number: too short for its country")
+	case phonenumbers.TOO_LONG:
+		return "", errors.New("impossible phone number: too long for its country")
+	default:
+		return "", errors.New("impossible phone number: no number of its country has this length")
+	}
+	if !phonenumbers.IsValidNumber(num) {
+		return "", errors.New("invalid phone number: in no range its country assigns")
+	}
+	out := phonenumbers.Format(num, phonenumbers.E164)
+	if len(out) > 16 {
+		// Some plans allow longer numbers than E.164 (and Twilio) carry.
+		return "", errors.New("impossible phone number: more digits than E.164 allows")
+	}
+	if !onlyTrunkDropped(s[1:], out[1:]) {
+		// A few plans rewrite a national number (Norfolk Island adds a
+		// digit): we send to the number the producer wrote, or to none.
+		return "", errors.New("not an E.164 phone number: written in a national form its country rewrites")
+	}
+	return out, nil
 }
+
+// onlyTrunkDropped reports whether the digits out are the digits in, or in
+// with a run of at most two digits (a trunk prefix) removed right after a
+// country code of one to three digits.
+func onlyTrunkDropped(in, out string) bool {
+	n := len(in) - len(out)
+	switch {
+	case n == 0:
+		return in == out
+	case n < 0 || n > 2:
+		return false
+	}
+	for cc := 1; cc <= 3 && cc <= len(out); cc++ {
+		if in[:cc] == out[:cc] && in[cc+n:] == out[cc:] {
+			return true
+		}
+	}
+	return false
+}
+
+// maxPhoneDigits is the most digits NormalizePhone reads: 15 (E.164) and
+// room for a trunk prefix written after the country code.
+const maxPhoneDigits = 17
+
+// unknownRegion tells phonenumbers.Parse that no default country applies:
+// the number must carry its own country code.
+const unknownRegion = "ZZ"
 
 func normalizeEmail(e string) (string, error) {
 	if len(e) > MaxEmailLen {

@@ -15,13 +15,13 @@ func TestDecode(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		ev, err := domain.Decode([]byte(`{"event_id":"7f1c9a52-3d4e-4b8a-9f0e-2c6d1e8b5a43","type":"shipment.out_for_delivery",
 			"occurred_at":"2026-04-02T09:14:00Z","shipment_id":"SHP-100234",
-			"recipient":{"name":"Ada\r\nBcc: x","phone":"+1 (555) 123-4567","email":"ada@example.com"},
+			"recipient":{"name":"Ada\r\nBcc: x","phone":"+31 (20) 123-4567","email":"ada@example.com"},
 			"data":{"eta":"14:00-16:00","stops":3,"fragile":true}}`))
 		if err != nil {
 			t.Fatalf("Decode: %v", err)
 		}
-		if ev.Recipient.Phone != "+15551234567" {
-			t.Errorf("phone %q, want E.164 +15551234567", ev.Recipient.Phone)
+		if ev.Recipient.Phone != "+31201234567" {
+			t.Errorf("phone %q, want E.164 +31201234567", ev.Recipient.Phone)
 		}
 		if ev.Recipient.Name != "Ada Bcc: x" {
 			t.Errorf("name %q, want one line", ev.Recipient.Name)
@@ -39,18 +39,18 @@ func TestDecode(t *testing.T) {
 	}{
 		{"NotJSON", `nope`, ""},
 		{"InvalidUTF8", "{\"event_id\":\"\xff\"}", ""},
-		{"MissingEventID", `{"type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
-		{"WhitespaceEventID", `{"event_id":"  ","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
-		{"LongEventID", `{"event_id":"` + strings.Repeat("x", 10000) + `","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
-		{"MissingType", `{"event_id":"e","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "type"},
-		{"MissingShipment", `{"event_id":"e","type":"t","recipient":{"phone":"+15551234567"}}`, "shipment_id"},
+		{"MissingEventID", `{"type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "event_id"},
+		{"WhitespaceEventID", `{"event_id":"  ","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "event_id"},
+		{"LongEventID", `{"event_id":"` + strings.Repeat("x", 10000) + `","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "event_id"},
+		{"MissingType", `{"event_id":"e","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "type"},
+		{"MissingShipment", `{"event_id":"e","type":"t","recipient":{"phone":"+31201234567"}}`, "shipment_id"},
 		{"BadPhone", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"555-1234"}}`, "recipient.phone"},
 		{"BadEmail", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"email":"ada at example"}}`, "recipient.email"},
 		{"NoAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"name":"Ada"}}`, "recipient"},
-		{"UnknownChannel", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"channels":["fax"]}`, "channels"},
-		{"ChannelWithoutAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"channels":["email"]}`, "channels"},
-		{"NestedData", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"},"data":{"a":{"b":1}}}`, ""},
-		{"WrongType", `{"event_id":42,"type":"t","shipment_id":"s","recipient":{"phone":"+15551234567"}}`, "event_id"},
+		{"UnknownChannel", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"channels":["fax"]}`, "channels"},
+		{"ChannelWithoutAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"channels":["email"]}`, "channels"},
+		{"NestedData", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"data":{"a":{"b":1}}}`, ""},
+		{"WrongType", `{"event_id":42,"type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "event_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := domain.Decode([]byte(tc.value))
@@ -61,7 +61,7 @@ func TestDecode(t *testing.T) {
 			if ie.Field != tc.field {
 				t.Fatalf("field %q (%v), want %q", ie.Field, err, tc.field)
 			}
-			if strings.Contains(err.Error(), "5551234567") || strings.Contains(err.Error(), strings.Repeat("x", 100)) {
+			if strings.Contains(err.Error(), "201234567") || strings.Contains(err.Error(), strings.Repeat("x", 100)) {
 				t.Fatalf("error %q repeats a phone or a huge value", err)
 			}
 		})
@@ -83,9 +83,9 @@ func TestDecode_RecipientNotInErrors(t *testing.T) {
 		secret             []string // what the error must not hold
 		want               string   // what it must
 	}{
-		{"TenKilobyteName", rec(`{"name":"` + long + `","phone":"+15551234567"}`), "recipient.name",
+		{"TenKilobyteName", rec(`{"name":"` + long + `","phone":"+31201234567"}`), "recipient.name",
 			[]string{"Grace", "Hopper", "Brewster"}, "characters, longer than 100"},
-		{"NameJustTooLong", rec(`{"name":"` + strings.Repeat("é", 101) + `","phone":"+15551234567"}`), "recipient.name",
+		{"NameJustTooLong", rec(`{"name":"` + strings.Repeat("é", 101) + `","phone":"+31201234567"}`), "recipient.name",
 			[]string{"éé"}, "101 characters, longer than 100"},
 		{"NameInPhoneField", rec(`{"phone":"` + hopper + `"}`), "recipient.phone",
 			[]string{"Grace", "race", "pper"}, "28 bytes, not shown"},
@@ -122,7 +122,7 @@ func TestDecode_RecipientNotInErrors(t *testing.T) {
 
 func TestTemplates(t *testing.T) {
 	ev, err := domain.Decode([]byte(`{"event_id":"e1","type":"shipment.out_for_delivery","shipment_id":"SHP-1",
-		"recipient":{"name":"<script>alert(1)</script>","phone":"+15551234567","email":"ada@example.com"},
+		"recipient":{"name":"<script>alert(1)</script>","phone":"+31201234567","email":"ada@example.com"},
 		"data":{"eta":"14:00-16:00","tracking_url":"javascript:alert(1)"}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -250,7 +250,7 @@ func mustRenderSMS(t *testing.T, id string) ports.Message {
 }
 
 func TestService_EventIDConflict(t *testing.T) {
-	other := strings.Replace(event("e1", "sms"), "+15551234567", "+15557654321", 1)
+	other := strings.Replace(event("e1", "sms"), "+31201234567", "+31207654321", 1)
 
 	t.Run("ReusedForAnotherRecipientIsDeadLetteredUnsent", func(t *testing.T) {
 		w := newWorld(t, domain.FailOpen)

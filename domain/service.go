@@ -46,11 +46,19 @@ type Config struct {
 	// Reconciled, when set, is told the result of every reconciliation.
 	Reconciled func(ch ports.Channel, r ports.ReconcileResult)
 
-	TTL          time.Duration // lifetime of a sent record (48h)
-	ClaimTTL     time.Duration // lifetime of a pending claim (60s)
-	StoreTimeout time.Duration // bound on each store call (200ms)
-	SendTimeout  time.Duration // bound on each provider call (10s)
-	FailureMode  FailureMode   // FailOpen unless set
+	TTL time.Duration // lifetime of a sent record (48h)
+	// MaxEventAge is the age past which an event is stale: skipped, before
+	// any claim or send, and acknowledged (TTL unless set). At most TTL, a
+	// replay after the store forgot an event's record cannot send it again.
+	MaxEventAge time.Duration
+	// MaxEventAgeByType overrides MaxEventAge for the event types it names
+	// (an "out for delivery" SMS is worthless hours later). Each value must
+	// be positive.
+	MaxEventAgeByType map[string]time.Duration
+	ClaimTTL          time.Duration // lifetime of a pending claim (60s)
+	StoreTimeout      time.Duration // bound on each store call (200ms)
+	SendTimeout       time.Duration // bound on each provider call (10s)
+	FailureMode       FailureMode   // FailOpen unless set
 
 	// ClaimWaitMax caps one wait between looks at another worker's pending
 	// claim (1s).
@@ -82,6 +90,7 @@ func (c *Config) setDefaults() {
 	def(&c.ClaimWaitMax, time.Second)
 	def(&c.LogEvery, time.Second)
 	def(&c.ReconcileFor, 2*time.Minute)
+	def(&c.MaxEventAge, c.TTL)
 	if c.UnknownPolicy == "" {
 		c.UnknownPolicy = PolicyResend
 	}
@@ -123,6 +132,11 @@ func (c *Config) validate() error {
 	}
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		errs = append(errs, fmt.Errorf("failure mode %q: want %q or %q", c.FailureMode, FailOpen, FailClosed))
+	}
+	for typ, d := range c.MaxEventAgeByType {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("max event age of type %q: %v, want a positive duration", typ, d))
+		}
 	}
 	if c.ClaimTTL <= c.SendTimeout+c.StoreTimeout {
 		errs = append(errs, fmt.Errorf("claim TTL %v must exceed the send timeout %v plus the store timeout %v, or a slow send loses its claim before it is recorded", c.ClaimTTL, c.SendTimeout, c.StoreTimeout))
@@ -200,12 +214,15 @@ func (s *Service) LongestHandle() time.Duration {
 func (s *Service) Owed() (owed int, evicted int64) { return s.ledger.len(), s.ledger.evictions() }
 
 // Handle decodes rec and delivers each of its notifications. It returns nil
-// when every notification was sent or was a duplicate. A notification found
+// when every notification was sent, was a duplicate, or found its recipient
+// opted out, and for a stale event, which it skips before any claim (see
+// Config.MaxEventAge). A notification found
 // in rec.Deliveries was delivered by an earlier attempt at rec: it is
 // neither sent nor reported again. Otherwise the error's
 // ports.Kind tells the consumer what to do: Permanent for a record that can
 // never succeed (it does not decode, its type is unknown, a provider refused
-// it for good), Unavailable when the store is down in the closed mode, and
+// it for good, its occurred_at is more than ClockSkew in the future),
+// Unavailable when the store is down in the closed mode, and
 // Retryable for everything else. Retrying a record is safe: what was sent is
 // skipped as a duplicate.
 //
@@ -222,6 +239,9 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		return ports.MarkPermanent(err)
 	}
 	log = log.With(slog.String("event_id", ev.EventID), slog.String("shipment_id", ev.ShipmentID))
+	if stale, err := s.stale(log, ev, rec); err != nil || stale {
+		return err
+	}
 
 	// Render everything first: an event that cannot render on one channel
 	// is poison as a whole, and nothing of it should go out half-formed.
@@ -272,6 +292,48 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		return ports.MarkUnavailable(err)
 	}
 	return err
+}
+
+// ClockSkew is how far a producer's clock may run ahead of this worker's:
+// an event whose occurred_at is later than now plus ClockSkew cannot have
+// happened yet, and is refused as poison.
+const ClockSkew = 5 * time.Minute
+
+// stale reports whether ev is older than the maximum age of its type, and
+// if so logs stale_event_skipped and reports OutcomeStale for each of its
+// channels. Its age runs from occurred_at or, when the event has none, from
+// the record's timestamp (the time its producer wrote it, which a replay
+// keeps); with neither, the event has no age and is never stale. An
+// occurred_at more than ClockSkew ahead of now is a Permanent error.
+func (s *Service) stale(log *slog.Logger, ev Event, rec ports.Record) (bool, error) {
+	at, from := ev.OccurredAt, "occurred_at"
+	if at.IsZero() {
+		at, from = rec.Timestamp, "record_timestamp"
+	}
+	if at.IsZero() {
+		return false, nil
+	}
+	age := s.cfg.Now().Sub(at)
+	if from == "occurred_at" && age < -ClockSkew {
+		return false, ports.MarkPermanent(fmt.Errorf("event %s: occurred_at %s is %v ahead of this worker's clock, more than the clock skew allowed (%v): it cannot have happened yet",
+			ev.EventID, at.UTC().Format(time.RFC3339), (-age).Round(time.Second), ClockSkew))
+	}
+	limit, ok := s.cfg.MaxEventAgeByType[ev.Type]
+	if !ok {
+		limit = s.cfg.MaxEventAge
+	}
+	if age <= limit {
+		return false, nil
+	}
+	log.Info("stale_event_skipped",
+		slog.String("type", ev.Type),
+		slog.Duration("age", age.Round(time.Second)),
+		slog.Duration("max_age", limit),
+		slog.String("age_from", from))
+	for _, ch := range ev.Channels {
+		s.cfg.Observer.Observe(ch, ports.OutcomeStale)
+	}
+	return true, nil
 }
 
 // stillUnknown is deliver's outcome for a notification whose unknown
@@ -327,8 +389,17 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 			s.release(ctx, log, key, token)
 		}
 		token = newToken()
-		if res, _, err = s.claim(ctx, log, m, token); err != nil || (res != claimed && res != unchecked) {
-			return ports.OutcomeFailedRetryable, errors.Join(err, fmt.Errorf("claim %s: taken again after reconciling", key))
+		switch res, found, err = s.claim(ctx, log, m, token); {
+		case err != nil:
+			return ports.OutcomeFailedRetryable, err
+		case res == duplicate:
+			return ports.OutcomeDuplicate, nil
+		case res == conflict:
+			return s.conflict(log, m, found.Receipt)
+		case res == reclaimed:
+			// Another worker's claim, made and abandoned in the moment
+			// between our release and our claim: reconcile it next time.
+			return ports.OutcomeFailedRetryable, fmt.Errorf("claim %s: abandoned by another worker while reconciling", key)
 		}
 	}
 	return s.sendAndRecord(ctx, log, m, done, res, token)
@@ -348,6 +419,19 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 			slog.String("error", err.Error()))
 		return ports.OutcomeUnknown, ports.MarkUnavailable(fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
+	}
+	if errors.Is(err, ports.ErrRecipientOptedOut) {
+		// The customer's choice, not a failure: record it as sent, so a
+		// replay is a duplicate and the provider is not asked again.
+		if receipt.ProviderID == "" {
+			receipt.ProviderID = optedOutID
+		}
+		s.delivered(ctx, log, m, done, receipt)
+		log.Info("recipient_opted_out",
+			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("provider_id", receipt.ProviderID),
+			slog.String("error", err.Error()))
+		return ports.OutcomeOptedOut, nil
 	}
 	if err != nil {
 		if res == claimed {
@@ -370,6 +454,10 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 		slog.Bool("idempotency_checked", res == claimed))
 	return ports.OutcomeSent, nil
 }
+
+// optedOutID is the ProviderID a sent record keeps for an opted-out
+// recipient when the notifier's receipt names none.
+const optedOutID = "opted-out"
 
 // delivered remembers a delivery of m in done and records it. The record
 // is written even if ctx was cancelled meanwhile, or a replay would send it

@@ -143,7 +143,7 @@ func (w *world) claimState(t *testing.T, key string) ports.ClaimState {
 func event(id string, channels ...string) string {
 	ch, _ := json.Marshal(channels)
 	return fmt.Sprintf(`{"event_id":%q,"type":"shipment.out_for_delivery","shipment_id":"SHP-1",
-		"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},
+		"recipient":{"name":"Ada","phone":"+31201234567","email":"ada@example.com"},
 		"channels":%s,"data":{"eta":"14:00-16:00"}}`, id, ch)
 }
 
@@ -153,8 +153,8 @@ func TestService(t *testing.T) {
 		if err := w.handle(t, event("e1", "sms")); err != nil {
 			t.Fatalf("Handle: %v", err)
 		}
-		if got := w.sms.Sent(); len(got) != 1 || got[0].To != "+15551234567" || !strings.Contains(got[0].Text, "out for delivery") {
-			t.Fatalf("sms sent %+v, want one out-for-delivery SMS to +15551234567", got)
+		if got := w.sms.Sent(); len(got) != 1 || got[0].To != "+31201234567" || !strings.Contains(got[0].Text, "out for delivery") {
+			t.Fatalf("sms sent %+v, want one out-for-delivery SMS to +31201234567", got)
 		}
 		if s := w.claimState(t, "sms:e1"); s != ports.AlreadySent {
 			t.Fatalf("key state %v after send, want already_sent", s)
@@ -425,9 +425,9 @@ func TestService(t *testing.T) {
 	t.Run("PoisonIsPermanent", func(t *testing.T) {
 		for name, value := range map[string]string{
 			"BadJSON":        `{"event_id":`,
-			"MissingEventID": `{"type":"shipment.delivered","shipment_id":"S","recipient":{"phone":"+15551234567"}}`,
-			"UnknownType":    `{"event_id":"e","type":"shipment.teleported","shipment_id":"S","recipient":{"phone":"+15551234567"}}`,
-			"UnknownChannel": `{"event_id":"e","type":"shipment.delivered","shipment_id":"S","recipient":{"phone":"+15551234567"},"channels":["pigeon"]}`,
+			"MissingEventID": `{"type":"shipment.delivered","shipment_id":"S","recipient":{"phone":"+31201234567"}}`,
+			"UnknownType":    `{"event_id":"e","type":"shipment.teleported","shipment_id":"S","recipient":{"phone":"+31201234567"}}`,
+			"UnknownChannel": `{"event_id":"e","type":"shipment.delivered","shipment_id":"S","recipient":{"phone":"+31201234567"},"channels":["pigeon"]}`,
 		} {
 			t.Run(name, func(t *testing.T) {
 				w := newWorld(t, domain.FailOpen)

@@ -350,7 +350,7 @@ func (e faultEvent) JSON() []byte {
 	v := map[string]any{
 		"event_id":    e.ID,
 		"type":        typ,
-		"occurred_at": "2026-04-02T09:14:00Z",
+		"occurred_at": time.Now().UTC().Format(time.RFC3339Nano), // fresh: MAX_EVENT_AGE skips stale events
 		"shipment_id": e.Shipment,
 		"recipient":   recipient,
 		"data":        map[string]string{"eta": "14:00-16:00"},
@@ -386,7 +386,7 @@ func faultSMSEvents(tag string, n int) ([]faultEvent, []string) {
 // faultPhone is an E.164 number derived from tag and i; different tags of
 // one test must differ in their first letter.
 func faultPhone(tag string, i int) string {
-	return fmt.Sprintf("+1555%03d%04d", int(tag[0]), i)
+	return fmt.Sprintf("+3120%03d%04d", int(tag[0]), i)
 }
 
 // faultSMTP is an SMTP server in the test process (emersion/go-smtp), for

@@ -262,8 +262,8 @@ func TestHarnessWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			event := `{"event_id":"7f1c9a52-3d4e-4b8a-9f0e-2c6d1e8b5a43","type":"shipment.out_for_delivery",` +
-				`"occurred_at":"2026-04-02T09:14:00Z","shipment_id":"SHP-100234",` +
-				`"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},` +
+				`"occurred_at":"` + time.Now().UTC().Format(time.RFC3339) + `","shipment_id":"SHP-100234",` +
+				`"recipient":{"name":"Ada","phone":"+31201234567","email":"ada@example.com"},` +
 				`"channels":["sms","email"],"data":{"eta":"14:00-16:00","tracking_url":"https://track.example/SHP-100234"}}`
 			if err := k.Publish(ctx, topic, "SHP-100234", []byte(event)); err != nil {
 				t.Fatal(err)
@@ -273,7 +273,7 @@ func TestHarnessWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			sms, err := tw.Messages(ctx)
-			if err != nil || len(sms) != 1 || sms[0].To != "+15551234567" {
+			if err != nil || len(sms) != 1 || sms[0].To != "+31201234567" {
 				t.Fatalf("sms = %+v, %v", sms, err)
 			}
 			mail, err := m.WaitMessages(ctx, 1, 10*time.Second)

@@ -163,7 +163,7 @@ func makeEvents(runID string, first, n, shipments int) []shipEvent {
 			EventID:    fmt.Sprintf("evt-%s-%04d", runID, i),
 			Type:       eventTypes[i%len(eventTypes)].Type,
 			ShipmentID: fmt.Sprintf("SHP-%s-%03d", strings.ToUpper(runID), i%shipments),
-			Phone:      fmt.Sprintf("+1555%07d", 1000000+i),
+			Phone:      fmt.Sprintf("+3120%07d", 1000000+i),
 			Email:      fmt.Sprintf("customer%04d@example.com", i),
 		}
 		switch i % 4 {
@@ -190,7 +190,7 @@ func (e shipEvent) value(t testing.TB) []byte {
 	b, err := json.Marshal(map[string]any{
 		"event_id":    e.EventID,
 		"type":        e.Type,
-		"occurred_at": "2026-04-02T09:14:00Z",
+		"occurred_at": time.Now().UTC().Format(time.RFC3339Nano), // fresh: MAX_EVENT_AGE skips stale events
 		"shipment_id": e.ShipmentID,
 		"recipient":   map[string]any{"name": "Ada", "phone": e.Phone, "email": e.Email},
 		"channels":    e.Channels,

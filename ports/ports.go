@@ -135,9 +135,20 @@ type Notifier interface {
 	// the provider may have accepted the message (the request was written
 	// and no answer came, or a gateway answered in the provider's place)
 	// wraps ErrOutcomeUnknown; every other error is retryable and means the
-	// message was not accepted. Send must be safe for concurrent use.
+	// message was not accepted. An error wrapping ErrRecipientOptedOut
+	// means the provider refused the message because the recipient asked
+	// for no more: its Receipt's ProviderID then names the provider's
+	// verdict (such as "opted-out:21610"), and is what the sent record
+	// keeps. Send must be safe for concurrent use.
 	Send(ctx context.Context, m Message) (Receipt, error)
 }
+
+// ErrRecipientOptedOut is wrapped by a Notifier's error when the provider
+// refused the message because the recipient opted out (replied STOP to an
+// SMS). Nothing went out, and nothing ever will to that address until the
+// recipient opts in again: it is the customer's choice, not a failure. The
+// domain records it like a sent notification (OutcomeOptedOut).
+var ErrRecipientOptedOut = errors.New("recipient opted out: the provider refuses to deliver to this address")
 
 // ErrOutcomeUnknown is wrapped by a Notifier's error when the provider may
 // have accepted the message: sending it again could duplicate it, and
@@ -265,10 +276,18 @@ const (
 	// (its fingerprint differs); nothing is sent and the record is
 	// dead-lettered.
 	OutcomeConflict Outcome = "conflict"
+	// OutcomeOptedOut: the provider refused the message because the
+	// recipient asked for no more (ErrRecipientOptedOut). It is recorded
+	// like a sent notification, so a replay is a duplicate, and the record
+	// is acknowledged, not dead-lettered.
+	OutcomeOptedOut Outcome = "recipient_opted_out"
+	// OutcomeStale: the event is older than its maximum age; nothing is
+	// claimed or sent, and the record is acknowledged.
+	OutcomeStale Outcome = "stale"
 )
 
 // Outcomes lists every Outcome, for metrics that must expose all of them.
-var Outcomes = []Outcome{OutcomeSent, OutcomeDuplicate, OutcomeFailedRetryable, OutcomeFailedPermanent, OutcomeUnknown, OutcomeConflict}
+var Outcomes = []Outcome{OutcomeSent, OutcomeDuplicate, OutcomeFailedRetryable, OutcomeFailedPermanent, OutcomeUnknown, OutcomeConflict, OutcomeOptedOut, OutcomeStale}
 
 // Observer is told how every notification ended. It exists so metrics can be
 // kept outside the domain. Observe must be safe for concurrent use and must

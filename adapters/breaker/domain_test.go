@@ -97,7 +97,7 @@ func (w *openWorld) mustOpen(t *testing.T) {
 func (w *openWorld) mustHandle(t *testing.T, i int) {
 	t.Helper()
 	v := fmt.Sprintf(`{"event_id":"evt-%d","type":"shipment.out_for_delivery","shipment_id":"SHP-%d",`+
-		`"recipient":{"name":"Ada","phone":"+15551234567"},"channels":["sms"],"data":{"eta":"14:00-16:00"}}`, i, i)
+		`"recipient":{"name":"Ada","phone":"+31201234567"},"channels":["sms"],"data":{"eta":"14:00-16:00"}}`, i, i)
 	rec := ports.Record{Topic: "shipment-events", Offset: int64(i), Key: fmt.Appendf(nil, "SHP-%d", i), Value: []byte(v)}
 	if err := w.svc.Handle(context.Background(), rec); err != nil {
 		t.Errorf("Handle record %d: %v, want nil (fail open)", i, err)

@@ -315,7 +315,7 @@ func TestConsumer_RebalanceDuringConcurrentHandling(t *testing.T) {
 		shipment := fmt.Sprintf("SHP-%d", i%shipments)
 		return kafka.Message{Key: []byte(shipment), Value: fmt.Appendf(nil,
 			`{"event_id":"evt-%04d","type":"shipment.out_for_delivery","shipment_id":%q,`+
-				`"recipient":{"name":"Ada","phone":"+15551234567"},"channels":["sms"],"data":{"eta":"14:00-16:00"}}`, i, shipment)}
+				`"recipient":{"name":"Ada","phone":"+31201234567"},"channels":["sms"],"data":{"eta":"14:00-16:00"}}`, i, shipment)}
 	}
 	publish := func(from, to int) {
 		msgs := make([]kafka.Message, 0, to-from)

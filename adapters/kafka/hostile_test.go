@@ -58,7 +58,7 @@ func (n *recordingNotifier) sentFor(eventID string) []ports.Message {
 // extra raw JSON members appended.
 func shipmentEvent(id, extra string) string {
 	return `{"event_id":"` + id + `","type":"shipment.out_for_delivery","shipment_id":"SHP-1",` +
-		`"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},` +
+		`"recipient":{"name":"Ada","phone":"+31201234567","email":"ada@example.com"},` +
 		`"data":{"eta":"14:00-16:00"}` + extra + `}`
 }
 
@@ -76,7 +76,7 @@ func TestHostileRecordsEndToEnd(t *testing.T) {
 		{"LoneSurrogateEscape", strings.Replace(shipmentEvent("bad-surrogate", ""), "Ada", `Ada\ud800`, 1), "recipient.name: not valid UTF-8"},
 		{"OverConsumerRecordLimit", shipmentEvent("bad-huge", `,"pad":"`+strings.Repeat("x", consumerLimit)+`"`), "record too large"},
 		{"DeeplyNested", shipmentEvent("bad-deep", `,"x":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)), "nested deeper than 32 levels"},
-		{"DuplicateRecipientKey", strings.Replace(shipmentEvent("bad-dup", ""), `"phone":"+15551234567"`, `"phone":"+15551234567","phone":"+15557654321"`, 1), "recipient.phone: the key appears more than once"},
+		{"DuplicateRecipientKey", strings.Replace(shipmentEvent("bad-dup", ""), `"phone":"+31201234567"`, `"phone":"+31201234567","phone":"+31207654321"`, 1), "recipient.phone: the key appears more than once"},
 		{"CaseVariantKey", strings.Replace(shipmentEvent("bad-case", ""), `"type"`, `"TYPE":"shipment.delivered","type"`, 1), `field names are case-sensitive: want "type"`},
 		{"HugeEventID", shipmentEvent(strings.Repeat("e", 10<<10), ""), "longer than 128 bytes"},
 		{"BlankEventID", shipmentEvent("   ", ""), "event_id: required"},

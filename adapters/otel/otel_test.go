@@ -31,7 +31,7 @@ const (
 // The customer in every event here; none of it may reach a span.
 const (
 	customerName  = "Ada Lovelace"
-	customerPhone = "+15550187654"
+	customerPhone = "+31200187654"
 	customerEmail = "ada.lovelace@example.com"
 )
 

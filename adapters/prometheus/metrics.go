@@ -93,7 +93,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "notifications_total",
-			Help: "Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent).",
+			Help: "Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent, unknown, conflict, recipient_opted_out, stale).",
 		}, []string{"channel", "outcome"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "outcome_unknown_total",

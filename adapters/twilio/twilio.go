@@ -3,7 +3,8 @@
 // Twilio's answers into the ports error kinds.
 //
 // Classification (see Send): Twilio's 4xx about the message (21211 invalid
-// number, 21610 unsubscribed, 21614 not a mobile number) is Permanent; 401,
+// number, 21614 not a mobile number) is Permanent; 21610 (the recipient
+// replied STOP) is Permanent and wraps ports.ErrRecipientOptedOut; 401,
 // 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
 // senderCodes) are Unavailable, because the operator must fix them and they
 // must not dead-letter every SMS meanwhile; a request that was written and
@@ -228,7 +229,9 @@ func pooledTransport(maxConns int) *http.Transport {
 // and ports.ErrOutcomeUnknown:
 //   - Permanent: Twilio's JSON error with a 4xx status, about the message
 //     itself (invalid or unsubscribed number, body too long): the same
-//     message fails the same way again.
+//     message fails the same way again. An unsubscribed number (21610)
+//     also wraps ports.ErrRecipientOptedOut, with a receipt whose
+//     ProviderID is "opted-out:21610".
 //   - Unavailable: 401 or 403, credentials or account.
 //   - unknown (errors.Is(err, ports.ErrOutcomeUnknown)): the request was
 //     written whole and no answer came (a timeout, ctx done, the connection
@@ -280,7 +283,12 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	if err == nil {
 		err = fmt.Errorf("unexpected HTTP status %d", status)
 	}
-	return ports.Receipt{}, n.classify(ctx, m, status, s.wrote.Load(), err)
+	err = n.classify(ctx, m, status, s.wrote.Load(), err)
+	if errors.Is(err, ports.ErrRecipientOptedOut) {
+		// Nothing went out; this receipt is what the sent record keeps.
+		return ports.Receipt{ProviderID: optedOutID, SentAt: sentAt}, err
+	}
+	return ports.Receipt{}, err
 }
 
 // sendPrefix starts every placeholder; no account SID starts with it
@@ -441,6 +449,8 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, wr
 		return ports.MarkUnavailable(e)
 	case e.Code == codeQueueFull:
 		return e
+	case e.Code == codeOptedOut && tre != nil:
+		return ports.MarkPermanent(fmt.Errorf("%w: %w", ports.ErrRecipientOptedOut, e))
 	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests:
 		return e
 	case s >= 400 && s < 500 && tre != nil:
@@ -464,6 +474,14 @@ var senderCodes = map[int]bool{
 	21703: true, // the messaging service has no sender for this destination
 	21704: true, // the messaging service has no phone number
 }
+
+// codeOptedOut: the recipient replied STOP to this sender (21610). It is
+// the customer's choice, not a failure: Send wraps ports.ErrRecipientOptedOut
+// and returns a receipt whose ProviderID is optedOutID.
+const (
+	codeOptedOut = 21610
+	optedOutID   = "opted-out:21610"
+)
 
 // codeQueueFull: the sender's queue is full (21611). It drains at the
 // sender's rate limit, so it is worth retrying, not dead-lettering.

@@ -32,11 +32,11 @@ import (
 // are checked without their "+" too, so an URL-encoded or reformatted copy
 // is caught as well.
 const (
-	phoneInvalid  = "+15550101111" // Twilio answers 400, code 21211
-	phoneDown     = "+15550102222" // Twilio answers 503
-	phoneOK       = "+15550103333"
-	phonePoison   = "+15550104444"                      // in a record that does not decode
-	phoneOutage   = "+15550107777"                      // sent while Redis is down
+	phoneInvalid  = "+31200101111" // Twilio answers 400, code 21211
+	phoneDown     = "+31200102222" // Twilio answers 503
+	phoneOK       = "+31200103333"
+	phonePoison   = "+31200104444"                      // in a record that does not decode
+	phoneOutage   = "+31200107777"                      // sent while Redis is down
 	emailRejected = "grace.hopper.rejected@example.com" // SMTP answers 550
 	emailOK       = "ada.lovelace@example.com"
 	emailPoison   = "linus.torvalds@example.com"
@@ -79,7 +79,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 		forbidden[what] = s
 	}
 	for _, p := range []string{phoneInvalid, phoneDown, phoneOK, phonePoison, phoneOutage} {
-		forbidden["phone "+p] = strings.TrimPrefix(p, "+")[1:] // "555..." catches "+1555...", "1555...", "%2B1555..."
+		forbidden["phone "+p] = strings.TrimPrefix(p, "+")[1:] // "120..." catches "+3120...", "3120...", "%2B3120..."
 	}
 	for _, e := range []string{emailRejected, emailOK, emailPoison, emailInvalid, emailOutage} {
 		forbidden["email "+e] = e[:strings.IndexByte(e, '@')] // the local part, which masking drops
@@ -226,7 +226,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 				fmt.Fprintln(&b, s.Name, s.Status.Description, s.Attributes, s.Events)
 			}
 			assertNoLeak(t, "spans", b.String(), forbidden)
-			for _, want := range []string{"+1555***1111", "g***@example.com", "error.type"} {
+			for _, want := range []string{"+3120***1111", "g***@example.com", "error.type"} {
 				if !strings.Contains(b.String(), want) {
 					t.Errorf("spans lack %s: were the failed sends traced?", want)
 				}
@@ -258,7 +258,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 		})
 		t.Run("AddressesAppearMasked", func(t *testing.T) {
 			for _, want := range []string{
-				"+1555***1111", "+1555***2222", "+1555***3333", "+1555***7777",
+				"+3120***1111", "+3120***2222", "+3120***3333", "+3120***7777",
 				"g***@example.com", "a***@example.com", "b***@example.com",
 				`"redis_url":"redis://:***@` + redisSrv.Addr() + `"`,
 				`"auth_token":"***"`, `"password":"***"`,

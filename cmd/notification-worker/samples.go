@@ -35,11 +35,13 @@ type sampleRecipient struct {
 
 // sampleEvents returns n events over n/2+1 shipments with fresh event ids:
 // most go to both channels, every fifth to SMS only, every seventh to email
-// only. It also returns how many notifications they fan out to.
+// only. It also returns how many notifications they fan out to. They
+// occurred in the n minutes before now, one a minute, so no default
+// MAX_EVENT_AGE finds them stale.
 func sampleEvents(n int) (events []sampleEvent, notifications int) {
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
-	start := time.Date(2026, 4, 2, 9, 0, 0, 0, time.UTC)
+	start := time.Now().UTC().Truncate(time.Second).Add(-time.Duration(n) * time.Minute)
 	for i := range n {
 		shipment := fmt.Sprintf("SHP-%06d", 100200+i/2)
 		name := sampleNames[i%len(sampleNames)]
@@ -50,7 +52,7 @@ func sampleEvents(n int) (events []sampleEvent, notifications int) {
 			ShipmentID: shipment,
 			Recipient: sampleRecipient{
 				Name:  name,
-				Phone: fmt.Sprintf("+1555%07d", 1000000+i),
+				Phone: fmt.Sprintf("+3120%07d", 1000000+i),
 				Email: fmt.Sprintf("%s.%d@example.com", lower(name), i),
 			},
 			Data: map[string]string{

@@ -203,21 +203,23 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		return nil, err
 	}
 	svc, err := domain.NewService(domain.Config{
-		Store:         store,
-		Notifiers:     notifiers,
-		Templates:     templates,
-		TTL:           cfg.Idempotency.TTL,
-		ClaimTTL:      cfg.Idempotency.ClaimTTL,
-		StoreTimeout:  cfg.Idempotency.Timeout,
-		SendTimeout:   cfg.SendTimeout,
-		FailureMode:   domain.FailureMode(cfg.Idempotency.FailureMode),
-		LedgerSize:    cfg.Idempotency.LedgerSize,
-		Reconcilers:   reconcilers,
-		ReconcileFor:  cfg.ReconcileTimeout,
-		UnknownPolicy: domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
-		Reconciled:    m.metrics.Reconciled,
-		Logger:        m.logger,
-		Observer:      observers(m.metrics, m.Deps.Observer),
+		Store:             store,
+		Notifiers:         notifiers,
+		Templates:         templates,
+		TTL:               cfg.Idempotency.TTL,
+		MaxEventAge:       cfg.MaxEventAge,
+		MaxEventAgeByType: cfg.MaxEventAgeByType,
+		ClaimTTL:          cfg.Idempotency.ClaimTTL,
+		StoreTimeout:      cfg.Idempotency.Timeout,
+		SendTimeout:       cfg.SendTimeout,
+		FailureMode:       domain.FailureMode(cfg.Idempotency.FailureMode),
+		LedgerSize:        cfg.Idempotency.LedgerSize,
+		Reconcilers:       reconcilers,
+		ReconcileFor:      cfg.ReconcileTimeout,
+		UnknownPolicy:     domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
+		Reconciled:        m.metrics.Reconciled,
+		Logger:            m.logger,
+		Observer:          observers(m.metrics, m.Deps.Observer),
 	})
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -17,8 +18,9 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// keyMemory is what one idempotency key costs in Redis.
+// keyMemory is what one idempotency key costs in Redis, written one way.
 type keyMemory struct {
+	label                    string
 	version                  string
 	keys                     int
 	exampleKey, exampleValue string
@@ -31,104 +33,129 @@ type keyMemory struct {
 	usedPerKey float64
 }
 
+// keyFormat is one way of writing the sent records.
+type keyFormat struct {
+	label       string
+	prefix      string
+	fingerprint bool
+}
+
+// keyFormats are measured in this order; the first is the baseline: the
+// records the release before fingerprints wrote.
+var keyFormats = []keyFormat{
+	{"release before: default prefix, no fingerprint", redis.DefaultKeyPrefix, false},
+	{"as deployed: default prefix, fingerprint", redis.DefaultKeyPrefix, true},
+	{"IDEMPOTENCY_KEY_PREFIX=nw:, fingerprint", "nw:", true},
+}
+
 // BenchmarkRedisKeyMemory writes sent records the way the worker does
-// (Store.Record, default key prefix, UUID event ids, 48h TTL; half SMS with
-// a Twilio SID, half email with an SMTP Message-ID) and asks Redis what
-// they take.
+// (Store.Record, UUID event ids, 48h TTL; half SMS with a Twilio SID, half
+// email with an SMTP Message-ID), in each of keyFormats, each into a
+// fresh redis-server, and asks Redis what they take.
 func BenchmarkRedisKeyMemory(b *testing.B) {
-	const keys = 100_000
 	for range b.N {
-		srv := mustRedis(b)
-		raw := srv.MustClient(b, 0)
-		s, err := redis.New(redis.Config{URL: srv.URL()}) // the default prefix, as deployed
-		if err != nil {
-			b.Fatalf("redis.New: %v", err)
+		for _, f := range keyFormats {
+			km := measureKeys(b, f)
+			b.ReportMetric(km.usedPerKey, "B/key(used_memory,"+strings.ReplaceAll(f.label, " ", "_")+")")
+			results.setKeys(km)
 		}
-		ctx := context.Background()
-		before := usedMemory(b, raw)
+	}
+}
 
-		names := make([]string, keys)
-		for i := range names {
-			ch := ports.ChannelSMS
-			if i%2 == 1 {
-				ch = ports.ChannelEmail
-			}
-			names[i] = domain.NotificationKey(newUUID(), ch)
+func measureKeys(b *testing.B, f keyFormat) keyMemory {
+	const keys = 100_000
+	srv := mustRedis(b)
+	raw := srv.MustClient(b, 0)
+	s, err := redis.New(redis.Config{URL: srv.URL(), KeyPrefix: f.prefix})
+	if err != nil {
+		b.Fatalf("redis.New: %v", err)
+	}
+	ctx := context.Background()
+	before := usedMemory(b, raw)
+
+	names := make([]string, keys)
+	for i := range names {
+		ch := ports.ChannelSMS
+		if i%2 == 1 {
+			ch = ports.ChannelEmail
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, 64)
-		for w := range 64 {
-			wg.Go(func() {
-				for i := w; i < keys; i += 64 {
-					id := twilioSID()
-					if strings.HasPrefix(names[i], string(ports.ChannelEmail)) {
-						sum := sha256.Sum256([]byte(names[i]))
-						id = "<" + hex.EncodeToString(sum[:16]) + "@harborlight.example>"
-					}
-					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					err := s.Record(rctx, names[i], ports.Receipt{ProviderID: id, SentAt: time.Now()}, 48*time.Hour)
-					cancel()
-					if err != nil {
-						errs <- err
-						return
-					}
+		names[i] = domain.NotificationKey(newUUID(), ch)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < keys; i += 64 {
+				r := ports.Receipt{ProviderID: twilioSID(), SentAt: time.Now()}
+				if strings.HasPrefix(names[i], string(ports.ChannelEmail)) {
+					sum := sha256.Sum256([]byte(names[i]))
+					r.ProviderID = "<" + hex.EncodeToString(sum[:16]) + "@harborlight.example>"
 				}
-			})
-		}
-		wg.Wait()
-		s.Close()
-		close(errs)
-		for err := range errs {
-			b.Fatalf("Record: %v", err)
-		}
-		after := usedMemory(b, raw)
-		if n, err := raw.Do(ctx, raw.B().Dbsize().Build()).AsInt64(); err != nil || n != keys {
-			b.Fatalf("DBSIZE = %d, %v; want %d keys", n, err, keys)
-		}
-
-		full := make([]string, keys)
-		for i, n := range names {
-			full[i] = redis.DefaultKeyPrefix + n
-		}
-		var total int64
-		for from := 0; from < keys; from += 1000 {
-			cmds := make(rueidis.Commands, 0, 1000)
-			for _, k := range full[from:min(from+1000, keys)] {
-				cmds = append(cmds, raw.B().MemoryUsage().Key(k).Samples(0).Build())
-			}
-			for _, res := range raw.DoMulti(ctx, cmds...) {
-				n, err := res.AsInt64()
+				if f.fingerprint {
+					sum := sha256.Sum256([]byte(names[i] + "payload"))
+					r.Fingerprint = base64.RawURLEncoding.EncodeToString(sum[:6])
+				}
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := s.Record(rctx, names[i], r, 48*time.Hour)
+				cancel()
 				if err != nil {
-					b.Fatalf("MEMORY USAGE: %v", err)
+					errs <- err
+					return
 				}
-				total += n
 			}
+		})
+	}
+	wg.Wait()
+	s.Close()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("Record: %v", err)
+	}
+	after := usedMemory(b, raw)
+	if n, err := raw.Do(ctx, raw.B().Dbsize().Build()).AsInt64(); err != nil || n != keys {
+		b.Fatalf("DBSIZE = %d, %v; want %d keys", n, err, keys)
+	}
+
+	full := make([]string, keys)
+	for i, n := range names {
+		full[i] = f.prefix + n
+	}
+	var total int64
+	for from := 0; from < keys; from += 1000 {
+		cmds := make(rueidis.Commands, 0, 1000)
+		for _, k := range full[from:min(from+1000, keys)] {
+			cmds = append(cmds, raw.B().MemoryUsage().Key(k).Samples(0).Build())
 		}
-		value, err := raw.Do(ctx, raw.B().Get().Key(full[0]).Build()).ToString()
-		if err != nil {
-			b.Fatalf("GET %s: %v", full[0], err)
+		for _, res := range raw.DoMulti(ctx, cmds...) {
+			n, err := res.AsInt64()
+			if err != nil {
+				b.Fatalf("MEMORY USAGE: %v", err)
+			}
+			total += n
 		}
-		var keyBytes, valueBytes int
-		for _, res := range raw.DoMulti(ctx, strlenAll(raw, full)...) {
-			n, _ := res.AsInt64()
-			valueBytes += int(n)
-		}
-		for _, k := range full {
-			keyBytes += len(k)
-		}
-		km := keyMemory{
-			version:      info(b, raw, "server", "redis_version"),
-			keys:         keys,
-			exampleKey:   full[0],
-			exampleValue: value,
-			keyLen:       keyBytes / keys,
-			valueLen:     valueBytes / keys,
-			memoryUsage:  float64(total) / keys,
-			usedPerKey:   float64(after-before) / keys,
-		}
-		b.ReportMetric(km.memoryUsage, "B/key(MEMORY-USAGE)")
-		b.ReportMetric(km.usedPerKey, "B/key(used_memory)")
-		results.setKeys(km)
+	}
+	value, err := raw.Do(ctx, raw.B().Get().Key(full[0]).Build()).ToString()
+	if err != nil {
+		b.Fatalf("GET %s: %v", full[0], err)
+	}
+	var keyBytes, valueBytes int
+	for _, res := range raw.DoMulti(ctx, strlenAll(raw, full)...) {
+		n, _ := res.AsInt64()
+		valueBytes += int(n)
+	}
+	for _, k := range full {
+		keyBytes += len(k)
+	}
+	return keyMemory{
+		label:        f.label,
+		version:      info(b, raw, "server", "redis_version"),
+		keys:         keys,
+		exampleKey:   full[0],
+		exampleValue: value,
+		keyLen:       keyBytes / keys,
+		valueLen:     valueBytes / keys,
+		memoryUsage:  float64(total) / keys,
+		usedPerKey:   float64(after-before) / keys,
 	}
 }
 

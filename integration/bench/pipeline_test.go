@@ -78,10 +78,10 @@ func mustPublish(b *testing.B, brokers []string, topic string, n, keys int) *bro
 
 // eventJSON is a valid shipment event (DESIGN.md section 3) for one SMS.
 func eventJSON(eventID, shipment string) []byte {
-	return fmt.Appendf(nil, `{"event_id":%q,"type":"shipment.out_for_delivery","occurred_at":"2026-04-02T09:14:00Z",`+
-		`"shipment_id":%q,"recipient":{"name":"Ada","phone":"+15551234567","email":"ada@example.com"},`+
+	return fmt.Appendf(nil, `{"event_id":%q,"type":"shipment.out_for_delivery","occurred_at":%q,`+
+		`"shipment_id":%q,"recipient":{"name":"Ada","phone":"+31201234567","email":"ada@example.com"},`+
 		`"channels":["sms"],"data":{"eta":"14:00-16:00","tracking_url":"https://track.example/%s"}}`,
-		eventID, shipment, shipment)
+		eventID, time.Now().UTC().Format(time.RFC3339), shipment, shipment)
 }
 
 // newUUID returns a random (version 4) UUID, the event_id producers assign.
