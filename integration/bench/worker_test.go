@@ -100,6 +100,8 @@ func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int, e
 		"KAFKA_TOPIC":            topic,
 		"REDIS_URL":              redisURL,
 		"IDEMPOTENCY_KEY_PREFIX": fmt.Sprintf("bench-rss-%d:", prefixSeq.Add(1)),
+		// Asked for by name: beside Redis the worker assumes no console.
+		"EMAIL_NOTIFIER": "console",
 	}
 	for k, v := range tw.env {
 		env[k] = v
@@ -251,6 +253,8 @@ func BenchmarkWorkerCPUPerRecord(b *testing.B) {
 		if redisURL != "" {
 			env["REDIS_URL"] = redisURL
 			env["IDEMPOTENCY_KEY_PREFIX"] = fmt.Sprintf("bench-cpu-%d:", prefixSeq.Add(1))
+			// Asked for by name: beside Redis the worker assumes no console.
+			env["SMS_NOTIFIER"], env["EMAIL_NOTIFIER"] = "console", "console"
 		}
 		w := startWorker(b, env)
 		defer stopWorker(b, w)
