@@ -129,8 +129,9 @@ func (c *Consumer) Wedged() bool {
 
 // Run joins the group and delivers records to h until ctx is cancelled; then
 // it stops fetching, lets the records in hand finish (up to
-// Config.ShutdownTimeout), commits what was finished, leaves the group and
-// returns nil.
+// Config.ShutdownTimeout), commits what was finished, leaves the group (a
+// static member, Config.GroupInstanceID, does not: its partitions wait for
+// it for Config.SessionTimeout) and returns nil.
 //
 // A record is marked for commit once h returned nil for it or once it was
 // written to the dead letter topic; see Config for retries. h's context is
@@ -152,7 +153,10 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	cfg := c.cfg
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
 
-	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, cfg.groupConfig())
+	sc := cfg.groupConfig()
+	revoked := newRevocations(cfg.Topic)
+	watchRevocations(sc, revoked)
+	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, sc)
 	if err != nil {
 		return fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
 	}
@@ -161,6 +165,13 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		_ = group.Close()
 		return fmt.Errorf("kafka: dead letter producer: %w", err)
 	}
+	lag, err := newLagReader(cfg)
+	if err != nil {
+		_ = group.Close()
+		_ = dlq.Close()
+		return err
+	}
+	lag.start()
 	errorsDone := make(chan struct{})
 	go func() {
 		defer close(errorsDone)
@@ -181,6 +192,9 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		if err := dlq.Close(); err != nil {
 			log.Warn("dead_letter_producer_close_failed", "error", err)
 		}
+		if err := lag.close(); err != nil {
+			log.Warn("lag_reader_close_failed", "error", err)
+		}
 	}()
 
 	run := &runState{
@@ -194,6 +208,8 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		window:    make(chan struct{}, 4*cfg.MaxInFlight),
 		budget:    newByteBudget(cfg.MaxBufferedBytes),
 		start:     time.Now(),
+		revoked:   revoked,
+		lag:       lag,
 	}
 	for slot := range cfg.MaxInFlight {
 		run.handling <- slot
@@ -205,7 +221,8 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	failures := 0
 	for {
 		// Each call is one session; an eager rebalance ends it, and the next
-		// call joins the new generation.
+		// call joins the new generation. A cooperative rebalance does not:
+		// the session keeps the partitions it is not asked to give up.
 		err := group.Consume(ctx, []string{cfg.Topic}, gh)
 		if ctx.Err() != nil {
 			log.Info("consumer_stopped")
@@ -253,6 +270,10 @@ type runState struct {
 	abandoned atomic.Int64
 	// start is when the Run began.
 	start time.Time
+	// revoked tells a partition that a cooperative rebalance revoked it.
+	revoked *revocations
+	// lag reads and reports the lag of the partitions held.
+	lag *lagReader
 	// stallLogged is set while the run is stalled and has said so.
 	stallLogged atomic.Bool
 }
@@ -296,13 +317,10 @@ type groupHandler struct {
 	commitDone chan struct{}
 }
 
-// Setup starts the session's commit ticker.
+// Setup starts the session's commit ticker. With a cooperative strategy a
+// session outlives rebalances: Setup runs once, at the first join, and
+// Cleanup when the member leaves.
 func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
-	n := 0
-	for _, ps := range sess.Claims() {
-		n += len(ps)
-	}
-	g.consumer.assigned.Store(int32(n))
 	g.run.log.Info("partitions_assigned", "partitions", sess.Claims()[g.run.cfg.Topic], "generation", sess.GenerationID())
 
 	done := make(chan struct{})
@@ -317,41 +335,57 @@ func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 				return
 			case <-t.C:
 				sess.Commit()
+				g.run.lag.poke()
 			}
 		}
 	}()
 	return nil
 }
 
-// Cleanup runs once every ConsumeClaim returned, so every record that will
-// ever be marked in this session is marked: commit them now, before the
-// partitions go to another member (Sarama does not flush manual marks
-// itself when autocommit is off).
+// Cleanup runs once every ConsumeClaim returned, and each committed what
+// its partition finished; it stops the commit ticker.
 func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
-	g.consumer.assigned.Store(0)
 	<-g.commitDone
 	sess.Commit()
-	// This worker no longer consumes these partitions: its lag on them is
-	// nothing, and a stale value would keep a lag alert firing after a
-	// rebalance moved a backlog to another member.
-	for topic, partitions := range sess.Claims() {
-		for _, p := range partitions {
-			g.run.cfg.Metrics.ConsumerLag(topic, p, 0)
-		}
-	}
 	g.run.log.Info("partitions_released", "generation", sess.GenerationID())
 	return nil
 }
 
 // ConsumeClaim feeds one partition's records to the key queues until the
-// session ends, then waits for the records in hand (see partition.stop).
-// It returns promptly when the session context is done, even if the
-// Messages channel is not yet closed (Sarama #1192), or the rebalance would
+// session ends or the partition is revoked, then waits for the records in
+// hand (see partition.stop) and commits what was finished before it
+// returns: Sarama releases a partition revoked by a cooperative rebalance
+// without flushing manual marks (autocommit is off), and only once this
+// returns. It returns promptly when the session context is done, even if
+// the Messages channel is not yet closed (Sarama #1192), and when the
+// partition is revoked while it waits for a slot, or the rebalance would
 // wait for it.
 func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	partition := claim.Partition()
+	revoked := g.run.revoked.hold(partition)
+	g.run.lag.hold(partition)
+	g.consumer.assigned.Add(1)
 	p := newPartition(g.run, sess, claim)
-	ctx := sess.Context()
-	defer p.stop()
+	done := make(chan struct{})
+	returned := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-sess.Context().Done():
+		case <-revoked:
+		case <-returned:
+		}
+	}()
+	ctx := doneOnly(done)
+	defer func() {
+		close(returned)
+		p.stop()
+		sess.Commit()
+		g.run.lag.release(partition)
+		g.run.revoked.release(partition)
+		g.consumer.assigned.Add(-1)
+		g.run.log.Info("partition_released", "partition", partition, "generation", sess.GenerationID())
+	}()
 	for {
 		// Not reading is what pauses the fetch: Sarama's buffers fill and it
 		// stops fetching this partition.
@@ -387,6 +421,21 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			}
 			p.dispatch(detach(msg))
 		}
+	}
+}
+
+// doneOnly is the part of a context ConsumeClaim's loop waits on.
+type doneOnly <-chan struct{}
+
+func (d doneOnly) Done() <-chan struct{} { return d }
+
+// Err reports whether d is closed, as a context's Err does.
+func (d doneOnly) Err() error {
+	select {
+	case <-d:
+		return context.Canceled
+	default:
+		return nil
 	}
 }
 

@@ -413,6 +413,9 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		SASLMechanism:       k.SASLMechanism,
 		SASLUsername:        k.SASLUsername,
 		SASLPassword:        k.SASLPassword.Reveal(),
+		RebalanceStrategy:   k.RebalanceStrategy,
+		GroupInstanceID:     k.GroupInstanceID,
+		SessionTimeout:      k.SessionTimeout,
 		Logger:              m.logger,
 		Metrics:             consumerMetrics(m.metrics, m.ConsumerMetrics),
 	}
