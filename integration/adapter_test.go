@@ -18,7 +18,12 @@ import (
 // address (KAFKA_TEST_BROKERS): the rebalance and commit tests, which
 // assert what any broker must give the consumer.
 const adapterTestsOnABroker = "^(TestConsumer_RebalanceLosesNothingSendsNothingTwice|TestConsumer_PerKeyOrder|" +
-	"TestConsumer_MaxInFlightOneIsSequential|TestConsumer_RebalanceDuringConcurrentHandling|TestConsumer_CancelCommitsExactlyHandled)$"
+	"TestConsumer_MaxInFlightOneIsSequential|TestConsumer_RebalanceDuringConcurrentHandling|TestConsumer_CancelCommitsExactlyHandled|" +
+	"TestConsumer_StaticMemberRestartKeepsPartitions|TestConsumer_CooperativeRebalanceKeepsHandlersRunning|" +
+	"TestConsumer_MigrationFromRangeMixedGroups|TestConsumer_LagGrowsWhileHeldOnUnavailable)$"
+
+// adapterTestsOnABrokerCount is how many tests adapterTestsOnABroker names.
+const adapterTestsOnABrokerCount = 9
 
 // TestKafkaAdapterOnApacheKafka runs the kafka adapter's rebalance and
 // commit tests, which otherwise run on kfake, on Apache Kafka. Their
@@ -52,8 +57,8 @@ func TestKafkaAdapterOnApacheKafka(t *testing.T) {
 		t.Fatalf("go test ./adapters/kafka on %s: %v\n%s", k.Impl, err, out)
 	}
 	passed := strings.Count(string(out), "--- PASS: TestConsumer_")
-	if passed < 5 {
-		t.Fatalf("%d of 5 adapter tests passed on %s:\n%s", passed, k.Impl, out)
+	if passed < adapterTestsOnABrokerCount {
+		t.Fatalf("%d of %d adapter tests passed on %s:\n%s", passed, adapterTestsOnABrokerCount, k.Impl, out)
 	}
 	t.Logf("adapters/kafka on %s:\n%s", k.Impl, strings.Join(results, "\n"))
 }

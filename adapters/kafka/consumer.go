@@ -100,6 +100,18 @@ func (c *Consumer) Ready() bool {
 	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
 }
 
+// Lag returns the lag of the partitions this member holds, summed: for
+// each, its high-water mark minus the group's committed offset, as last
+// read from the broker (every Config.LagInterval and after each commit).
+// It is 0 between Runs and while nothing is held.
+func (c *Consumer) Lag() int64 {
+	r := c.run.Load()
+	if r == nil {
+		return 0
+	}
+	return r.lag.total()
+}
+
 // BufferedBytes returns the bytes of the records this consumer holds now:
 // taken from the broker's stream and not finished, whether queued behind
 // their key, waiting for a handling slot or in the handler (see
