@@ -91,8 +91,9 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 }
 
 // Ready reports whether the consumer joined its group and holds at least one
-// partition. It is false during a rebalance, which lasts about a heartbeat
-// interval plus the time records in hand take to finish, and while a
+// partition. It is false during an eager rebalance, which lasts about a
+// heartbeat interval plus the time records in hand take to finish (a
+// cooperative one leaves it true while a partition is kept), and while a
 // partition has been failing to write a dead letter for
 // DeadLetterUnreadyAfter (its commit is stuck behind that record), and
 // while the consumer is Wedged.
@@ -327,13 +328,26 @@ type groupHandler struct {
 	consumer   *Consumer
 	run        *runState
 	commitDone chan struct{}
+	// loggedGeneration is the last generation partitions_assigned was
+	// logged for.
+	loggedGeneration atomic.Int32
+}
+
+// logAssigned logs partitions_assigned once per generation: at Setup for an
+// eager session, and, as a cooperative session outlives its generations,
+// at the first partition a new generation starts.
+func (g *groupHandler) logAssigned(sess sarama.ConsumerGroupSession) {
+	gen := sess.GenerationID()
+	if g.loggedGeneration.Swap(gen) != gen {
+		g.run.log.Info("partitions_assigned", "partitions", sess.Claims()[g.run.cfg.Topic], "generation", gen)
+	}
 }
 
 // Setup starts the session's commit ticker. With a cooperative strategy a
 // session outlives rebalances: Setup runs once, at the first join, and
 // Cleanup when the member leaves.
 func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
-	g.run.log.Info("partitions_assigned", "partitions", sess.Claims()[g.run.cfg.Topic], "generation", sess.GenerationID())
+	g.logAssigned(sess)
 
 	done := make(chan struct{})
 	g.commitDone = done
@@ -373,6 +387,7 @@ func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 // partition is revoked while it waits for a slot, or the rebalance would
 // wait for it.
 func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	g.logAssigned(sess)
 	partition := claim.Partition()
 	revoked := g.run.revoked.hold(partition)
 	g.run.lag.hold(partition)
