@@ -68,11 +68,14 @@ func (l *lagReader) start() {
 	})
 }
 
-// close stops the reader and closes its connections; call once.
+// close stops the reader and closes its connections; call once. Closing
+// the connections first ends a read in progress, so a broker that does
+// not answer does not hold up the shutdown.
 func (l *lagReader) close() error {
 	close(l.done)
+	err := l.admin.Close()
 	l.wg.Wait()
-	return l.admin.Close()
+	return err
 }
 
 // poke asks for a read soon (after a commit); it never blocks.
