@@ -153,6 +153,9 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a rolling deploy takes about 40 s")
 	}
+	// Alongside the package's other tests: its assertions are counts, and
+	// the figures it prints are read from runs of it alone (-run).
+	t.Parallel()
 	const (
 		partitions = 6
 		workers    = 3
