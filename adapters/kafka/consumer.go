@@ -412,6 +412,7 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		g.run.revoked.release(partition)
 		g.consumer.assigned.Add(-1)
 		g.run.log.Info("partition_released", "partition", partition, "generation", sess.GenerationID())
+		awaitRevoke(sess, claim, revoked, g.run.cfg.SessionTimeout)
 	}()
 	for {
 		// Not reading is what pauses the fetch: Sarama's buffers fill and it
@@ -447,6 +448,36 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				return nil
 			}
 			p.dispatch(detach(msg))
+		}
+	}
+}
+
+// awaitRevoke returns once Sarama itself has revoked claim (its Messages
+// channel closes), when revoked says the assignment no longer names the
+// partition: a ConsumeClaim that returns before Sarama cancels the claim
+// ends the whole session, every partition with it. Records still read from
+// Messages meanwhile are dropped unmarked: the next owner reads them from
+// the committed offset. It gives up after limit (an assignment whose
+// generation then failed, so Sarama revokes nothing) or at the session's
+// end, and returns at once when the partition was not revoked.
+func awaitRevoke(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim, revoked <-chan struct{}, limit time.Duration) {
+	select {
+	case <-revoked:
+	default:
+		return
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-claim.Messages():
+			if !ok {
+				return
+			}
+		case <-sess.Context().Done():
+			return
+		case <-t.C:
+			return
 		}
 	}
 }
