@@ -220,22 +220,37 @@ func (h *heldCalls) state() (running, cancelled []int32) {
 // keeps run on, uncancelled, through the rebalance; those partitions keep
 // delivering new records meanwhile. With eager range every call is
 // cancelled. The calls on the partitions that move are cancelled (after
-// ShutdownTimeout) and their records replayed to the new owner.
+// ShutdownTimeout) and their records replayed to the new owner, also when
+// every partition is waiting for a fetch-window token rather than reading
+// its Messages channel (WindowFull): the revoke reaches it through the
+// assignment, or the rebalance would wait for the rebalance timeout.
 func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 	for _, tt := range []struct {
 		strategy   string
 		keepCalled bool
+		// windowFull: records queued behind the held ones take every
+		// fetch-window token, so each partition waits for a token, not
+		// on its Messages channel, when the rebalance comes.
+		windowFull bool
 	}{
-		{kafka.StrategyCooperativeSticky, true},
-		{kafka.StrategyRange, false},
+		{kafka.StrategyCooperativeSticky, true, false},
+		{kafka.StrategyCooperativeSticky, true, true},
+		{kafka.StrategyRange, false, false},
 	} {
-		t.Run(tt.strategy, func(t *testing.T) {
+		name := tt.strategy
+		if tt.windowFull {
+			name += "/WindowFull"
+		}
+		t.Run(name, func(t *testing.T) {
 			const partitions = 4
 			topic := uniqueName(t, "coop")
 			brokers := testBrokers(t, partitions, topic)
 			cfg, _ := testConfig(brokers, topic)
 			cfg.RebalanceStrategy = tt.strategy
 			cfg.ShutdownTimeout = 200 * time.Millisecond
+			if tt.windowFull {
+				cfg.MaxInFlight = partitions // a window of 4*partitions records
+			}
 			seen := newSeenBy()
 			held := &heldCalls{running: map[int32]bool{}, cancelled: map[int32]bool{}}
 
@@ -246,6 +261,25 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 				running, _ := held.state()
 				return len(running) == partitions
 			})
+			if tt.windowFull {
+				held4 := a.c.BufferedBytes() // the 4 held records
+				// Behind each held record, on its key: more than the
+				// window has tokens left.
+				var fill []kafka.Message
+				for p := range int32(partitions) {
+					key := keysOn(t, topic, p, partitions, 1)[0]
+					for i := range 4 * partitions {
+						fill = append(fill, kafka.Message{Key: []byte(key), Value: fmt.Appendf(nil, "fill-p%d-%d", p, i)})
+					}
+				}
+				MustPublish(t, brokers, topic, fill...)
+				// 64 records for the 12 tokens left: once 15 records' worth
+				// of bytes are held (the filler records are the held ones'
+				// size), the window is full or a record from it.
+				waitFor(t, 10*time.Second, "the fetch window to fill", func() bool {
+					return a.c.BufferedBytes() >= held4*15/4
+				})
+			}
 
 			b := MustRun(t, cfg, seen.handler("b"))
 			waitFor(t, 30*time.Second, "b to hold partitions", b.c.Ready)
@@ -273,6 +307,11 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 			}
 			if !slices.Equal(running, kept) {
 				t.Fatalf("calls still running on %v, want on every partition a kept, %v", running, kept)
+			}
+			if tt.windowFull {
+				// The kept partitions' queued records fill the window
+				// again: new records wait for the held calls, by design.
+				return
 			}
 			// A kept partition still delivers: a record with another key
 			// goes past the held one.
