@@ -72,6 +72,9 @@ type Config struct {
 		SASLMechanism       string        // KAFKA_SASL_MECHANISM: "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 		SASLUsername        string        // KAFKA_SASL_USERNAME
 		SASLPassword        Secret        // KAFKA_SASL_PASSWORD
+		RebalanceStrategy   string        // KAFKA_REBALANCE_STRATEGY: cooperative-sticky, range or cooperative-sticky,range
+		GroupInstanceID     string        // KAFKA_GROUP_INSTANCE_ID: "" for a dynamic member
+		SessionTimeout      time.Duration // KAFKA_SESSION_TIMEOUT
 		MaxInFlight         int           // MAX_IN_FLIGHT
 		MaxRecordBytes      int           // MAX_RECORD_BYTES
 		MaxBufferedBytes    int64         // MAX_BUFFERED_BYTES

@@ -113,6 +113,12 @@ func (l *loader) kafka(c *Config) {
 	k.SASLMechanism = strings.ToUpper(l.oneOf("KAFKA_SASL_MECHANISM", true, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
 	k.SASLUsername = l.str("KAFKA_SASL_USERNAME")
 	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
+	k.RebalanceStrategy = l.oneOf("KAFKA_REBALANCE_STRATEGY", true, "cooperative-sticky", "range", "cooperative-sticky,range")
+	k.GroupInstanceID = l.groupInstanceID("KAFKA_GROUP_INSTANCE_ID")
+	k.SessionTimeout = l.duration("KAFKA_SESSION_TIMEOUT", 6*time.Second)
+	if k.SessionTimeout > 30*time.Minute {
+		l.fail("KAFKA_SESSION_TIMEOUT", "must be at most 30m (the broker's group.max.session.timeout.ms default)")
+	}
 	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
 	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
 	k.MaxBufferedBytes = int64(l.intIn("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
@@ -546,6 +552,24 @@ var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
 
 // alphanumeric checks the Twilio identifiers: Twilio answers anything else
 // with error 21222 (invalid credentials) at the first send, long after start.
+// groupInstanceID returns the value if Kafka accepts it as a
+// group.instance.id: up to 249 of [a-zA-Z0-9._-], not "." or "..".
+func (l *loader) groupInstanceID(name string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	legal := v != "." && v != ".." && len(v) <= 249
+	for _, r := range v {
+		legal = legal && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}
+	if !legal {
+		l.fail(name, "want up to 249 letters, digits, '.', '_' or '-' (not \".\" or \"..\"), unique in the group")
+		return ""
+	}
+	return v
+}
+
 func (l *loader) alphanumeric(name string) string {
 	v := l.value(name)
 	if v != "" && !alphanumeric.MatchString(v) {

@@ -39,7 +39,7 @@ kubeconform_version=${KUBECONFORM_VERSION:-v0.8.0}
 k8s_version=${K8S_VERSION:-v1.37.2}
 operator_version=${PROMETHEUS_OPERATOR_VERSION:-v0.89.0}
 # The kinds deploy/k8s uses; a new kind needs its entry here.
-kinds=(Deployment.apps/v1 ConfigMap.v1 Service.v1 PodDisruptionBudget.policy/v1 Secret.v1)
+kinds=(StatefulSet.apps/v1 ConfigMap.v1 Service.v1 PodDisruptionBudget.policy/v1 Secret.v1)
 
 say() { printf 'check-deploy: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -154,9 +154,9 @@ seconds() { # 30s, 2m, 1m30s -> seconds
   echo "$total"
 }
 shutdown=$(sed -n 's/^[[:space:]]*SHUTDOWN_TIMEOUT:[[:space:]]*"\{0,1\}\([^"]*\)"\{0,1\}[[:space:]]*$/\1/p' deploy/k8s/configmap.yaml)
-grace=$(sed -n 's/^[[:space:]]*terminationGracePeriodSeconds:[[:space:]]*\([0-9]*\)[[:space:]]*$/\1/p' deploy/k8s/deployment.yaml)
+grace=$(sed -n 's/^[[:space:]]*terminationGracePeriodSeconds:[[:space:]]*\([0-9]*\)[[:space:]]*$/\1/p' deploy/k8s/statefulset.yaml)
 shutdown_s=$(seconds "${shutdown:-30s}") || die "SHUTDOWN_TIMEOUT=$shutdown in configmap.yaml: cannot read it as a duration"
-[ -n "$grace" ] || die "deployment.yaml sets no terminationGracePeriodSeconds (the default 30 s does not exceed SHUTDOWN_TIMEOUT's default)"
+[ -n "$grace" ] || die "statefulset.yaml sets no terminationGracePeriodSeconds (the default 30 s does not exceed SHUTDOWN_TIMEOUT's default)"
 [ "$grace" -gt "$shutdown_s" ] ||
   die "terminationGracePeriodSeconds ($grace) must exceed SHUTDOWN_TIMEOUT (${shutdown_s}s), or in-flight sends are killed before they are committed"
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,27 @@ const (
 	DefaultShutdownTimeout     = 30 * time.Second
 	DefaultSessionTimeout      = 10 * time.Second
 	DefaultHeartbeatInterval   = 3 * time.Second
+	DefaultLagInterval         = 5 * time.Second
 )
+
+// Rebalance strategies accepted in Config.RebalanceStrategy.
+const (
+	// StrategyCooperativeSticky: incremental cooperative rebalancing
+	// (KIP-429). A rebalance revokes only the partitions that move; the
+	// others keep being consumed through it. The default.
+	StrategyCooperativeSticky = "cooperative-sticky"
+	// StrategyRange: eager range assignment. Every rebalance revokes every
+	// partition of every member.
+	StrategyRange = "range"
+	// StrategyCooperativeStickyRange offers both, cooperative-sticky
+	// preferred, and speaks the eager protocol: the first step of the
+	// migration of a group from range (see docs/runbook.md). A group whose
+	// members all run it uses cooperative-sticky assignment, still eagerly.
+	StrategyCooperativeStickyRange = "cooperative-sticky,range"
+)
+
+// rebalanceStrategies are the values RebalanceStrategy may take.
+var rebalanceStrategies = []string{StrategyCooperativeSticky, StrategyRange, StrategyCooperativeStickyRange}
 
 // SASL mechanisms accepted in Config.SASLMechanism.
 const (
@@ -85,6 +106,25 @@ type Config struct {
 	// next heartbeat, so the interval bounds how fast partitions move.
 	SessionTimeout, HeartbeatInterval time.Duration
 
+	// GroupInstanceID, when set, makes this member a static member
+	// (KIP-345) under that id, which must be unique in the group and stable
+	// across restarts of the same replica (a StatefulSet's pod name). A
+	// static member does not leave the group when Run returns: if it comes
+	// back within SessionTimeout it gets its partitions back with no
+	// rebalance; if it does not, its partitions stand still until
+	// SessionTimeout has passed. Empty: a dynamic member, which leaves the
+	// group at shutdown.
+	GroupInstanceID string
+	// RebalanceStrategy is StrategyCooperativeSticky (the default),
+	// StrategyRange, or StrategyCooperativeStickyRange for the migration
+	// from range.
+	RebalanceStrategy string
+
+	// LagInterval is how often the lag of the partitions held is read from
+	// the broker (high-water mark minus the group's committed offset); it is
+	// also read after each commit. Default 5s.
+	LagInterval time.Duration
+
 	// TLS enables TLS with this configuration; nil means plaintext.
 	TLS *tls.Config
 	// SASLMechanism is "", "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
@@ -127,6 +167,10 @@ func (cfg Config) withDefaults() Config {
 	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&cfg.SessionTimeout, DefaultSessionTimeout)
 	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	setDefault(&cfg.LagInterval, DefaultLagInterval)
+	if cfg.RebalanceStrategy == "" {
+		cfg.RebalanceStrategy = StrategyCooperativeSticky
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -187,6 +231,7 @@ func (cfg Config) validate(consumer bool) error {
 		{"StallAfter", int64(cfg.StallAfter)},
 		{"SessionTimeout", int64(cfg.SessionTimeout)},
 		{"HeartbeatInterval", int64(cfg.HeartbeatInterval)},
+		{"LagInterval", int64(cfg.LagInterval)},
 	}
 	for _, p := range positive {
 		if p.v < 0 {
@@ -198,6 +243,14 @@ func (cfg Config) validate(consumer bool) error {
 	}
 	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
 		bad = append(bad, fmt.Sprintf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", cfg.HeartbeatInterval, cfg.SessionTimeout))
+	}
+	if consumer && !slices.Contains(rebalanceStrategies, cfg.RebalanceStrategy) {
+		bad = append(bad, fmt.Sprintf("RebalanceStrategy %q is not one of %s", cfg.RebalanceStrategy, strings.Join(rebalanceStrategies, ", ")))
+	}
+	if cfg.GroupInstanceID != "" {
+		if err := CheckTopicName(cfg.GroupInstanceID); err != nil {
+			bad = append(bad, fmt.Sprintf("GroupInstanceID %q %v", cfg.GroupInstanceID, err))
+		}
 	}
 	switch cfg.SASLMechanism {
 	case "":
@@ -265,9 +318,14 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	// A revoked member may spend up to ShutdownTimeout letting its records in
 	// hand finish before it rejoins; the coordinator must wait that long.
 	sc.Consumer.Group.Rebalance.Timeout = max(60*time.Second, cfg.ShutdownTimeout+30*time.Second)
-	// Eager (range) assignment: every rebalance ends the session, which is
-	// when we commit what the revoked partitions finished.
-	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	// Each partition's ConsumeClaim commits what it finished before it
+	// returns, so a partition revoked by a cooperative rebalance (which
+	// does not end the session) is committed before it is released, as one
+	// revoked by an eager rebalance is.
+	sc.Consumer.Group.Rebalance.GroupStrategies = balanceStrategies(cfg.RebalanceStrategy)
+	// Sarama sends the id (KIP-345) and, at Close, does not leave the group
+	// for a static member: only the session timeout removes it.
+	sc.Consumer.Group.InstanceId = cfg.GroupInstanceID
 
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
@@ -277,6 +335,20 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	// the broker's own limit still applies.
 	sc.Producer.MaxMessageBytes = int(sarama.MaxRequestSize) - 1
 	return sc
+}
+
+// balanceStrategies returns the Sarama strategies for a validated
+// RebalanceStrategy, preferred first. Each call returns new ones: the
+// cooperative-sticky strategy holds per-group state.
+func balanceStrategies(name string) []sarama.BalanceStrategy {
+	switch name {
+	case StrategyRange:
+		return []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	case StrategyCooperativeStickyRange:
+		return []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky(), sarama.NewBalanceStrategyRange()}
+	default:
+		return []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	}
 }
 
 // groupConfig is saramaConfig with the consumer's read-ahead sized from

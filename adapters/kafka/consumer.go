@@ -47,13 +47,26 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 }
 
 // Ready reports whether the consumer joined its group and holds at least one
-// partition. It is false during a rebalance, which lasts about a heartbeat
-// interval plus the time records in hand take to finish, and while a
+// partition. It is false during an eager rebalance, which lasts about a
+// heartbeat interval plus the time records in hand take to finish (a
+// cooperative one leaves it true while a partition is kept), and while a
 // partition has been failing to write a dead letter for
 // DeadLetterUnreadyAfter (its commit is stuck behind that record), and
 // while the consumer is Wedged.
 func (c *Consumer) Ready() bool {
 	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
+}
+
+// Lag returns the lag of the partitions this member holds, summed: for
+// each, its high-water mark minus the group's committed offset, as last
+// read from the broker (every Config.LagInterval and after each commit).
+// It is 0 between Runs and while nothing is held.
+func (c *Consumer) Lag() int64 {
+	r := c.run.Load()
+	if r == nil {
+		return 0
+	}
+	return r.lag.total()
 }
 
 // BufferedBytes returns the bytes of the records this consumer holds now:
@@ -85,8 +98,9 @@ func (c *Consumer) Wedged() bool {
 
 // Run joins the group and delivers records to h until ctx is cancelled; then
 // it stops fetching, lets the records in hand finish (up to
-// Config.ShutdownTimeout), commits what was finished, leaves the group and
-// returns nil.
+// Config.ShutdownTimeout), commits what was finished, leaves the group (a
+// static member, Config.GroupInstanceID, does not: its partitions wait for
+// it for Config.SessionTimeout) and returns nil.
 //
 // A record is marked for commit once h returned nil for it or once it was
 // written to the dead letter topic; see Config for retries. h's context is
@@ -108,7 +122,10 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	cfg := c.cfg
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
 
-	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, cfg.groupConfig())
+	sc := cfg.groupConfig()
+	revoked := newRevocations(cfg.Topic)
+	watchRevocations(sc, revoked)
+	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, sc)
 	if err != nil {
 		return fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
 	}
@@ -117,6 +134,13 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		_ = group.Close()
 		return fmt.Errorf("kafka: dead letter producer: %w", err)
 	}
+	lag, err := newLagReader(cfg)
+	if err != nil {
+		_ = group.Close()
+		_ = dlq.Close()
+		return err
+	}
+	lag.start()
 	errorsDone := make(chan struct{})
 	go func() {
 		defer close(errorsDone)
@@ -137,6 +161,9 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		if err := dlq.Close(); err != nil {
 			log.Warn("dead_letter_producer_close_failed", "error", err)
 		}
+		if err := lag.close(); err != nil {
+			log.Warn("lag_reader_close_failed", "error", err)
+		}
 	}()
 
 	run := &runState{
@@ -150,6 +177,8 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		window:    make(chan struct{}, 4*cfg.MaxInFlight),
 		budget:    newByteBudget(cfg.MaxBufferedBytes),
 		start:     time.Now(),
+		revoked:   revoked,
+		lag:       lag,
 	}
 	for slot := range cfg.MaxInFlight {
 		run.handling <- slot
@@ -161,7 +190,8 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	failures := 0
 	for {
 		// Each call is one session; an eager rebalance ends it, and the next
-		// call joins the new generation.
+		// call joins the new generation. A cooperative rebalance does not:
+		// the session keeps the partitions it is not asked to give up.
 		err := group.Consume(ctx, []string{cfg.Topic}, gh)
 		if ctx.Err() != nil {
 			log.Info("consumer_stopped")
@@ -209,6 +239,10 @@ type runState struct {
 	abandoned atomic.Int64
 	// start is when the Run began.
 	start time.Time
+	// revoked tells a partition that a cooperative rebalance revoked it.
+	revoked *revocations
+	// lag reads and reports the lag of the partitions held.
+	lag *lagReader
 	// stallLogged is set while the run is stalled and has said so.
 	stallLogged atomic.Bool
 }
@@ -250,16 +284,26 @@ type groupHandler struct {
 	consumer   *Consumer
 	run        *runState
 	commitDone chan struct{}
+	// loggedGeneration is the last generation partitions_assigned was
+	// logged for.
+	loggedGeneration atomic.Int32
 }
 
-// Setup starts the session's commit ticker.
-func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
-	n := 0
-	for _, ps := range sess.Claims() {
-		n += len(ps)
+// logAssigned logs partitions_assigned once per generation: at Setup for an
+// eager session, and, as a cooperative session outlives its generations,
+// at the first partition a new generation starts.
+func (g *groupHandler) logAssigned(sess sarama.ConsumerGroupSession) {
+	gen := sess.GenerationID()
+	if g.loggedGeneration.Swap(gen) != gen {
+		g.run.log.Info("partitions_assigned", "partitions", sess.Claims()[g.run.cfg.Topic], "generation", gen)
 	}
-	g.consumer.assigned.Store(int32(n))
-	g.run.log.Info("partitions_assigned", "partitions", sess.Claims()[g.run.cfg.Topic], "generation", sess.GenerationID())
+}
+
+// Setup starts the session's commit ticker. With a cooperative strategy a
+// session outlives rebalances: Setup runs once, at the first join, and
+// Cleanup when the member leaves.
+func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	g.logAssigned(sess)
 
 	done := make(chan struct{})
 	g.commitDone = done
@@ -273,41 +317,59 @@ func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 				return
 			case <-t.C:
 				sess.Commit()
+				g.run.lag.poke()
 			}
 		}
 	}()
 	return nil
 }
 
-// Cleanup runs once every ConsumeClaim returned, so every record that will
-// ever be marked in this session is marked: commit them now, before the
-// partitions go to another member (Sarama does not flush manual marks
-// itself when autocommit is off).
+// Cleanup runs once every ConsumeClaim returned, and each committed what
+// its partition finished; it stops the commit ticker.
 func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
-	g.consumer.assigned.Store(0)
 	<-g.commitDone
 	sess.Commit()
-	// This worker no longer consumes these partitions: its lag on them is
-	// nothing, and a stale value would keep a lag alert firing after a
-	// rebalance moved a backlog to another member.
-	for topic, partitions := range sess.Claims() {
-		for _, p := range partitions {
-			g.run.cfg.Metrics.ConsumerLag(topic, p, 0)
-		}
-	}
 	g.run.log.Info("partitions_released", "generation", sess.GenerationID())
 	return nil
 }
 
 // ConsumeClaim feeds one partition's records to the key queues until the
-// session ends, then waits for the records in hand (see partition.stop).
-// It returns promptly when the session context is done, even if the
-// Messages channel is not yet closed (Sarama #1192), or the rebalance would
+// session ends or the partition is revoked, then waits for the records in
+// hand (see partition.stop) and commits what was finished before it
+// returns: Sarama releases a partition revoked by a cooperative rebalance
+// without flushing manual marks (autocommit is off), and only once this
+// returns. It returns promptly when the session context is done, even if
+// the Messages channel is not yet closed (Sarama #1192), and when the
+// partition is revoked while it waits for a slot, or the rebalance would
 // wait for it.
 func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	g.logAssigned(sess)
+	partition := claim.Partition()
+	revoked := g.run.revoked.hold(partition)
+	g.run.lag.hold(partition)
+	g.consumer.assigned.Add(1)
 	p := newPartition(g.run, sess, claim)
-	ctx := sess.Context()
-	defer p.stop()
+	done := make(chan struct{})
+	returned := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-sess.Context().Done():
+		case <-revoked:
+		case <-returned:
+		}
+	}()
+	ctx := doneOnly(done)
+	defer func() {
+		close(returned)
+		p.stop()
+		sess.Commit()
+		g.run.lag.release(partition)
+		g.run.revoked.release(partition)
+		g.consumer.assigned.Add(-1)
+		g.run.log.Info("partition_released", "partition", partition, "generation", sess.GenerationID())
+		awaitRevoke(sess, claim, revoked, g.run.cfg.SessionTimeout)
+	}()
 	for {
 		// Not reading is what pauses the fetch: Sarama's buffers fill and it
 		// stops fetching this partition.
@@ -343,6 +405,51 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			}
 			p.dispatch(detach(msg))
 		}
+	}
+}
+
+// awaitRevoke returns once Sarama itself has revoked claim (its Messages
+// channel closes), when revoked says the assignment no longer names the
+// partition: a ConsumeClaim that returns before Sarama cancels the claim
+// ends the whole session, every partition with it. Records still read from
+// Messages meanwhile are dropped unmarked: the next owner reads them from
+// the committed offset. It gives up after limit (an assignment whose
+// generation then failed, so Sarama revokes nothing) or at the session's
+// end, and returns at once when the partition was not revoked.
+func awaitRevoke(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim, revoked <-chan struct{}, limit time.Duration) {
+	select {
+	case <-revoked:
+	default:
+		return
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-claim.Messages():
+			if !ok {
+				return
+			}
+		case <-sess.Context().Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// doneOnly is the part of a context ConsumeClaim's loop waits on.
+type doneOnly <-chan struct{}
+
+func (d doneOnly) Done() <-chan struct{} { return d }
+
+// Err reports whether d is closed, as a context's Err does.
+func (d doneOnly) Err() error {
+	select {
+	case <-d:
+		return context.Canceled
+	default:
+		return nil
 	}
 }
 

@@ -42,6 +42,29 @@ func TestNewConsumer(t *testing.T) {
 			}
 		}
 	})
+	t.Run("MembershipSettings", func(t *testing.T) {
+		for _, tt := range []struct {
+			field string
+			cfg   kafka.Config
+		}{
+			{"RebalanceStrategy", kafka.Config{RebalanceStrategy: "sticky"}},
+			{"RebalanceStrategy", kafka.Config{RebalanceStrategy: "range,cooperative-sticky"}},
+			{"GroupInstanceID", kafka.Config{GroupInstanceID: "worker/0"}},
+			{"GroupInstanceID", kafka.Config{GroupInstanceID: ".."}},
+			{"LagInterval", kafka.Config{LagInterval: -time.Second}},
+		} {
+			tt.cfg.Brokers, tt.cfg.Topic, tt.cfg.GroupID = []string{"127.0.0.1:1"}, "t", "g"
+			_, err := kafka.NewConsumer(tt.cfg)
+			if !errors.Is(err, kafka.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("%+v: err = %v, want ErrInvalidConfig naming %s", tt.cfg, err, tt.field)
+			}
+		}
+		for _, s := range []string{"", kafka.StrategyCooperativeSticky, kafka.StrategyRange, kafka.StrategyCooperativeStickyRange} {
+			if _, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g", RebalanceStrategy: s, GroupInstanceID: "notification-worker-0"}); err != nil {
+				t.Errorf("RebalanceStrategy %q: %v", s, err)
+			}
+		}
+	})
 	t.Run("OK", func(t *testing.T) {
 		c, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g"})
 		if err != nil {

@@ -12,10 +12,19 @@
 //   - At-least-once, never at-most-once: a record is marked for commit only
 //     after the handler returned nil for it (the worker's handler returns
 //     nil once a record is handled or dead-lettered). A record whose
-//     handler returned an error is left unmarked, for replay. Marks are committed every CommitInterval, when the
-//     group rebalances (every rebalance ends the session: eager, range
-//     assignment) and at shutdown. A crash replays what was not committed;
-//     the idempotency store makes that harmless.
+//     handler returned an error is left unmarked, for replay. Marks are
+//     committed every CommitInterval, when a
+//     partition is revoked (each partition commits what it finished
+//     before it is released) and at shutdown. A crash replays what was not
+//     committed; the idempotency store makes that harmless.
+//   - Cooperative-sticky assignment by default (RebalanceStrategy): a
+//     rebalance revokes only the partitions that move, and the others keep
+//     being consumed through it. Static membership (GroupInstanceID): a
+//     member restarted within SessionTimeout gets its partitions back with
+//     no rebalance; it does not leave the group when Run returns.
+//   - Lag is read from the broker (high-water mark minus the group's
+//     committed offset) every LagInterval and after each commit, so a
+//     partition whose records do not finish still shows lag growing.
 //   - A new consumer group starts at the oldest record of each partition.
 //     A brand-new group id on a topic with long retention therefore replays
 //     history older than the idempotency TTL: reuse the group id.

@@ -2,9 +2,14 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -109,5 +114,41 @@ func TestConsumer_NoLagAfterPartitionClosed(t *testing.T) {
 			t.Fatalf("lag %d reported after the partition was closed", l)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A partition held on an unavailable dependency finishes no record, yet
+// its lag, read from the broker, grows as records keep arriving: the lag
+// alert sees a stuck worker.
+func TestConsumer_LagGrowsWhileHeldOnUnavailable(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "lagheld")
+	brokers := testBrokers(t, 1, topic)
+	cfg, _ := testConfig(brokers, topic)
+	cfg.LagInterval = 50 * time.Millisecond
+	metrics := prometheus.New()
+	cfg.Metrics = metrics
+	srv := httptest.NewServer(metrics.Handler())
+	t.Cleanup(srv.Close)
+	gauge := func() float64 {
+		v, _ := promtest.MustScrape(t, srv.URL).Get(`notification_worker_consumer_lag{partition="0",topic="` + topic + `"}`)
+		return v
+	}
+
+	var attempts atomic.Int64
+	MustRun(t, cfg, ports.HandlerFunc(func(context.Context, ports.Record) error {
+		attempts.Add(1)
+		return ports.MarkUnavailable(errors.New("store down, failure mode closed"))
+	}))
+	MustPublish(t, brokers, topic, numbered(5, "a", oneKey)...)
+	waitFor(t, 10*time.Second, "the lag gauge to read 5 with the first record held", func() bool {
+		return attempts.Load() > 0 && gauge() == 5
+	})
+	MustPublish(t, brokers, topic, numbered(20, "b", oneKey)...)
+	waitFor(t, 10*time.Second, "the lag gauge to grow to 25 while the record is still held", func() bool {
+		return gauge() == 25
+	})
+	if got := attempts.Load(); got < 2 {
+		t.Fatalf("the held record was tried %d times, want it still retrying", got)
 	}
 }

@@ -168,11 +168,6 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 		if advanced {
 			p.markExactly(commit)
 		}
-		// Lag is what a restart would replay, so from the commit point, not
-		// from this record. Reported under mu, and only while open: a late
-		// (abandoned) handler must not overwrite the 0 Cleanup reports for
-		// a partition this worker gave up.
-		p.run.cfg.Metrics.ConsumerLag(p.topic, p.partition, p.claim.HighWaterMarkOffset()-commit)
 	}
 	p.mu.Unlock()
 	if advanced {

@@ -71,6 +71,9 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	cfg, logs := testConfig(brokers, topic)
 	cfg.MaxInFlight = 2
 	cfg.ShutdownTimeout = 50 * time.Millisecond
+	// Eager: the second member's join revokes both partitions, so both
+	// calls are abandoned (cooperative-sticky would move only one).
+	cfg.RebalanceStrategy = kafka.StrategyRange
 	// The real metrics adapter, scraped as Prometheus would: the gauge an
 	// operator alerts on is what must count the abandoned calls.
 	metrics := prometheus.New()

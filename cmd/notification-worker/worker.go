@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -307,7 +308,8 @@ func (m *Main) HTTPAddr() string {
 	return m.http.Addr().String()
 }
 
-// status is /readyz's body: what the consumer and the store are doing. A
+// status is /readyz's body: what the consumer and the store are doing, and
+// the lag of the partitions it holds, read from the broker. A
 // store outage shows here without making the worker unready: it fails open.
 func (m *Main) status() map[string]string {
 	consumer := consumerStopped
@@ -323,7 +325,11 @@ func (m *Main) status() map[string]string {
 	if m.breaker != nil && m.breaker.State() == breaker.StateOpen {
 		store = storeOpenCircuit
 	}
-	return map[string]string{"consumer": consumer, "store": store}
+	var lag int64
+	if m.consumer != nil {
+		lag = m.consumer.Lag()
+	}
+	return map[string]string{"consumer": consumer, "store": store, "lag": strconv.FormatInt(lag, 10)}
 }
 
 // Run consumes until ctx is done, then returns once the consumer has
@@ -406,6 +412,9 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		SASLMechanism:       k.SASLMechanism,
 		SASLUsername:        k.SASLUsername,
 		SASLPassword:        k.SASLPassword.Reveal(),
+		RebalanceStrategy:   k.RebalanceStrategy,
+		GroupInstanceID:     k.GroupInstanceID,
+		SessionTimeout:      k.SessionTimeout,
 		Logger:              m.logger,
 		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
 	}
