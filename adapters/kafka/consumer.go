@@ -121,56 +121,19 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 
 	cfg := c.cfg
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
-
-	sc := cfg.groupConfig()
 	revoked := newRevocations(cfg.Topic)
-	watchRevocations(sc, revoked)
-	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, sc)
+	p, err := c.connect(log, revoked)
 	if err != nil {
-		return fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
-	}
-	dlq, err := newPublisher(cfg)
-	if err != nil {
-		_ = group.Close()
-		return fmt.Errorf("kafka: dead letter producer: %w", err)
-	}
-	lag, err := newLagReader(cfg)
-	if err != nil {
-		_ = group.Close()
-		_ = dlq.Close()
 		return err
 	}
-	lag.start()
-	errorsDone := make(chan struct{})
-	go func() {
-		defer close(errorsDone)
-		for err := range group.Errors() {
-			// Commit failures land here too; they are retried at the next
-			// interval or replayed, never lost, so a warning suffices.
-			log.Warn("consumer_error", "error", err)
-		}
-	}()
-	defer func() {
-		c.assigned.Store(0)
-		if err := group.Close(); err != nil {
-			log.Warn("consumer_close_failed", "error", err)
-		}
-		<-errorsDone
-		// After the group: the last sessions may still dead-letter while
-		// they end.
-		if err := dlq.Close(); err != nil {
-			log.Warn("dead_letter_producer_close_failed", "error", err)
-		}
-		if err := lag.close(); err != nil {
-			log.Warn("lag_reader_close_failed", "error", err)
-		}
-	}()
+	defer p.close(log)
+	defer c.assigned.Store(0)
 
 	run := &runState{
 		cfg:       cfg,
 		log:       log,
 		handler:   h,
-		dlq:       dlq,
+		dlq:       p.dlq,
 		dlqHealth: c.dlqHealth,
 		handling:  make(chan int, cfg.MaxInFlight),
 		started:   make([]atomic.Int64, cfg.MaxInFlight),
@@ -178,15 +141,22 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		budget:    newByteBudget(cfg.MaxBufferedBytes),
 		start:     time.Now(),
 		revoked:   revoked,
-		lag:       lag,
+		lag:       p.lag,
 	}
 	for slot := range cfg.MaxInFlight {
 		run.handling <- slot
 	}
 	c.run.Store(run)
 	defer c.run.Store(nil)
-	gh := &groupHandler{consumer: c, run: run}
 	log.Info("consumer_started")
+	return c.consume(ctx, p.group, &groupHandler{consumer: c, run: run}, log)
+}
+
+// consume runs one session after another until ctx is done (nil) or the
+// group is closed for good (an error). A session that fails is retried
+// with backoff.
+func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, gh *groupHandler, log *slog.Logger) error {
+	cfg := c.cfg
 	failures := 0
 	for {
 		// Each call is one session; an eager rebalance ends it, and the next
@@ -210,6 +180,65 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 			log.Info("consumer_stopped")
 			return nil
 		}
+	}
+}
+
+// peers is what one Run talks to besides its handler: the consumer group,
+// the dead letter producer and the lag reader.
+type peers struct {
+	group      sarama.ConsumerGroup
+	dlq        *Publisher
+	lag        *lagReader
+	errorsDone chan struct{} // closed once the group's error channel is drained
+}
+
+// connect makes Run's peers and starts the lag reader and the logging of
+// the group's errors. On error, what was made is closed.
+func (c *Consumer) connect(log *slog.Logger, revoked *revocations) (*peers, error) {
+	cfg := c.cfg
+	sc := cfg.groupConfig()
+	watchRevocations(sc, revoked)
+	group, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.GroupID, sc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
+	}
+	dlq, err := newPublisher(cfg)
+	if err != nil {
+		_ = group.Close()
+		return nil, fmt.Errorf("kafka: dead letter producer: %w", err)
+	}
+	lag, err := newLagReader(cfg)
+	if err != nil {
+		_ = group.Close()
+		_ = dlq.Close()
+		return nil, err
+	}
+	lag.start()
+	p := &peers{group: group, dlq: dlq, lag: lag, errorsDone: make(chan struct{})}
+	go func() {
+		defer close(p.errorsDone)
+		for err := range group.Errors() {
+			// Commit failures land here too; they are retried at the next
+			// interval or replayed, never lost, so a warning suffices.
+			log.Warn("consumer_error", "error", err)
+		}
+	}()
+	return p, nil
+}
+
+// close closes the peers: the group first (which ends its error channel),
+// then the dead letter producer, since the last sessions may still
+// dead-letter while they end, then the lag reader.
+func (p *peers) close(log *slog.Logger) {
+	if err := p.group.Close(); err != nil {
+		log.Warn("consumer_close_failed", "error", err)
+	}
+	<-p.errorsDone
+	if err := p.dlq.Close(); err != nil {
+		log.Warn("dead_letter_producer_close_failed", "error", err)
+	}
+	if err := p.lag.close(); err != nil {
+		log.Warn("lag_reader_close_failed", "error", err)
 	}
 }
 

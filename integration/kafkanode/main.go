@@ -129,27 +129,8 @@ func run(args []string) error {
 		return err
 	}
 
-	if _, err := os.Stat(filepath.Join(dataDir, "meta.properties")); errors.Is(err, os.ErrNotExist) {
-		id := *clusterID
-		if id == "" {
-			if id, err = newClusterID(); err != nil {
-				return err
-			}
-		}
-		format := []string{"kafka.tools.StorageTool", "format", "-t", id, "-c", cfg}
-		if *voters == "" {
-			format = append(format, "--standalone")
-		}
-		log.Printf("formatting %s for cluster %s (node %d)", dataDir, id, *nodeID)
-		cmd := exec.Command(javaBin, append(jvmArgs("256m"), format...)...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("storage format: %w", err)
-		}
-	} else if err != nil {
+	if err := formatOnce(cfg, *clusterID, *voters == "", *nodeID); err != nil {
 		return err
-	} else {
-		log.Printf("%s is formatted already; starting on it", dataDir)
 	}
 
 	// exec, not a child: the JVM becomes PID 1 and gets docker's SIGTERM
@@ -158,6 +139,37 @@ func run(args []string) error {
 	argv = append(argv, "kafka.Kafka", cfg)
 	log.Printf("starting node %d: client 127.0.0.1:%d, controller 127.0.0.1:%d", *nodeID, *port, *ctrlPort)
 	return syscall.Exec(javaBin, argv, os.Environ())
+}
+
+// formatOnce formats the data directory with Kafka's storage tool, for
+// clusterID (a new one when empty), unless it is formatted already (a
+// restarted container keeps its data). A standalone node is a quorum of one.
+func formatOnce(cfg, clusterID string, standalone bool, nodeID int) error {
+	_, err := os.Stat(filepath.Join(dataDir, "meta.properties"))
+	switch {
+	case err == nil:
+		log.Printf("%s is formatted already; starting on it", dataDir)
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	id := clusterID
+	if id == "" {
+		if id, err = newClusterID(); err != nil {
+			return err
+		}
+	}
+	format := []string{"kafka.tools.StorageTool", "format", "-t", id, "-c", cfg}
+	if standalone {
+		format = append(format, "--standalone")
+	}
+	log.Printf("formatting %s for cluster %s (node %d)", dataDir, id, nodeID)
+	cmd := exec.Command(javaBin, append(jvmArgs("256m"), format...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("storage format: %w", err)
+	}
+	return nil
 }
 
 // jvmArgs are the JVM options of Kafka's own kafka-run-class.sh, with a
