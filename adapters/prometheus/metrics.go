@@ -127,7 +127,7 @@ func New() *Metrics {
 		}, []string{"channel"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "consumer_lag",
-			Help: "Records between a partition's high-water mark and this worker's commit point (what a restart would replay); 0 once it gives the partition up.",
+			Help: "Records between a partition's high-water mark and the group's committed offset, read from the broker every few seconds whether or not records finish; 0 once this worker gives the partition up.",
 		}, []string{"topic", "partition"}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "handler_panics_total",
