@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -176,7 +176,7 @@ func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, gh *
 		}
 		failures++
 		log.Warn("consume_failed", "error", err, "attempt", failures)
-		if !sleepCtx(ctx.Done(), backoff(failures, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)) {
+		if !sleepCtx(ctx.Done(), policy.Backoff(failures, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)) {
 			log.Info("consumer_stopped")
 			return nil
 		}
@@ -480,19 +480,6 @@ func (d doneOnly) Err() error {
 	default:
 		return nil
 	}
-}
-
-// backoff returns the wait before retry number attempt (1-based): initial
-// doubled per attempt, capped at max, with jitter over its upper half so
-// many records failing together do not retry in lockstep.
-func backoff(attempt int, initial, max time.Duration) time.Duration {
-	d := initial
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	half := d / 2
-	return half + rand.N(d-half+1)
 }
 
 // sleepCtx waits d, or until done is closed; it reports whether it waited
