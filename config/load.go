@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/policy"
 )
 
 // Load reads the configuration through lookup (pass os.LookupEnv), applies
@@ -69,7 +71,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 
 	// Checked here, once both values are known; a zero means the value
 	// itself was bad and has been reported already.
-	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.Timeout > 0 && i.ClaimTTL <= c.SendTimeout+i.Timeout {
+	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.Timeout > 0 && domain.CheckClaimTTL(i.ClaimTTL, c.SendTimeout, i.Timeout) != nil {
 		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
 			"): a claim must outlive a send and the write that records it, or another worker may claim the notification and send it again while the first send is still running")
 	}
@@ -103,9 +105,7 @@ func (l *loader) kafka(c *Config) {
 	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
 		k.DLQTopic = l.topic("KAFKA_DLQ_TOPIC")
 	}
-	if k.Topic != "" && k.DLQTopic == k.Topic {
-		// A poison record dead-lettered to the topic it came from would be
-		// consumed, fail and be dead-lettered again, for ever.
+	if kafka.CheckDLQTopic(k.Topic, k.DLQTopic) != nil {
 		l.fail("KAFKA_DLQ_TOPIC", "must differ from KAFKA_TOPIC, or dead-lettered records come straight back")
 	}
 	k.TLS = l.boolean("KAFKA_TLS")
@@ -131,7 +131,7 @@ func (l *loader) kafka(c *Config) {
 	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
 	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
 	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)
-	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && k.RetryMaxBackoff < k.RetryInitialBackoff {
+	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && policy.CheckBackoff(k.RetryInitialBackoff, k.RetryMaxBackoff) != nil {
 		l.fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+k.RetryInitialBackoff.String()+")")
 	}
 	l.kafkaSecurity()

@@ -2,7 +2,10 @@ package config
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
 )
 
@@ -49,16 +52,16 @@ var Reference = []Var{
 	{Name: "RETRY_INITIAL_BACKOFF", Default: policy.DefaultRetryInitialBackoff.String(), Meaning: "Wait before the first retry; it doubles on each retry."},
 	{Name: "RETRY_MAX_BACKOFF", Default: policy.DefaultRetryMaxBackoff.String(), Meaning: "Cap on the wait between retries. At least `RETRY_INITIAL_BACKOFF`."},
 	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`.", Secret: true},
-	{Name: "IDEMPOTENCY_TTL", Default: "48h", Meaning: "How long a sent record suppresses a replay (ADR-0006). At least `IDEMPOTENCY_CLAIM_TTL`."},
+	{Name: "IDEMPOTENCY_TTL", Default: durationText(domain.DefaultTTL), Meaning: "How long a sent record suppresses a replay (ADR-0006). At least `IDEMPOTENCY_CLAIM_TTL`."},
 	{Name: "MAX_EVENT_AGE", Default: "${IDEMPOTENCY_TTL}", Meaning: "Age past which an event is stale: skipped before any claim or send, logged `stale_event_skipped`, counted, and acknowledged (not dead-lettered). Its age runs from `occurred_at`, or from the Kafka record's timestamp when the event has none. At most `IDEMPOTENCY_TTL`, so that a replay after the store forgot an event cannot send it again. An `occurred_at` more than 5 minutes ahead of the worker's clock is poison."},
 	{Name: "MAX_EVENT_AGE_OVERRIDES", Meaning: "Per-type maximum ages, comma-separated `type=duration` (`shipment.out_for_delivery=6h,shipment.delayed=12h`); each positive and at most `IDEMPOTENCY_TTL`. Types not named take `MAX_EVENT_AGE`."},
-	{Name: "IDEMPOTENCY_CLAIM_TTL", Default: "60s", Meaning: "How long an in-flight claim lives, so one left by a crashed worker expires. Must exceed `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`: a claim must outlive the send it guards and the write that records it."},
-	{Name: "IDEMPOTENCY_TIMEOUT", Default: "200ms", Meaning: "Limit on each store call (at least 1ms); past it the failure mode applies."},
-	{Name: "IDEMPOTENCY_FAILURE_MODE", Default: "open", Meaning: "When the store cannot answer: `open` sends anyway and logs `idempotency_check_unavailable` (a duplicate is possible); `closed` retries the record later (a notification is delayed)."},
+	{Name: "IDEMPOTENCY_CLAIM_TTL", Default: durationText(domain.DefaultClaimTTL), Meaning: "How long an in-flight claim lives, so one left by a crashed worker expires. Must exceed `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`: a claim must outlive the send it guards and the write that records it."},
+	{Name: "IDEMPOTENCY_TIMEOUT", Default: durationText(domain.DefaultStoreTimeout), Meaning: "Limit on each store call (at least 1ms); past it the failure mode applies."},
+	{Name: "IDEMPOTENCY_FAILURE_MODE", Default: string(domain.FailOpen), Meaning: "When the store cannot answer: `open` sends anyway and logs `idempotency_check_unavailable` (a duplicate is possible); `closed` retries the record later (a notification is delayed)."},
 	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: "notification-worker:idem:", Meaning: "Prefix of every store key, to keep ours apart from others' on a shared Redis."},
 	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (1 to 1000). The breaker cannot be turned off: it also opens once more than `MAX_IN_FLIGHT` + this many calls failed within the time Redis may keep an unanswered command (13 s by default), which keeps every store call within `IDEMPOTENCY_TIMEOUT` when Redis stops answering."},
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered (a `PING` to every Redis node, which closes it): a store that answers again is used again within one cooldown."},
-	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: "10000", Meaning: "Most deliveries the worker remembers while their sent record is owed to the store (1 to 1000000): it suppresses their replays and writes the records when the store answers again. About 200 bytes each."},
+	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: strconv.Itoa(domain.DefaultLedgerSize), Meaning: "Most deliveries the worker remembers while their sent record is owed to the store (1 to 1000000): it suppresses their replays and writes the records when the store answers again. About 200 bytes each."},
 	{Name: "TWILIO_ACCOUNT_SID", Meaning: "Twilio account SID (letters and digits). With `TWILIO_AUTH_TOKEN` and a sender, Twilio is configured (see `SMS_NOTIFIER`); a partial set is an error."},
 	{Name: "TWILIO_AUTH_TOKEN", Meaning: "Twilio auth token (letters and digits).", Secret: true},
 	{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},
@@ -76,9 +79,9 @@ var Reference = []Var{
 	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Meaning: "Full `http(s)` URL traces are sent to, path included; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`."},
 	{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Default: "http/protobuf", Meaning: "OTLP transport; `http/protobuf` is the only one this worker speaks (gRPC is refused at start rather than ignored)."},
 	{Name: "OTEL_SERVICE_NAME", Default: "notification-worker", Meaning: "`service.name` of the traces."},
-	{Name: "SEND_TIMEOUT", Default: "10s", Meaning: "Limit on each provider call (Twilio request, SMTP session)."},
-	{Name: "RECONCILE_TIMEOUT", Default: "2m", Meaning: "How long a send whose outcome is unknown (the provider may have it; no answer came) is reconciled with a provider that cannot tell yet, the record waiting meanwhile, before `UNKNOWN_OUTCOME_POLICY` applies."},
-	{Name: "UNKNOWN_OUTCOME_POLICY", Default: "resend", Meaning: "What to do with a send whose outcome nobody can tell (SMTP, which cannot be asked; Twilio past `RECONCILE_TIMEOUT`): `resend` (logged `unknown_outcome_resent`; an email keeps its Message-ID) or `dead_letter`."},
+	{Name: "SEND_TIMEOUT", Default: durationText(domain.DefaultSendTimeout), Meaning: "Limit on each provider call (Twilio request, SMTP session)."},
+	{Name: "RECONCILE_TIMEOUT", Default: durationText(domain.DefaultReconcileFor), Meaning: "How long a send whose outcome is unknown (the provider may have it; no answer came) is reconciled with a provider that cannot tell yet, the record waiting meanwhile, before `UNKNOWN_OUTCOME_POLICY` applies."},
+	{Name: "UNKNOWN_OUTCOME_POLICY", Default: string(domain.PolicyResend), Meaning: "What to do with a send whose outcome nobody can tell (SMTP, which cannot be asked; Twilio past `RECONCILE_TIMEOUT`): `resend` (logged `unknown_outcome_resent`; an email keeps its Message-ID) or `dead_letter`."},
 	{Name: "SHUTDOWN_TIMEOUT", Default: "30s", Meaning: "After SIGTERM (or a rebalance), how long in-flight sends may take to finish before the worker exits. At least `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`, so a send in hand can finish and be recorded."},
 	{Name: "TEMPLATES_DIR", Meaning: "Directory of templates overriding the embedded ones. Empty: embedded templates only."},
 	{Name: "HTTP_ADDR", Default: ":8080", Meaning: "Listen address of `/healthz`, `/readyz` and `/metrics`. `off` disables the HTTP server."},
@@ -94,3 +97,19 @@ var reference = func() map[string]Var {
 	}
 	return m
 }()
+
+// durationText writes d as an operator would: "48h", "2m", "60s", "200ms",
+// not time.Duration's "48h0m0s".
+func durationText(d time.Duration) string {
+	if d < 2*time.Minute && d >= time.Second && d%time.Second == 0 {
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

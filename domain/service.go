@@ -26,8 +26,17 @@ const (
 	FailClosed FailureMode = "closed"
 )
 
-// Config configures a Service. Zero durations take the defaults of
-// DESIGN.md section 6.
+// The defaults of Config's durations, which the configuration reference
+// (and so the README) shows.
+const (
+	DefaultTTL          = 48 * time.Hour
+	DefaultClaimTTL     = 60 * time.Second
+	DefaultStoreTimeout = 200 * time.Millisecond
+	DefaultSendTimeout  = 10 * time.Second
+	DefaultReconcileFor = 2 * time.Minute
+)
+
+// Config configures a Service. Zero durations take the Default values.
 type Config struct {
 	Store     ports.IdempotencyStore           // required
 	Notifiers map[ports.Channel]ports.Notifier // one per channel events may use
@@ -83,13 +92,13 @@ func (c *Config) setDefaults() {
 			*d = v
 		}
 	}
-	def(&c.TTL, 48*time.Hour)
-	def(&c.ClaimTTL, 60*time.Second)
-	def(&c.StoreTimeout, 200*time.Millisecond)
-	def(&c.SendTimeout, 10*time.Second)
+	def(&c.TTL, DefaultTTL)
+	def(&c.ClaimTTL, DefaultClaimTTL)
+	def(&c.StoreTimeout, DefaultStoreTimeout)
+	def(&c.SendTimeout, DefaultSendTimeout)
 	def(&c.ClaimWaitMax, time.Second)
 	def(&c.LogEvery, time.Second)
-	def(&c.ReconcileFor, 2*time.Minute)
+	def(&c.ReconcileFor, DefaultReconcileFor)
 	def(&c.MaxEventAge, c.TTL)
 	if c.UnknownPolicy == "" {
 		c.UnknownPolicy = PolicyResend
@@ -138,11 +147,22 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("max event age of type %q: %v, want a positive duration", typ, d))
 		}
 	}
-	if c.ClaimTTL <= c.SendTimeout+c.StoreTimeout {
-		errs = append(errs, fmt.Errorf("claim TTL %v must exceed the send timeout %v plus the store timeout %v, or a slow send loses its claim before it is recorded", c.ClaimTTL, c.SendTimeout, c.StoreTimeout))
+	if err := CheckClaimTTL(c.ClaimTTL, c.SendTimeout, c.StoreTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("domain: %w", err)
+	}
+	return nil
+}
+
+// CheckClaimTTL returns an error unless a claim's lease, claimTTL, outlives
+// a send and the store call that records it: otherwise another worker may
+// take the claim over and send again while the first send is still
+// running. It is the one statement of that rule.
+func CheckClaimTTL(claimTTL, sendTimeout, storeTimeout time.Duration) error {
+	if claimTTL <= sendTimeout+storeTimeout {
+		return fmt.Errorf("claim TTL %v must exceed the send timeout %v plus the store timeout %v, or a slow send loses its claim before it is recorded", claimTTL, sendTimeout, storeTimeout)
 	}
 	return nil
 }

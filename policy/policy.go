@@ -116,8 +116,8 @@ func (cfg Config) Validate() error {
 			bad = append(bad, fmt.Errorf("%s must not be negative (got %d)", f.name, f.v))
 		}
 	}
-	if cfg.RetryMaxBackoff < cfg.RetryInitialBackoff {
-		bad = append(bad, fmt.Errorf("RetryMaxBackoff (%s) is below RetryInitialBackoff (%s)", cfg.RetryMaxBackoff, cfg.RetryInitialBackoff))
+	if err := CheckBackoff(cfg.RetryInitialBackoff, cfg.RetryMaxBackoff); err != nil {
+		bad = append(bad, fmt.Errorf("RetryMaxBackoff: %w", err))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(bad...))
@@ -271,6 +271,16 @@ func Slot() ports.Middleware {
 			return ports.DeliveryOf(ctx).Call(ctx, func(ctx context.Context) error { return next.Handle(ctx, rec) })
 		})
 	}
+}
+
+// CheckBackoff returns an error when max is below initial: the doubling
+// waits of Backoff would start above their cap. It is the one statement of
+// that rule, for every configuration that has both.
+func CheckBackoff(initial, max time.Duration) error {
+	if max < initial {
+		return fmt.Errorf("the maximum backoff %s is below the initial backoff %s", max, initial)
+	}
+	return nil
 }
 
 // Backoff returns the wait before retry number attempt (1-based): initial

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/harborlight/notification-worker/policy"
 )
 
 // Defaults applied by NewConsumer and NewPublisher to zero Config fields.
@@ -206,8 +207,8 @@ func (cfg Config) validate(consumer bool) error {
 		if cfg.GroupID == "" {
 			bad = append(bad, "GroupID is empty")
 		}
-		if cfg.Topic != "" && cfg.DLQTopic == cfg.Topic {
-			bad = append(bad, "DLQTopic must differ from Topic")
+		if err := CheckDLQTopic(cfg.Topic, cfg.DLQTopic); err != nil {
+			bad = append(bad, "DLQTopic: "+err.Error())
 		}
 		// Checked here, not at the first poison record: a name the broker
 		// refuses would fail every dead letter write, and the partition's
@@ -238,8 +239,8 @@ func (cfg Config) validate(consumer bool) error {
 			bad = append(bad, fmt.Sprintf("%s must not be negative (got %d)", p.name, p.v))
 		}
 	}
-	if cfg.RetryMaxBackoff < cfg.RetryInitialBackoff {
-		bad = append(bad, fmt.Sprintf("RetryMaxBackoff (%s) is below RetryInitialBackoff (%s)", cfg.RetryMaxBackoff, cfg.RetryInitialBackoff))
+	if err := policy.CheckBackoff(cfg.RetryInitialBackoff, cfg.RetryMaxBackoff); err != nil {
+		bad = append(bad, "RetryMaxBackoff: "+err.Error())
 	}
 	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
 		bad = append(bad, fmt.Sprintf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", cfg.HeartbeatInterval, cfg.SessionTimeout))
@@ -389,6 +390,16 @@ func readAhead(budget int64) (channelBuffer int, fetchDefault, fetchMaxBytes int
 
 // maxTopicNameLen is Kafka's limit on a topic name's length.
 const maxTopicNameLen = 249
+
+// CheckDLQTopic returns an error when dlq is the topic itself: a poison
+// record dead-lettered to the topic it came from would be consumed, fail
+// and be dead-lettered again, for ever. An empty topic is not checked.
+func CheckDLQTopic(topic, dlq string) error {
+	if topic != "" && dlq == topic {
+		return errors.New("the dead letter topic must differ from the topic, or dead-lettered records come straight back")
+	}
+	return nil
+}
 
 // CheckTopicName applies Kafka's rules for a topic name: 1 to 249
 // characters from [a-zA-Z0-9._-], and not "." or "..".
