@@ -26,8 +26,8 @@ type Var struct {
 
 // Reference lists every variable Load reads, in the order the README shows
 // them. Load takes its defaults from here, and the README table is rendered
-// from here (go test ./config -run TestREADMEConfigReference -update), so a
-// new variable is one entry here plus its parsing in Load.
+// from here (the comment above the table says how), so a new variable is one
+// entry here plus its parsing in Load.
 var Reference = []Var{
 	{Name: "EVENT_SOURCE", Default: "kafka", Meaning: "Where events come from: `kafka` (the brokers in `KAFKA_BROKERS`, which must be set) or `embedded` (an in-process broker for development, which loses everything on restart; `KAFKA_BROKERS` must be empty)."},
 	{Name: "IDEMPOTENCY_STORE", Meaning: "Where sent records are kept: `redis` (`REDIS_URL`, which must be set) or `memory` (this process only, forgotten on restart; `REDIS_URL` must be empty). Empty: `redis` when `REDIS_URL` is set, else `memory`."},

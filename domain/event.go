@@ -32,7 +32,7 @@ const (
 // setting), so Decode does not impose a second, hidden size limit.
 const MaxJSONDepth = 32
 
-// Event is a shipment event, decoded and validated (DESIGN.md section 3).
+// Event is a shipment event, decoded and validated (README: "The event").
 type Event struct {
 	EventID    string          `json:"event_id"`
 	Type       string          `json:"type"`
@@ -130,7 +130,7 @@ func invalid(field, value, reason string) error {
 // normalised: phone in E.164, email a bare address, name on one line,
 // channels defaulted and de-duplicated. Any error is an *InvalidEventError.
 //
-// Besides the rules of DESIGN.md section 3, Decode refuses what two JSON
+// Besides the rules of the README's event section, Decode refuses what two JSON
 // readers could understand differently, so that no downstream system (an
 // audit consumer, a replay tool) can disagree with this worker on who the
 // customer is: a key repeated in the record, its recipient or its data, and
