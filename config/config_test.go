@@ -218,7 +218,7 @@ func referenceNames() []string {
 	return names
 }
 
-// TestLoad_Defaults pins the defaults the design (DESIGN.md section 6) and
+// TestLoad_Defaults pins the defaults the README table documents and
 // the cmd wiring rely on, written out by hand rather than derived from
 // Reference, so a changed default is a visible decision.
 func TestLoad_Defaults(t *testing.T) {

@@ -334,7 +334,7 @@ type faultEvent struct {
 	Channels           []string
 }
 
-// JSON is the record value (DESIGN.md section 3).
+// JSON is the record value (README: "The event").
 func (e faultEvent) JSON() []byte {
 	typ := e.Type
 	if typ == "" {

@@ -76,7 +76,7 @@ func mustPublish(b *testing.B, brokers []string, topic string, n, keys int) *bro
 	return &broker{brokers: brokers, topic: topic, events: n}
 }
 
-// eventJSON is a valid shipment event (DESIGN.md section 3) for one SMS.
+// eventJSON is a valid shipment event (README: "The event") for one SMS.
 func eventJSON(eventID, shipment string) []byte {
 	return fmt.Appendf(nil, `{"event_id":%q,"type":"shipment.out_for_delivery","occurred_at":%q,`+
 		`"shipment_id":%q,"recipient":{"name":"Ada","phone":"+31201234567","email":"ada@example.com"},`+
