@@ -387,14 +387,10 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 		token = unknown.Token
 	}
 	res, found, err := s.claim(ctx, log, m, token)
-	switch {
-	case err != nil:
-		return ports.OutcomeFailedRetryable, err
-	case res == duplicate:
-		return ports.OutcomeDuplicate, nil
-	case res == conflict:
-		return s.conflict(log, m, found.Receipt)
-	case res == reclaimed || wasUnknown:
+	if outcome, err, ended := s.claimEnded(log, m, res, found, err); ended {
+		return outcome, err
+	}
+	if res == reclaimed || wasUnknown {
 		w := ports.Unknown{Token: token, Since: found.Lease.Start, Until: found.Lease.Until, First: s.cfg.Now()}
 		if wasUnknown {
 			w = unknown
@@ -409,20 +405,34 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 			s.release(ctx, log, key, token)
 		}
 		token = newToken()
-		switch res, found, err = s.claim(ctx, log, m, token); {
-		case err != nil:
-			return ports.OutcomeFailedRetryable, err
-		case res == duplicate:
-			return ports.OutcomeDuplicate, nil
-		case res == conflict:
-			return s.conflict(log, m, found.Receipt)
-		case res == reclaimed:
+		res, found, err = s.claim(ctx, log, m, token)
+		if outcome, err, ended := s.claimEnded(log, m, res, found, err); ended {
+			return outcome, err
+		}
+		if res == reclaimed {
 			// Another worker's claim, made and abandoned in the moment
 			// between our release and our claim: reconcile it next time.
 			return ports.OutcomeFailedRetryable, fmt.Errorf("claim %s: abandoned by another worker while reconciling", key)
 		}
 	}
 	return s.sendAndRecord(ctx, log, m, done, res, token)
+}
+
+// claimEnded reports whether the claim step ended the notification without
+// a send, and how: the store could not be asked and the failure mode says
+// wait (err), it was sent already (duplicate), or sent for another message
+// (conflict).
+func (s *Service) claimEnded(log *slog.Logger, m ports.Message, res claimResult, found ports.Claim, err error) (ports.Outcome, error, bool) {
+	switch {
+	case err != nil:
+		return ports.OutcomeFailedRetryable, err, true
+	case res == duplicate:
+		return ports.OutcomeDuplicate, nil, true
+	case res == conflict:
+		outcome, err := s.conflict(log, m, found.Receipt)
+		return outcome, err, true
+	}
+	return "", nil, false
 }
 
 // sendAndRecord sends m, holding the claim token (res claimed) or
