@@ -90,7 +90,10 @@ type Config struct {
 		ClaimTTL        time.Duration // IDEMPOTENCY_CLAIM_TTL
 		Timeout         time.Duration // IDEMPOTENCY_TIMEOUT
 		FailureMode     string        // IDEMPOTENCY_FAILURE_MODE: "open" or "closed"
+		KeyFormat       string        // IDEMPOTENCY_KEY_FORMAT: "compact" or "readable"
+		CompactPrefix   string        // IDEMPOTENCY_COMPACT_KEY_PREFIX
 		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
+		ReadBothFormats bool          // IDEMPOTENCY_READ_BOTH_FORMATS
 		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
@@ -205,7 +208,10 @@ func (c Config) LogValue() slog.Value {
 			slog.String("claim_ttl", i.ClaimTTL.String()),
 			slog.String("timeout", i.Timeout.String()),
 			slog.String("failure_mode", i.FailureMode),
+			slog.String("key_format", i.KeyFormat),
+			slog.String("compact_key_prefix", i.CompactPrefix),
 			slog.String("key_prefix", i.KeyPrefix),
+			slog.Bool("read_both_formats", i.ReadBothFormats),
 			slog.Int("breaker_failures", i.BreakerFailures),
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
 			slog.Int("ledger_size", i.LedgerSize),

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
 )
@@ -149,7 +150,10 @@ func (l *loader) idempotency(c *Config) {
 	// fail open on every notification.
 	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
 	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
+	i.KeyFormat = l.oneOf("IDEMPOTENCY_KEY_FORMAT", false, redis.Compact.String(), redis.Readable.String())
+	i.CompactPrefix = l.str("IDEMPOTENCY_COMPACT_KEY_PREFIX")
 	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
+	i.ReadBothFormats = l.boolean("IDEMPOTENCY_READ_BOTH_FORMATS")
 	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
 		// 0 would mean "no breaker", which is refused: the breaker is the
 		// one layer that decides Redis is unavailable, and what bounds the

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
 )
@@ -58,7 +59,10 @@ var Reference = []Var{
 	{Name: "IDEMPOTENCY_CLAIM_TTL", Default: durationText(domain.DefaultClaimTTL), Meaning: "How long an in-flight claim lives, so one left by a crashed worker expires. Must exceed `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`: a claim must outlive the send it guards and the write that records it."},
 	{Name: "IDEMPOTENCY_TIMEOUT", Default: durationText(domain.DefaultStoreTimeout), Meaning: "Limit on each store call (at least 1ms); past it the failure mode applies."},
 	{Name: "IDEMPOTENCY_FAILURE_MODE", Default: string(domain.FailOpen), Meaning: "When the store cannot answer: `open` sends anyway and logs `idempotency_check_unavailable` (a duplicate is possible); `closed` retries the record later (a notification is delayed)."},
-	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: "notification-worker:idem:", Meaning: "Prefix of every store key, to keep ours apart from others' on a shared Redis."},
+	{Name: "IDEMPOTENCY_KEY_FORMAT", Default: redis.Compact.String(), Meaning: "How Redis keys and sent records are laid out. `compact`: `<IDEMPOTENCY_COMPACT_KEY_PREFIX><channel letter><12 characters of a hash of the event_id>`, holding one integer (send time and fingerprint, no provider id), about 117 bytes of Redis memory a notification; `notification-worker key <event_id>` prints an event's keys. `readable`: `<IDEMPOTENCY_KEY_PREFIX><channel>:<event_id>`, holding the provider id too, about 269 bytes; what releases before `compact` wrote. See docs/capacity.md."},
+	{Name: "IDEMPOTENCY_COMPACT_KEY_PREFIX", Default: redis.DefaultCompactPrefix, Meaning: "Prefix of every `compact` key, to keep ours apart from others' on a shared Redis. Each character beyond the first costs 16 bytes a key on Redis 7 (keys of up to 14 bytes fit its smallest allocation)."},
+	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: redis.DefaultKeyPrefix, Meaning: "Prefix of every `readable` key, to keep ours apart from others' on a shared Redis."},
+	{Name: "IDEMPOTENCY_READ_BOTH_FORMATS", Default: "true", Meaning: "Also read the key of the format not written, in the same round trip as the claim, so that records and claims written in the other format are honoured: needed through a rolling upgrade from a release before `compact`, and for `IDEMPOTENCY_TTL` after any change of `IDEMPOTENCY_KEY_FORMAT` or of either prefix. `false` saves one Redis `GET` per notification once nothing of the other format is alive."},
 	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (1 to 1000). The breaker cannot be turned off: it also opens once more than `MAX_IN_FLIGHT` + this many calls failed within the time Redis may keep an unanswered command (13 s by default), which keeps every store call within `IDEMPOTENCY_TIMEOUT` when Redis stops answering."},
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered (a `PING` to every Redis node, which closes it): a store that answers again is used again within one cooldown."},
 	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: strconv.Itoa(domain.DefaultLedgerSize), Meaning: "Most deliveries the worker remembers while their sent record is owed to the store (1 to 1000000): it suppresses their replays and writes the records when the store answers again. About 200 bytes each."},

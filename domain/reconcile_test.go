@@ -298,6 +298,35 @@ func TestService_EventIDConflict(t *testing.T) {
 		}
 	})
 
+	// A store that keeps the first ports.FingerprintKept characters of
+	// the fingerprint (the compact Redis format) tells the same apart
+	// from another payload on those.
+	t.Run("RecordKeepingAFingerprintPrefix", func(t *testing.T) {
+		ev, err := domain.Decode([]byte(event("e1", "sms")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := domain.Fingerprint(ev, ports.ChannelSMS)[:ports.FingerprintKept]
+		for name, tc := range map[string]struct {
+			value        string
+			wantConflict bool
+		}{"SamePayload": {event("e1", "sms"), false}, "OtherPayload": {other, true}} {
+			t.Run(name, func(t *testing.T) {
+				w := newWorld(t, domain.FailOpen)
+				if err := w.store.Store.Record(context.Background(), "sms:e1", ports.Receipt{SentAt: time.Now(), Fingerprint: kept}, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				err := w.handle(t, tc.value)
+				if conflict := ports.KindOf(err) == ports.Permanent; conflict != tc.wantConflict || !conflict && err != nil {
+					t.Fatalf("Handle: %v, want conflict %v", err, tc.wantConflict)
+				}
+				if n := len(w.sms.Sent()); n != 0 {
+					t.Fatalf("sent %d SMS over a record, want 0", n)
+				}
+			})
+		}
+	})
+
 	t.Run("ConflictWithTheLedger", func(t *testing.T) {
 		w := newWorld(t, domain.FailOpen)
 		w.storeDown()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -610,9 +611,10 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, 
 
 // conflicting reports whether r records a message other than m under m's
 // key. A record without a fingerprint (written before fingerprints) never
-// conflicts.
+// conflicts; one that kept only the first characters of its fingerprint
+// (see ports.FingerprintKept) is compared on those.
 func conflicting(r ports.Receipt, m ports.Message) bool {
-	return r.Fingerprint != "" && m.Fingerprint != "" && r.Fingerprint != m.Fingerprint
+	return r.Fingerprint != "" && m.Fingerprint != "" && !strings.HasPrefix(m.Fingerprint, r.Fingerprint)
 }
 
 // conflict reports an event_id that was sent for another message: nothing

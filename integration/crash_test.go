@@ -70,15 +70,17 @@ func TestCrashMidSend(t *testing.T) {
 	// its lease, to be found.
 	atKill := rig.Values(ctx)
 	pendingEmail := map[string]bool{}
+	for _, e := range evs {
+		if strings.HasPrefix(atKill[rig.Key("email", e.ID)], "pending:") {
+			pendingEmail[e.ID] = true
+		}
+	}
 	pending := 0
 	for k, v := range atKill {
 		if !strings.HasPrefix(v, "pending:") {
 			continue
 		}
 		pending++
-		if strings.HasPrefix(k, rig.Prefix+"email:") {
-			pendingEmail[strings.TrimPrefix(k, rig.Prefix+"email:")] = true
-		}
 		if ttl, ok, err := rig.Redis.PTTL(ctx, k); err == nil && ok && ttl <= claimTTL {
 			t.Errorf("pending claim %s has PTTL %v: it would expire with its lease (%v) and be forgotten", k, ttl, claimTTL)
 		}
@@ -136,7 +138,7 @@ func TestCrashMidSend(t *testing.T) {
 	values := rig.Values(ctx)
 	for _, e := range evs {
 		for _, ch := range []string{"sms", "email"} {
-			if v := values[rig.Key(ch, e.ID)]; !strings.HasPrefix(v, "sent:") {
+			if v := values[rig.Key(ch, e.ID)]; !isSentRecord(v) {
 				t.Errorf("%s key of %s holds %q after the restart, want a sent record", ch, e.ID, v)
 			}
 		}

@@ -22,7 +22,10 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // This file holds what the fault scenarios (outage, providers, poison,
@@ -107,10 +110,11 @@ func (r *faultRig) WorkerEnv(extra map[string]string) map[string]string {
 	envs := []map[string]string{
 		r.Kafka.Env(r.Topic, r.Group), r.Redis.Env(), r.Twilio.Env(),
 		{
-			"IDEMPOTENCY_KEY_PREFIX": r.Prefix,
-			"RETRY_INITIAL_BACKOFF":  "50ms",
-			"RETRY_MAX_BACKOFF":      "250ms",
-			"LOG_LEVEL":              "info",
+			"IDEMPOTENCY_KEY_PREFIX":         r.Prefix,
+			"IDEMPOTENCY_COMPACT_KEY_PREFIX": r.Prefix,
+			"RETRY_INITIAL_BACKOFF":          "50ms",
+			"RETRY_MAX_BACKOFF":              "250ms",
+			"LOG_LEVEL":                      "info",
 		},
 	}
 	if r.SMTP != nil {
@@ -163,7 +167,7 @@ func (r *faultRig) PublishRecords(ctx context.Context, recs ...*kgo.Record) {
 // Key is the Redis key of one notification: the worker's prefix, the
 // channel, a colon, the event_id (domain.NotificationKey).
 func (r *faultRig) Key(channel, eventID string) string {
-	return r.Prefix + channel + ":" + eventID
+	return storeKey(r.Prefix, channel, eventID)
 }
 
 // SMSCount returns how many SMS the double accepted, by recipient.
@@ -229,7 +233,7 @@ func (r *faultRig) WaitSentRecord(ctx context.Context, key string, timeout time.
 			return false, err.Error()
 		}
 		val = v
-		return ok && strings.HasPrefix(v, "sent:"), fmt.Sprintf("value %q, present %v", v, ok)
+		return ok && isSentRecord(v), fmt.Sprintf("value %q, present %v", v, ok)
 	})
 	return val
 }
@@ -565,4 +569,16 @@ func faultReadyStore(addr string) (string, error) {
 	}
 	s, _ := body["store"].(string)
 	return s, nil
+}
+
+// storeKey is the Redis key of eventID's notification on channel, for a
+// worker whose compact key prefix is prefix (the harness's default format).
+func storeKey(prefix, channel, eventID string) string {
+	return redis.Config{CompactPrefix: prefix}.Key(domain.NotificationKey(eventID, ports.Channel(channel)))
+}
+
+// isSentRecord reports whether v is a sent record, in any format.
+func isSentRecord(v string) bool {
+	c, ok := redis.Decode(v)
+	return ok && c.State == ports.AlreadySent
 }

@@ -5,7 +5,6 @@ package integration_test
 import (
 	"context"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -107,9 +106,9 @@ func runIncident(t *testing.T, start workerStarter, name string, hooks incidentH
 			t.Errorf("%d keys under %s, want one per notification (%d): %v", len(keys), p.KeyPrefix, len(want), keys)
 		}
 		for _, n := range want {
-			key := p.KeyPrefix + n.Channel + ":" + n.EventID
+			key := storeKey(p.KeyPrefix, n.Channel, n.EventID)
 			val, ok, err := p.Redis.Get(ctx, key)
-			if err != nil || !ok || !strings.HasPrefix(val, "sent:") {
+			if err != nil || !ok || !isSentRecord(val) {
 				t.Errorf("%s = %q (exists %v, error %v), want a sent record", key, val, ok, err)
 			}
 		}

@@ -148,7 +148,7 @@ func TestRedisOutage(t *testing.T) {
 		}
 		values := rig.Values(ctx)
 		for _, e := range append(before, during...) {
-			if v := values[rig.Key("sms", e.ID)]; !strings.HasPrefix(v, "sent:") {
+			if v := values[rig.Key("sms", e.ID)]; !isSentRecord(v) {
 				t.Errorf("key of %s holds %q, want a sent record", e.ID, v)
 			}
 		}

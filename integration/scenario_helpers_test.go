@@ -86,7 +86,8 @@ func (p *peerStack) env(extra ...map[string]string) map[string]string {
 	base := []map[string]string{
 		p.Kafka.Env(p.Topic, p.Group), p.Redis.Env(), p.Mailpit.Env(), p.Twilio.Env(),
 		{
-			"IDEMPOTENCY_KEY_PREFIX": p.KeyPrefix,
+			"IDEMPOTENCY_KEY_PREFIX":         p.KeyPrefix,
+			"IDEMPOTENCY_COMPACT_KEY_PREFIX": p.KeyPrefix,
 			// Short enough that a retry after a provider blip does not eat
 			// the test's deadline, long enough for real backoff.
 			"RETRY_INITIAL_BACKOFF": "50ms",

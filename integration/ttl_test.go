@@ -4,7 +4,6 @@ package integration_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,9 +40,7 @@ func TestIdempotencyTTL(t *testing.T) {
 	}
 	evs := makeEvents(p.RunID, 0, 1, 1) // event 0: SMS only
 	ev := evs[0]
-	// The key format of domain.NotificationKey behind the store's prefix,
-	// spelled out here so a change to either shows.
-	key := p.KeyPrefix + "sms:" + ev.EventID
+	key := storeKey(p.KeyPrefix, "sms", ev.EventID)
 
 	first := p.startWorker(t, integration.StartWorkerProcess, "first", env)
 	p.publish(ctx, t, evs)
@@ -55,7 +52,7 @@ func TestIdempotencyTTL(t *testing.T) {
 	var pttl time.Duration
 	recordSeen := waitFor(t, 30*time.Second, 5*time.Millisecond, "a sent record under "+key, func() bool {
 		v, ok, err := p.Redis.Get(ctx, key)
-		if err != nil || !ok || !strings.HasPrefix(v, "sent:") {
+		if err != nil || !ok || !isSentRecord(v) {
 			return false
 		}
 		val = v

@@ -123,9 +123,15 @@ type Receipt struct {
 	// Fingerprint is a short digest of what decided the message (see
 	// domain.Fingerprint), kept with the sent record so a later event that
 	// reuses the event_id for another message is told apart. Empty in a
-	// record written before fingerprints existed.
+	// record written before fingerprints existed. A store may keep only its
+	// first FingerprintKept characters (see IdempotencyStore.Record).
 	Fingerprint string
 }
+
+// FingerprintKept is the fewest characters of a Receipt's Fingerprint a
+// store keeps: a record's fingerprint that is a prefix of at least this
+// many characters of a message's one matches it.
+const FingerprintKept = 5
 
 // Notifier sends messages on one channel.
 type Notifier interface {
@@ -252,7 +258,11 @@ type IdempotencyStore interface {
 	// so that an abandoned claim can be found; Record or Release ends it.
 	Claim(ctx context.Context, key, token string, ttl time.Duration) (Claim, error)
 	// Record sets key to a sent record holding r, living ttl, whatever key
-	// held before.
+	// held before. A store may keep less than r: at the least the send time
+	// to the second and the first FingerprintKept characters of the
+	// fingerprint (or, for a rare fingerprint it cannot tell from none,
+	// none); the provider id may be dropped. Claim then reports what was
+	// kept.
 	Record(ctx context.Context, key string, r Receipt, ttl time.Duration) error
 	// Release deletes key if and only if it holds a pending claim owned by
 	// token. Releasing a key owned by another token, already sent, or absent

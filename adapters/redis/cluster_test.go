@@ -31,15 +31,34 @@ func TestCluster(t *testing.T) {
 	}
 
 	t.Run("Contract", func(t *testing.T) {
-		const prefix = "contract:"
+		// Reading both formats: the claim's SET and the other key's GET go
+		// to the nodes of two different slots in one DoMulti.
+		cfg := redis.Config{URL: c.URL(), CompactPrefix: "contract:", KeyPrefix: "contract-r:", ReadBoth: true}
 		storetest.Run(t, storetest.Harness{
 			New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
-				return MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix, KeepAbandoned: keep})
+				c := cfg
+				c.KeepAbandoned = keep
+				return MustStore(t, c)
 			},
 			TTL: func(t *testing.T, key string) time.Duration {
-				return MustPTTL(t, raw, prefix+key)
+				return MustPTTL(t, raw, cfg.Key(key))
 			},
 		})
+	})
+
+	t.Run("ReadableRecordsHonoured", func(t *testing.T) {
+		cfg := redis.Config{URL: c.URL(), CompactPrefix: "up:", KeyPrefix: "up-r:", ReadBoth: true}
+		s, ctx := MustStore(t, cfg), testCtx(t)
+		for i := range 30 {
+			k := fmt.Sprintf("sms:%s-%d", t.Name(), i)
+			MustSet(t, raw, cfg.OtherKey(k), "sent:1775121240000:SM"+strconv.Itoa(i))
+			if got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute); got.State != ports.AlreadySent || got.Receipt.ProviderID != "SM"+strconv.Itoa(i) {
+				t.Fatalf("claim %d over a readable record: %+v, want already_sent", i, got)
+			}
+			if v, ok := MustGet(t, raw, cfg.Key(k)); ok {
+				t.Fatalf("compact key %d left holding %q, want the claim released", i, v)
+			}
+		}
 	})
 
 	t.Run("KeysSpreadOverNodes", func(t *testing.T) {
@@ -49,7 +68,7 @@ func TestCluster(t *testing.T) {
 		// EVALSHA, loaded on each node by EVAL on NOSCRIPT) must reach
 		// them all too.
 		const prefix = "spread:"
-		s, ctx := MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix}), testCtx(t)
+		s, ctx := MustStore(t, redis.Config{URL: c.URL(), CompactPrefix: prefix}), testCtx(t)
 		mustSpread(t, c, nodes, s, ctx, prefix)
 	})
 
@@ -58,7 +77,7 @@ func TestCluster(t *testing.T) {
 		// reason not to start.
 		url := fmt.Sprintf("redis://%s?addr=%s", closedAddr(t), c.Nodes[1].Addr())
 		const prefix = "seeds:"
-		s, ctx := MustStore(t, redis.Config{URL: url, KeyPrefix: prefix}), testCtx(t)
+		s, ctx := MustStore(t, redis.Config{URL: url, CompactPrefix: prefix}), testCtx(t)
 		mustSpread(t, c, nodes, s, ctx, prefix)
 	})
 
@@ -92,7 +111,7 @@ func TestCluster(t *testing.T) {
 		// The documented cluster ACL: the standalone one plus the right to
 		// read the slot map (CLUSTER SLOTS below Redis 8, SHARDS from 8).
 		url := setUser(t, "worker", slices.Concat(standaloneACL, []string{"+cluster|slots", "+cluster|shards"})...)
-		s, ctx := MustStore(t, redis.Config{URL: url, KeyPrefix: "acl:ok:"}), testCtx(t)
+		s, ctx := MustStore(t, redis.Config{URL: url, CompactPrefix: "acl:ok:"}), testCtx(t)
 		mustSpread(t, c, nodes, s, ctx, "acl:ok:")
 		if err := s.Ping(ctx); err != nil {
 			t.Fatalf("Ping: %v", err)
@@ -108,7 +127,7 @@ func TestCluster(t *testing.T) {
 		// why. (With the rights, New succeeds: see ACL above.)
 		url := setUser(t, "noslots", standaloneACL...)
 		for i := range 10 {
-			s, err := redis.New(redis.Config{URL: url, KeyPrefix: "acl:noslots:"})
+			s, err := redis.New(redis.Config{URL: url, CompactPrefix: "acl:noslots:"})
 			if err == nil {
 				s.Close()
 				t.Fatalf("New %d without +cluster|slots: no error", i)
@@ -137,7 +156,7 @@ func TestCluster(t *testing.T) {
 		// slot map. The store's next command for that slot goes to node 0,
 		// which answers MOVED; rueidis must send it on to node 1.
 		const prefix = "moved:"
-		s, ctx := MustStore(t, redis.Config{URL: c.URL(), KeyPrefix: prefix}), testCtx(t)
+		s, ctx := MustStore(t, redis.Config{URL: c.URL(), CompactPrefix: prefix}), testCtx(t)
 		src, dst := nodes[0], nodes[1]
 		lo, hi := c.Slots(0)
 		var k string
@@ -148,7 +167,7 @@ func TestCluster(t *testing.T) {
 			}
 			k = uniqueKey(t)
 			var err error
-			if slot, err = src.Do(ctx, src.B().ClusterKeyslot().Key(prefix+k).Build()).AsInt64(); err != nil {
+			if slot, err = src.Do(ctx, src.B().ClusterKeyslot().Key(redis.Config{CompactPrefix: prefix}.Key(k)).Build()).AsInt64(); err != nil {
 				t.Fatalf("CLUSTER KEYSLOT: %v", err)
 			}
 			if slot < int64(lo) || slot > int64(hi) {
@@ -183,7 +202,7 @@ func TestCluster(t *testing.T) {
 		if got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute); got.State != ports.Claimed {
 			t.Fatalf("Claim in the moved slot: state %v, want claimed", got.State)
 		}
-		if v, ok := MustGet(t, dst, prefix+k); !ok || !strings.HasPrefix(v, "pending:tok.") {
+		if v, ok := MustGet(t, dst, redis.Config{CompactPrefix: prefix}.Key(k)); !ok || !strings.HasPrefix(v, "pending:tok.") {
 			t.Fatalf("node 1 holds %q (present %v), want pending:tok", v, ok)
 		}
 		if got := movedCount(t, src); got <= moved {
@@ -192,7 +211,7 @@ func TestCluster(t *testing.T) {
 		if err := s.Release(ctx, k, "tok"); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if v, ok := MustGet(t, dst, prefix+k); ok {
+		if v, ok := MustGet(t, dst, redis.Config{CompactPrefix: prefix}.Key(k)); ok {
 			t.Fatalf("node 1 still holds %q after Release", v)
 		}
 	})

@@ -3,9 +3,10 @@
 //
 // # Values
 //
-// Every key is Config.KeyPrefix + the caller's key, and holds a claim or a
-// sent record, in the forms values.go lists (every release's forms are
-// read). A claim's key lives its lease plus Config.KeepAbandoned, so a
+// The caller's key maps to one Redis key in each Format (keys.go): a
+// compact one, the default, and the readable one of the releases before.
+// A key holds a claim or a sent record, in the forms values.go lists
+// (every release's forms are read). A claim's key lives its lease plus Config.KeepAbandoned, so a
 // claim whose worker died is found, and taken over, by the next Claim past
 // its lease. Times keep millisecond precision; nothing finer survives a
 // round trip. Any other value under our prefix is not ours to interpret:
@@ -56,12 +57,13 @@
 //
 // # ACL
 //
-// The commands sent are HELLO, SELECT (when the URL names a db), SET, EVALSHA
-// and EVAL (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
+// The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
+// (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
+// (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
 // above); the Release script itself runs GET and DEL, which ACL checks too.
-// A user restricted to
-// "~<prefix>* +@connection +select +set +get +del +evalsha +eval +ping" is
-// enough on a standalone server (tested).
+// A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
+// +set +get +del +evalsha +eval +ping" is enough on a standalone server
+// (tested); New's self-check fails when the other prefix is not readable.
 package redis
 
 import (
@@ -87,12 +89,14 @@ var _ ports.IdempotencyStore = (*Store)(nil)
 // Defaults applied by New to zero Config fields.
 const (
 	DefaultKeyPrefix     = "notification-worker:idem:"
+	DefaultCompactPrefix = "n"
 	DefaultTimeout       = 200 * time.Millisecond
 	DefaultKeepAbandoned = 48 * time.Hour
 )
 
 // ErrForeignValue is wrapped by Claim when the key holds a value this store
-// did not write (not "pending:..." nor a well-formed "sent:..."). The value
+// did not write (not "pending:...", a well-formed "sent:..." nor a compact
+// record). The value
 // itself is never put in the error: it may be someone else's data.
 var ErrForeignValue = errors.New("redis: key holds a value that is neither a claim nor a sent record")
 
@@ -155,8 +159,20 @@ type Config struct {
 	// and /db number, as rueidis.ParseURL reads it. Query parameters
 	// rueidis understands (addr, dial_timeout, write_timeout, ...) apply.
 	URL string
-	// KeyPrefix is put before every key. Empty: DefaultKeyPrefix.
+	// Format is how keys and sent records are written: Compact (the zero
+	// value) or Readable.
+	Format Format
+	// KeyPrefix is put before every Readable key. Empty: DefaultKeyPrefix.
 	KeyPrefix string
+	// CompactPrefix is put before every Compact key. Empty:
+	// DefaultCompactPrefix.
+	CompactPrefix string
+	// ReadBoth makes Claim read the other format's key too, so that what
+	// workers writing the other format claimed or recorded is honoured:
+	// during a rolling upgrade from a release before Compact, and for an
+	// IDEMPOTENCY_TTL after a change of Format. It costs one GET per Claim,
+	// sent with the claim's SET in one round trip.
+	ReadBoth bool
 	// Timeout bounds every call, on top of the caller's context. Zero:
 	// DefaultTimeout. Connecting in New is bounded by rueidis' dial timeout
 	// instead (5s, or the URL's dial_timeout), so a slow start-up handshake
@@ -202,9 +218,42 @@ const MaxRing = 1 << 16
 // itself on the next call: it never needs to be rebuilt.
 type Store struct {
 	client  rueidis.Client
-	prefix  string
+	cfg     Config // with defaults applied
 	timeout time.Duration
 	keep    time.Duration // Config.KeepAbandoned
+}
+
+// withDefaults returns c with its zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.CompactPrefix == "" {
+		c.CompactPrefix = DefaultCompactPrefix
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.KeepAbandoned == 0 {
+		c.KeepAbandoned = DefaultKeepAbandoned
+	}
+	return c
+}
+
+// prefix is what the store's own keys start with in its Format, and
+// otherPrefix the other Format's.
+func (c Config) prefix() string {
+	if c.Format == Readable {
+		return c.KeyPrefix
+	}
+	return c.CompactPrefix
+}
+
+func (c Config) otherPrefix() string {
+	if c.Format == Readable {
+		return c.CompactPrefix
+	}
+	return c.KeyPrefix
 }
 
 // New connects to the server in cfg.URL and returns a Store. It fails if the
@@ -212,14 +261,9 @@ type Store struct {
 // authenticated) within the dial timeout. Errors never carry the password. Client-side caching is off: the store
 // never reads a key twice, and CLIENT TRACKING would need extra ACL rights.
 func New(cfg Config) (*Store, error) {
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = DefaultKeyPrefix
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.KeepAbandoned == 0 {
-		cfg.KeepAbandoned = DefaultKeepAbandoned
+	cfg = cfg.withDefaults()
+	if cfg.Format != Compact && cfg.Format != Readable {
+		return nil, fmt.Errorf("redis: unknown Format %d", cfg.Format)
 	}
 	if cfg.KeepAbandoned < 0 {
 		return nil, fmt.Errorf("redis: negative KeepAbandoned %v", cfg.KeepAbandoned)
@@ -257,7 +301,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect to %s: %w", ports.MaskURL(cfg.URL), err)
 	}
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
+	s := &Store{client: client, cfg: cfg, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
@@ -338,17 +382,29 @@ func (s *Store) selfCheck() error {
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
 	keys := make([]string, len(selfCheckTags))
-	claims := make(rueidis.Commands, len(selfCheckTags))
+	claims := make(rueidis.Commands, len(selfCheckTags), 2*len(selfCheckTags))
 	for i, tag := range selfCheckTags {
-		keys[i] = s.prefix + "self-check:{" + tag + "}:" + token
+		keys[i] = s.cfg.prefix() + "self-check:{" + tag + "}:" + token
 		claims[i] = s.claimCmd(keys[i], encodeClaim(token, time.Now(), time.Minute), time.Minute)
 	}
-	claimErrs := make([]error, len(keys))
+	if s.cfg.ReadBoth {
+		// Claim reads the other format's keys: the ACL must let it.
+		for _, tag := range selfCheckTags {
+			claims = append(claims, s.client.B().Get().Key(s.cfg.otherPrefix()+"self-check:{"+tag+"}:"+token).Build())
+		}
+	}
+	claimErrs := make([]error, len(claims))
 	var claimed []int
 	for i, res := range s.client.DoMulti(ctx, claims...) {
-		if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
+		err := res.Error()
+		switch {
+		case i >= len(keys):
+			if err != nil && !rueidis.IsRedisNil(err) {
+				claimErrs[i] = fmt.Errorf("redis read of the other format's key %s (IDEMPOTENCY_READ_BOTH_FORMATS): %w", s.cfg.otherPrefix()+"self-check:{"+selfCheckTags[i-len(keys)]+"}:"+token, err)
+			}
+		case err != nil && !rueidis.IsRedisNil(err):
 			claimErrs[i] = fmt.Errorf("redis claim %s: %w", keys[i], err)
-		} else {
+		default:
 			claimed = append(claimed, i)
 		}
 	}
@@ -390,7 +446,7 @@ func (s *Store) selfCheck() error {
 		}
 	}
 	if moved > 0 {
-		return fmt.Errorf("self-check failed: %d of %d keys spread over the hash slots were refused with MOVED: the server is a Redis Cluster node, but the client could not read the slot map and sent every command to the node in the URL; the ACL must allow CLUSTER SLOTS and CLUSTER SHARDS (+cluster|slots +cluster|shards) so the client can read the slot map: %w", moved, len(keys), firstMoved)
+		return fmt.Errorf("self-check failed: %d of %d commands on keys spread over the hash slots were refused with MOVED: the server is a Redis Cluster node, but the client could not read the slot map and sent every command to the node in the URL; the ACL must allow CLUSTER SLOTS and CLUSTER SHARDS (+cluster|slots +cluster|shards) so the client can read the slot map: %w", moved, len(claims), firstMoved)
 	}
 	if err := firstError(claimErrs); err != nil {
 		return fmt.Errorf("self-check claim failed (this store needs Redis >= 7.0 for SET NX GET, and an ACL allowing SET, GET, DEL, EVAL and EVALSHA on the key prefix): %w", err)
@@ -465,6 +521,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // It returns an error wrapping ErrForeignValue when the key holds a value
 // this store did not write.
 //
+// With Config.ReadBoth, a GET of the other format's key goes out with the
+// SET, in the same round trip (see other).
+//
 // Leases are judged by this process's clock against the one that wrote
 // them: clocks apart by more than a lease's slack make a claim look
 // abandoned early, or late.
@@ -475,13 +534,30 @@ func (s *Store) Ping(ctx context.Context) error {
 // deletes it, or it is taken over once its lease has passed. (Record and
 // Release cut short may likewise still run.)
 func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
-	k := s.prefix + key
+	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
 	now := time.Now()
 	mine, px := encodeClaim(token, now, ttl), ttl+s.keep
-	old, err := s.do(ctx, s.claimCmd(k, mine, px)).ToString()
+	if !s.cfg.ReadBoth {
+		return s.claimed(ctx, k, s.do(ctx, s.claimCmd(k, mine, px)), mine, px, now)
+	}
+	other := s.cfg.otherKey(key)
+	bctx, cancel := s.bound(ctx)
+	res := s.client.DoMulti(bctx, s.claimCmd(k, mine, px), s.client.B().Get().Key(other).Build())
+	cancel()
+	c, err := s.claimed(ctx, k, res[0], mine, px, now)
+	if err != nil {
+		return c, err
+	}
+	return s.other(ctx, key, token, other, res[1], c, now)
+}
+
+// claimed reads res, the answer to the claim's SET on the prefixed key k,
+// and takes an abandoned claim over.
+func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, mine string, px time.Duration, now time.Time) (ports.Claim, error) {
+	old, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return ports.Claim{State: ports.Claimed}, nil
 	}
@@ -496,6 +572,46 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 		return c, nil
 	}
 	return s.takeOver(ctx, k, old, mine, px, c.Lease)
+}
+
+// other weighs res, what the other format's key other held when the
+// caller's key was claimed with token, against c, the claim's outcome.
+//
+// When c says the notification is another worker's (sent, or claimed by
+// another token), c stands. Otherwise token holds the caller's key, and
+// the other key decides: a sent record there, or a claim whose lease has
+// not passed, is what Claim reports, and token's claim is released, so
+// that a worker of the other format, which does not look at this key,
+// is the only one to send. An abandoned claim there makes a fresh claim a
+// takeover of it. An error, or a value that is not ours, is Claim's error
+// (token's claim is released first): the store could not tell whether the
+// notification was sent.
+func (s *Store) other(ctx context.Context, key, token, other string, res rueidis.RedisResult, c ports.Claim, now time.Time) (ports.Claim, error) {
+	if c.State == ports.AlreadySent || c.State == ports.InFlight && c.Lease.Token != token {
+		return c, nil
+	}
+	v, err := res.ToString()
+	if rueidis.IsRedisNil(err) {
+		return c, nil
+	}
+	o, ok := decodeValue(v)
+	switch {
+	case err == nil && !ok:
+		err = ErrForeignValue
+	case err == nil && o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
+		if c.State == ports.Claimed {
+			return ports.Claim{State: ports.TakenOver, Lease: o.Lease}, nil
+		}
+		return c, nil
+	}
+	// Whatever Release answers, the claim left behind is harmless: the
+	// next Claim with token looks at the other key again, and another
+	// worker's takes it over once its lease has passed.
+	_ = s.Release(ctx, key, token)
+	if err != nil {
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, err)
+	}
+	return o, nil
 }
 
 // takeOver replaces the abandoned claim old (whose lease is prev) by mine.
@@ -530,15 +646,15 @@ func (s *Store) claimCmd(k, value string, px time.Duration) rueidis.Completed {
 	return s.client.B().Set().Key(k).Value(value).Nx().Get().PxMilliseconds(ms(px)).Build()
 }
 
-// Record implements ports.IdempotencyStore: SET key sent:<unixms>:<id> PX
-// <ttl>. A plain SET is idempotent, so rueidis may retry it after a
+// Record implements ports.IdempotencyStore: SET key <record> PX <ttl>,
+// with the record in Config.Format (values.go). A plain SET is idempotent, so rueidis may retry it after a
 // connection error within the timeout.
 func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
-	k := s.prefix + key
+	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis record %s: %w", k, err)
 	}
-	cmd := s.client.B().Set().Key(k).Value(encodeSent(r)).PxMilliseconds(ms(ttl)).Build().ToRetryable()
+	cmd := s.client.B().Set().Key(k).Value(encodeRecord(s.cfg.Format, r)).PxMilliseconds(ms(ttl)).Build().ToRetryable()
 	if err := s.do(ctx, cmd).Error(); err != nil {
 		return fmt.Errorf("redis record %s: %w", k, err)
 	}
@@ -550,7 +666,7 @@ func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl tim
 // server does not have it yet. Running it twice is harmless, so rueidis may
 // retry it after a connection error within the timeout.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	k := s.prefix + key
+	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis release %s: %w", k, err)
 	}

@@ -103,17 +103,29 @@ func waitFor(tb testing.TB, within time.Duration, what string, f func() error) {
 func TestStoreContract(t *testing.T) {
 	srv := redistest.MustStart(t)
 	raw := srv.MustClient(t, 0)
-	const prefix = "contract:"
-	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
-			return MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix, KeepAbandoned: keep})
-		},
-		TTL: func(t *testing.T, key string) time.Duration {
-			return MustPTTL(t, raw, prefix+key)
-		},
-	})
+	for name, cfg := range map[string]redis.Config{
+		"Compact":          {Format: redis.Compact, CompactPrefix: "c:"},
+		"Readable":         {Format: redis.Readable, KeyPrefix: "contract:"},
+		"CompactReadsBoth": {Format: redis.Compact, CompactPrefix: "cb:", KeyPrefix: "contract-b:", ReadBoth: true},
+	} {
+		cfg.URL = srv.URL()
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
+					c := cfg
+					c.KeepAbandoned = keep
+					return MustStore(t, c)
+				},
+				TTL: func(t *testing.T, key string) time.Duration {
+					return MustPTTL(t, raw, cfg.Key(key))
+				},
+			})
+		})
+	}
 }
 
+// TestKeyFormat pins the Readable format: its keys and values are what
+// the releases before Compact wrote and read.
 func TestKeyFormat(t *testing.T) {
 	srv := redistest.MustStart(t)
 	raw := srv.MustClient(t, 0)
@@ -121,7 +133,7 @@ func TestKeyFormat(t *testing.T) {
 
 	t.Run("PrefixApplied", func(t *testing.T) {
 		prefix := "tenant-a:idem:"
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: prefix}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: prefix}), uniqueKey(t)
 		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
 		if v, ok := MustGet(t, raw, prefix+k); !ok || !strings.HasPrefix(v, "pending:tok-a.") {
 			t.Fatalf("GET %s = %q (present %v), want pending:tok-a.<start>.<until>", prefix+k, v, ok)
@@ -136,7 +148,7 @@ func TestKeyFormat(t *testing.T) {
 	})
 
 	t.Run("DefaultPrefix", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL()}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable}), uniqueKey(t)
 		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
 		if _, ok := MustGet(t, raw, "notification-worker:idem:"+k); !ok {
 			t.Fatalf("key not found under the default prefix")
@@ -144,7 +156,7 @@ func TestKeyFormat(t *testing.T) {
 	})
 
 	t.Run("SentRecordFormat", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		// An SMTP Message-ID: colons inside the provider id must survive.
 		r := ports.Receipt{ProviderID: "<a:b:c@mail.example>", SentAt: time.UnixMilli(1775121240123)}
 		if err := s.Record(ctx, k, r, time.Hour); err != nil {
@@ -160,7 +172,7 @@ func TestKeyFormat(t *testing.T) {
 	})
 
 	t.Run("ClaimFormat", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		before := time.Now().UnixMilli()
 		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
 		after := time.Now().UnixMilli()
@@ -175,7 +187,7 @@ func TestKeyFormat(t *testing.T) {
 	})
 
 	t.Run("SentRecordWithFingerprint", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		r := ports.Receipt{ProviderID: "<a:b@mail.example>", SentAt: time.UnixMilli(1775121240123), Fingerprint: "Zx9_k2"}
 		if err := s.Record(ctx, k, r, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
@@ -194,7 +206,7 @@ func TestKeyFormat(t *testing.T) {
 	// Values written by the release before leases and fingerprints, as a
 	// rolling upgrade leaves them: honoured, never taken for foreign.
 	t.Run("ClaimWithoutLeaseHonoured", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		if err := raw.Do(ctx, raw.B().Set().Key("fmt:"+k).Value("pending:0a1b2c3d4e5f60718293a4b5").PxMilliseconds(60000).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +225,7 @@ func TestKeyFormat(t *testing.T) {
 	t.Run("SentRecordWrittenElsewhere", func(t *testing.T) {
 		// The documented format is a contract: a record written by another
 		// tool (a backfill, an older worker) reads back.
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "fmt:"}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		MustSet(t, raw, "fmt:"+k, "sent:1775121240000:SM0123")
 		got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute)
 		want := time.Date(2026, 4, 2, 9, 14, 0, 0, time.UTC)
@@ -227,7 +239,7 @@ func TestForeignValue(t *testing.T) {
 	srv := redistest.MustStart(t)
 	raw := srv.MustClient(t, 0)
 	ctx := testCtx(t)
-	s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "foreign:"})
+	s := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "foreign:"})
 
 	for name, value := range map[string]string{
 		"PlainString":   "hello-secret-value",
@@ -237,6 +249,14 @@ func TestForeignValue(t *testing.T) {
 		"UpperCase":     "PENDING:tok",
 		"EmptyString":   "",
 		"LooksLikeJSON": `{"sent":true}`,
+		// Integers outside the compact records' range, or not in the
+		// decimal form Redis gives back.
+		"SmallInteger":    "12345",
+		"NegativeInteger": "-4611686018427387904",
+		"BelowCompact":    "4611686018427387903",
+		"LeadingZero":     "04611686018427387905",
+		"PlusSign":        "+4611686018427387905",
+		"AboveInt64":      "9223372036854775808",
 	} {
 		t.Run(name, func(t *testing.T) {
 			k := uniqueKey(t)
@@ -311,14 +331,14 @@ func TestOutage(t *testing.T) {
 			_, err := s.Claim(context.Background(), k, "tok-after", time.Minute)
 			return err
 		})
-		if v, _ := MustGet(t, srv.MustClient(t, 0), "outage:"+k); !strings.HasPrefix(v, "pending:tok-after.") {
+		if v, _ := MustGet(t, srv.MustClient(t, 0), redis.Config{CompactPrefix: "outage:"}.Key(k)); !strings.HasPrefix(v, "pending:tok-after.") {
 			t.Fatalf("after recovery, key holds %q, want pending:tok-after", v)
 		}
 	}
 
 	t.Run("Killed", func(t *testing.T) {
 		srv := redistest.MustStart(t)
-		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: timeout})
+		s := MustStore(t, redis.Config{URL: srv.URL(), CompactPrefix: "outage:", Timeout: timeout})
 		storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute) // a live connection to break
 		srv.Kill(t)
 		mustFailFast(t, s)
@@ -332,7 +352,7 @@ func TestOutage(t *testing.T) {
 		// Claim (EOF) after the server was back. A timeout is tolerated: on a
 		// loaded machine a fresh dial may take longer than 200ms.
 		srv := redistest.MustStart(t)
-		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: timeout})
+		s := MustStore(t, redis.Config{URL: srv.URL(), CompactPrefix: "outage:", Timeout: timeout})
 		// One call at a time, the way a quiet worker uses the store: this
 		// opens the pooled connections without making them pipeline.
 		for range 16 {
@@ -350,7 +370,7 @@ func TestOutage(t *testing.T) {
 
 	t.Run("Unresponsive", func(t *testing.T) {
 		srv := redistest.MustStart(t)
-		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: timeout})
+		s := MustStore(t, redis.Config{URL: srv.URL(), CompactPrefix: "outage:", Timeout: timeout})
 		storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute)
 		srv.Pause(t)
 		t.Cleanup(func() { srv.Resume(t) })
@@ -362,7 +382,7 @@ func TestOutage(t *testing.T) {
 	t.Run("CallerCancelBeatsTimeout", func(t *testing.T) {
 		// A caller that gives up early is not held until the store timeout.
 		srv := redistest.MustStart(t)
-		s := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "outage:", Timeout: 2 * time.Second})
+		s := MustStore(t, redis.Config{URL: srv.URL(), CompactPrefix: "outage:", Timeout: 2 * time.Second})
 		storetest.MustClaim(t, s, testCtx(t), uniqueKey(t), "tok", time.Minute)
 		srv.Pause(t)
 		t.Cleanup(func() { srv.Resume(t) })
@@ -386,7 +406,7 @@ func TestACLAndDatabase(t *testing.T) {
 	// The least the store needs on a standalone server, as its package
 	// comment documents; the key pattern confines it to its prefix.
 	setuser := admin.B().Arbitrary("ACL", "SETUSER", "worker").Args(
-		"reset", "on", ">s3cret-pw", "~acl:*", "+@connection", "+select", "+set", "+get", "+del", "+evalsha", "+eval", "+ping",
+		"reset", "on", ">s3cret-pw", "~acl:*", "~acl-c:*", "+@connection", "+select", "+set", "+get", "+del", "+evalsha", "+eval", "+ping",
 	).Build()
 	if err := admin.Do(ctx, setuser).Error(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
@@ -394,7 +414,7 @@ func TestACLAndDatabase(t *testing.T) {
 	url := fmt.Sprintf("redis://worker:s3cret-pw@%s/3", srv.Addr())
 
 	t.Run("OK", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: url, KeyPrefix: "acl:"}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: url, Format: redis.Readable, KeyPrefix: "acl:"}), uniqueKey(t)
 		if err := s.Ping(ctx); err != nil {
 			t.Fatalf("Ping: %v", err)
 		}
@@ -420,13 +440,35 @@ func TestACLAndDatabase(t *testing.T) {
 		// Proves the store really runs as "worker", not the default user,
 		// and that a prefix the ACL does not cover stops the worker at
 		// start instead of failing open on every notification.
-		s, err := redis.New(redis.Config{URL: url, KeyPrefix: "not-acl:"})
+		s, err := redis.New(redis.Config{URL: url, Format: redis.Readable, KeyPrefix: "not-acl:"})
 		if err == nil {
 			s.Close()
 			t.Fatalf("New with a key prefix outside the user's ACL: no error")
 		}
 		if !strings.Contains(err.Error(), "self-check") || !strings.Contains(err.Error(), "NOPERM") {
 			t.Fatalf("New: %v, want the self-check's NOPERM", err)
+		}
+	})
+
+	t.Run("CompactReadingBoth", func(t *testing.T) {
+		cfg := redis.Config{URL: url, CompactPrefix: "acl-c:", KeyPrefix: "acl:", ReadBoth: true}
+		s, k := MustStore(t, cfg), uniqueKey(t)
+		MustSet(t, srv.MustClient(t, 3), "acl:"+k, "sent:1775121240000:SM1")
+		if got := storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute); got.State != ports.AlreadySent {
+			t.Fatalf("claim with a readable record: %v, want already_sent", got.State)
+		}
+	})
+
+	t.Run("OtherPrefixOutsideACLRefusedAtStart", func(t *testing.T) {
+		// Every Claim would fail on the other format's GET, and the worker
+		// fail open on every notification: refuse to start instead.
+		s, err := redis.New(redis.Config{URL: url, CompactPrefix: "acl-c:", KeyPrefix: "not-acl:", ReadBoth: true})
+		if err == nil {
+			s.Close()
+			t.Fatalf("New reading both formats, the readable prefix outside the user's ACL: no error")
+		}
+		if !strings.Contains(err.Error(), "IDEMPOTENCY_READ_BOTH_FORMATS") || !strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("New: %v, want the self-check's NOPERM on the other format's key", err)
 		}
 	})
 
@@ -494,9 +536,9 @@ func TestTLS(t *testing.T) {
 	srv, ca := redistest.MustStartTLS(t)
 
 	t.Run("OK", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "tls:", TLSConfig: &tls.Config{RootCAs: ca}}), uniqueKey(t)
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), CompactPrefix: "tls:", TLSConfig: &tls.Config{RootCAs: ca}}), uniqueKey(t)
 		storetest.MustClaim(t, s, testCtx(t), k, "tok-a", time.Minute)
-		if v, _ := MustGet(t, srv.MustClient(t, 0), "tls:"+k); !strings.HasPrefix(v, "pending:tok-a.") {
+		if v, _ := MustGet(t, srv.MustClient(t, 0), redis.Config{CompactPrefix: "tls:"}.Key(k)); !strings.HasPrefix(v, "pending:tok-a.") {
 			t.Fatalf("key holds %q, want pending:tok-a", v)
 		}
 	})

@@ -18,8 +18,15 @@ import (
 //	                                        of what was sent
 //	sent:<unixms>:<id>                      a sent record written before
 //	                                        fingerprints
+//	<decimal integer in [2^62, 2^63)>       a compact sent record (see
+//	                                        encodeCompact)
 //
-// Every version keeps the prefixes and the decimal send time of the first,
+// A claim is written in the same form whatever the Format: it lives for
+// a lease, and an abandoned one is rare, so its size does not matter. A
+// sent record is written compact under a Compact key when it can be, else
+// in the newest sent: form.
+//
+// Every string version keeps the prefixes and the decimal send time of the first,
 // so workers of different releases share keys during a rolling upgrade:
 // the first release reads a claim with a lease as another worker's claim
 // (whose owner is "<token>.<start>.<until>") and a record with a
@@ -49,6 +56,90 @@ func encodeSent(r ports.Receipt) string {
 	return at + fingerprintMark + r.Fingerprint + ":" + r.ProviderID
 }
 
+// encodeRecord is the value of a sent record in format f.
+func encodeRecord(f Format, r ports.Receipt) string {
+	if f == Compact {
+		if v, ok := encodeCompact(r); ok {
+			return v
+		}
+	}
+	return encodeSent(r)
+}
+
+// compactMark is the bit every compact sent record sets: such a record is
+// the decimal integer
+//
+//	1<<62 | unixSeconds<<30 | fingerprint30
+//
+// with fingerprint30 the first 30 bits of the fingerprint (its first
+// ports.FingerprintKept base64url characters), 0 for none. Redis keeps a
+// value that is the decimal form of a 64-bit integer as that integer, in
+// the key's own object: no string is allocated for it. A fingerprint whose
+// first 30 bits are all zero reads back as none, and so never conflicts:
+// one record in about 10^9 loses that check, never its suppression.
+const compactMark = 1 << 62
+
+// encodeCompact is the compact form of r, when it holds r: a send time
+// from 1970 to 2106, and a fingerprint that is empty or starts with
+// ports.FingerprintKept base64url characters.
+func encodeCompact(r ports.Receipt) (string, bool) {
+	secs := r.SentAt.Unix()
+	fp, ok := fingerprintBits(r.Fingerprint)
+	if secs < 0 || secs >= 1<<32 || !ok {
+		return "", false
+	}
+	return strconv.FormatInt(compactMark|secs<<30|int64(fp), 10), true
+}
+
+// decodeCompact reads a compact sent record; ok is false for any other
+// value, integers outside the compact range and non-canonical decimals
+// included.
+func decodeCompact(v string) (r ports.Receipt, ok bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n>>62 != 1 || strconv.FormatInt(n, 10) != v {
+		return ports.Receipt{}, false
+	}
+	r.SentAt = time.Unix(n>>30&(1<<32-1), 0).UTC()
+	if fp := uint32(n & (1<<30 - 1)); fp != 0 {
+		var b [ports.FingerprintKept]byte
+		for i := len(b) - 1; i >= 0; i-- {
+			b[i] = base64URL[fp&63]
+			fp >>= 6
+		}
+		r.Fingerprint = string(b[:])
+	}
+	return r, true
+}
+
+// base64URL is the alphabet of fingerprints (RFC 4648, section 5).
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// fingerprintBits is the first 30 bits of fingerprint f, 0 when f is empty;
+// ok is false when f is not empty and does not start with
+// ports.FingerprintKept base64url characters.
+func fingerprintBits(f string) (bits uint32, ok bool) {
+	if f == "" {
+		return 0, true
+	}
+	if len(f) < ports.FingerprintKept {
+		return 0, false
+	}
+	for i := range ports.FingerprintKept {
+		d := strings.IndexByte(base64URL, f[i])
+		if d < 0 {
+			return 0, false
+		}
+		bits = bits<<6 | uint32(d)
+	}
+	return bits, true
+}
+
+// Decode reads a value a store wrote under one of its keys, in any format
+// of any release, as Claim would report it: AlreadySent with what the
+// record kept, or InFlight with the claim's lease. ok is false for a value
+// no store writes. It is for tools and tests that read keys by hand.
+func Decode(v string) (c ports.Claim, ok bool) { return decodeValue(v) }
+
 // decodeValue reads a value of any version as what Claim found: InFlight
 // with the claim's lease, or AlreadySent with the record. ok is false for a
 // value this store did not write.
@@ -57,6 +148,9 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 		return ports.Claim{State: ports.InFlight, Lease: decodeLease(owner)}, owner != ""
 	}
 	r, ok := decodeSent(v)
+	if !ok {
+		r, ok = decodeCompact(v)
+	}
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, ok
 }
 

@@ -135,7 +135,10 @@ func (m *Main) startEmbedded() ([]string, error) {
 // deadline (see redis.Config).
 func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	cfg := m.Config.Idempotency
-	rcfg := redis.Config{URL: cfg.RedisURL.Reveal(), KeyPrefix: cfg.KeyPrefix, Timeout: cfg.Timeout, KeepAbandoned: cfg.TTL}
+	rcfg, err := storeConfig(m.Config)
+	if err != nil {
+		return nil, err
+	}
 	unansweredFor, err := rcfg.UnansweredFor()
 	if err != nil {
 		return nil, err
@@ -161,6 +164,24 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	m.breaker = b
 	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
 	return b, nil
+}
+
+// storeConfig is the Redis store's configuration from the worker's.
+func storeConfig(c config.Config) (redis.Config, error) {
+	i := c.Idempotency
+	format, err := redis.ParseFormat(i.KeyFormat)
+	if err != nil {
+		return redis.Config{}, err
+	}
+	return redis.Config{
+		URL:           i.RedisURL.Reveal(),
+		Format:        format,
+		CompactPrefix: i.CompactPrefix,
+		KeyPrefix:     i.KeyPrefix,
+		ReadBoth:      i.ReadBothFormats,
+		Timeout:       i.Timeout,
+		KeepAbandoned: i.TTL,
+	}, nil
 }
 
 func (m *Main) openTwilio() (ports.Notifier, error) {

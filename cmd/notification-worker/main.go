@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runDemo(ctx, cfg, stdout)
 	case "publish":
 		err = runPublish(ctx, cfg, args, stdin, stdout)
+	case "key":
+		err = runKey(cfg, args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return 0
@@ -77,7 +79,8 @@ const usage = `usage:
   notification-worker demo            replay the 2026-04-02 incident on an embedded broker
   notification-worker publish [flags] [file]
                                       publish events to KAFKA_BROKERS: JSON lines from file
-                                      or stdin, or -sample N generated sample events`
+                                      or stdin, or -sample N generated sample events
+  notification-worker key EVENT_ID...  print the Redis keys of each event's notifications`
 
 type usageError struct{ msg string }
 

@@ -12,7 +12,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/harborlight/notification-worker/adapters/console"
+	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -117,8 +119,8 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 	keys := sms.keys()
 	waitFor(t, "the first sends recorded in Redis", func() (bool, string) {
 		recorded := 0
-		for _, v := range mustGetAll(t, raw, prefix, keys) {
-			if strings.HasPrefix(v, "sent:") {
+		for _, v := range mustGetAll(t, raw, storeKey(t, cfg), keys) {
+			if isSentRecord(v) {
 				recorded++
 			}
 		}
@@ -162,25 +164,42 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 	}
 }
 
-// mustGetAll reads prefix+k for every k in keys in one round trip, ""
-// for a key that is absent.
-func mustGetAll(tb testing.TB, c rueidis.Client, prefix string, keys []string) []string {
+// mustGetAll reads key(k) for every k in keys in one round trip, "" for
+// a key that is absent.
+func mustGetAll(tb testing.TB, c rueidis.Client, key func(string) string, keys []string) []string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cmds := make(rueidis.Commands, len(keys))
 	for i, k := range keys {
-		cmds[i] = c.B().Get().Key(prefix + k).Build()
+		cmds[i] = c.B().Get().Key(key(k)).Build()
 	}
 	vals := make([]string, len(keys))
 	for i, res := range c.DoMulti(ctx, cmds...) {
 		v, err := res.ToString()
 		if err != nil && !rueidis.IsRedisNil(err) {
-			tb.Fatalf("GET %s: %v", prefix+keys[i], err)
+			tb.Fatalf("GET %s: %v", key(keys[i]), err)
 		}
 		vals[i] = v
 	}
 	return vals
+}
+
+// storeKey maps a notification key to the Redis key the worker configured
+// by cfg writes for it.
+func storeKey(tb testing.TB, cfg config.Config) func(string) string {
+	tb.Helper()
+	rcfg, err := storeConfig(cfg)
+	if err != nil {
+		tb.Fatalf("storeConfig: %v", err)
+	}
+	return rcfg.Key
+}
+
+// isSentRecord reports whether v is a sent record, in any format.
+func isSentRecord(v string) bool {
+	c, ok := redis.Decode(v)
+	return ok && c.State == ports.AlreadySent
 }
 
 // TestMain_RefusesAnUnboundedRedisQueue: a combination whose calls could

@@ -15,8 +15,10 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // retryPeers is a worker on the embedded broker with real peers: a
@@ -196,10 +198,10 @@ func TestMain_OwnRetriesNeverResend(t *testing.T) {
 		p.waitEmailSent(t)
 		p.wantAtPeers(t, 1, 1)
 		// The owed SMS record is written: a replay from anywhere is suppressed.
-		key := p.prefix + "sms:" + id
+		key := storeKey(t, p.m.Config)(domain.NotificationKey(id, ports.ChannelSMS))
 		waitFor(t, "the owed SMS record in Redis", func() (bool, string) {
 			v, err := client.Do(context.Background(), client.B().Get().Key(key).Build()).ToString()
-			return err == nil && len(v) > 5 && v[:5] == "sent:", fmt.Sprintf("GET %s = %q, %v", key, v, err)
+			return err == nil && isSentRecord(v), fmt.Sprintf("GET %s = %q, %v", key, v, err)
 		})
 	})
 }

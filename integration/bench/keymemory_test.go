@@ -36,16 +36,17 @@ type keyMemory struct {
 // keyFormat is one way of writing the sent records.
 type keyFormat struct {
 	label       string
-	prefix      string
+	store       redis.Config
 	fingerprint bool
 }
 
 // keyFormats are measured in this order; the first is the baseline: the
-// records the release before fingerprints wrote.
+// records the release before fingerprints wrote. The last is what the
+// worker writes on its defaults, and the projection's.
 var keyFormats = []keyFormat{
-	{"release before: default prefix, no fingerprint", redis.DefaultKeyPrefix, false},
-	{"as deployed: default prefix, fingerprint", redis.DefaultKeyPrefix, true},
-	{"IDEMPOTENCY_KEY_PREFIX=nw:, fingerprint", "nw:", true},
+	{"release before: readable, default prefix, no fingerprint", redis.Config{Format: redis.Readable}, false},
+	{"IDEMPOTENCY_KEY_FORMAT=readable, default prefix, fingerprint", redis.Config{Format: redis.Readable}, true},
+	{"as deployed: compact, default prefix", redis.Config{Format: redis.Compact}, true},
 }
 
 // BenchmarkRedisKeyMemory writes sent records the way the worker does
@@ -66,7 +67,9 @@ func measureKeys(b *testing.B, f keyFormat) keyMemory {
 	const keys = 100_000
 	srv := mustRedis(b)
 	raw := srv.MustClient(b, 0)
-	s, err := redis.New(redis.Config{URL: srv.URL(), KeyPrefix: f.prefix})
+	cfg := f.store
+	cfg.URL = srv.URL()
+	s, err := redis.New(cfg)
 	if err != nil {
 		b.Fatalf("redis.New: %v", err)
 	}
@@ -118,7 +121,7 @@ func measureKeys(b *testing.B, f keyFormat) keyMemory {
 
 	full := make([]string, keys)
 	for i, n := range names {
-		full[i] = f.prefix + n
+		full[i] = cfg.Key(n)
 	}
 	var total int64
 	for from := 0; from < keys; from += 1000 {

@@ -18,7 +18,8 @@ const storeRounds = 3
 
 // BenchmarkStore compares the idempotency stores with a notifier that
 // answers at once, so the store's cost is all that differs: no store (the
-// floor), the memory store, and the Redis store on a real redis-server.
+// floor), the memory store, and the Redis store on a real redis-server, as
+// deployed and reading one format only (IDEMPOTENCY_READ_BOTH_FORMATS=false).
 // Each store is also timed from one caller at a time, its round trip
 // without load.
 func BenchmarkStore(b *testing.B) {
@@ -50,9 +51,11 @@ func BenchmarkStore(b *testing.B) {
 			{runNoStore, through(func(*testing.B) ports.IdempotencyStore { return passThrough{} })},
 			{runMemoryStore, through(func(*testing.B) ports.IdempotencyStore { return memory.New(nil) })},
 			{runRedisStore, through(func(b *testing.B) ports.IdempotencyStore { return mustRedisStore(b, srv) })},
+			{runRedisOneFormat, through(func(b *testing.B) ports.IdempotencyStore { return mustRedisStoreReading(b, srv, false) })},
 		})
 		results.put(runMemoryStore+serial, serialStoreTimes(b, memory.New(nil), 2000))
 		results.put(runRedisStore+serial, serialStoreTimes(b, mustRedisStore(b, srv), 2000))
+		results.put(runRedisOneFormat+serial, serialStoreTimes(b, mustRedisStoreReading(b, srv, false), 2000))
 	}
 }
 
@@ -61,14 +64,24 @@ const serial = "/serial"
 
 var prefixSeq atomic.Int64
 
-// mustRedisStore opens the Redis store as the worker does (default timeout
-// 200ms), under a key prefix of its own so no run finds another's records.
+// mustRedisStore opens the Redis store as the worker does on its defaults
+// (compact keys, reading both formats, timeout 200ms), under key prefixes
+// of its own so no run finds another's records.
 func mustRedisStore(b *testing.B, srv interface{ URL() string }) *redis.Store {
+	return mustRedisStoreReading(b, srv, true)
+}
+
+// mustRedisStoreReading is mustRedisStore with IDEMPOTENCY_READ_BOTH_FORMATS
+// set to readBoth.
+func mustRedisStoreReading(b *testing.B, srv interface{ URL() string }, readBoth bool) *redis.Store {
 	b.Helper()
+	n := prefixSeq.Add(1)
 	s, err := redis.New(redis.Config{
-		URL:       srv.URL(),
-		KeyPrefix: fmt.Sprintf("%sbench%d:", redis.DefaultKeyPrefix, prefixSeq.Add(1)),
-		Timeout:   redis.DefaultTimeout,
+		URL:           srv.URL(),
+		CompactPrefix: fmt.Sprintf("b%d", n),
+		KeyPrefix:     fmt.Sprintf("%sbench%d:", redis.DefaultKeyPrefix, n),
+		ReadBoth:      readBoth,
+		Timeout:       redis.DefaultTimeout,
 	})
 	if err != nil {
 		b.Fatalf("redis.New: %v", err)
