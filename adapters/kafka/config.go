@@ -67,11 +67,12 @@ type Config struct {
 	// DLQTopic receives records that cannot be handled; default Topic+".dlq".
 	DLQTopic string
 
-	// MaxInFlight bounds how many records the worker hands to the handler at
-	// once, across all its partitions; default 64. 1 handles strictly one
-	// record at a time. Up to 4*MaxInFlight records, within
-	// MaxBufferedBytes, may be fetched and waiting (behind a busy key, or
-	// for a slot) on top of that.
+	// MaxInFlight bounds the handler's calls made through the record's
+	// ports.Delivery.Call (policy.Slot makes them), across all partitions;
+	// default 64. 1 runs strictly one such call at a time. A handler that
+	// does not go through Call is bounded only by the records the consumer
+	// holds: up to 4*MaxInFlight, within MaxBufferedBytes, fetched and
+	// waiting (behind a busy key, for a slot, or between attempts).
 	MaxInFlight int
 	// MaxBufferedBytes bounds the bytes of the records the consumer holds,
 	// across all its partitions: taken from the broker and not finished,

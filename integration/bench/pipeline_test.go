@@ -19,6 +19,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -278,7 +279,10 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	if err != nil {
 		b.Fatalf("NewService: %v", err)
 	}
-	handler := r.tracer.Handler(svc)
+	// The worker runs every attempt through policy.Slot: that is what holds
+	// one of the consumer's MaxInFlight slots. Without it, handler calls are
+	// bounded only by the consumer's read-ahead window.
+	handler := policy.Chain(r.tracer.Handler(svc), policy.Slot())
 	c, err := kafka.NewConsumer(kafka.Config{
 		Brokers:         br.brokers,
 		Topic:           br.topic,
