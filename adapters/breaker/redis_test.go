@@ -41,7 +41,7 @@ func TestWithRedis(t *testing.T) {
 			t.Run(name+"/"+probeName, func(t *testing.T) {
 				srv := redistest.MustStart(t)
 				raw := srv.MustClient(t, 0)
-				store, err := redis.New(redis.Config{URL: srv.URL(), KeyPrefix: "e2e:", Timeout: storeTimeout})
+				store, err := redis.New(redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "e2e:", Timeout: storeTimeout})
 				if err != nil {
 					t.Fatalf("redis.New: %v", err)
 				}
