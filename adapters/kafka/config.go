@@ -339,6 +339,57 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	return sc
 }
 
+// deadLetterConfig is saramaConfig for the dead letter producer, made
+// idempotent (KIP-98) so that its own retries never write a dead letter
+// twice. A produce request whose answer is lost (its leader died after
+// appending it, or timed out waiting for the in-sync replicas) is sent
+// again with the same producer id, epoch and sequence number, and the
+// leader, new or old, answers with the first write's offset instead of
+// appending it again.
+//
+// That holds only while Sarama is still retrying: a batch it gives up on
+// is returned as failed, the producer's epoch is bumped, and the caller's
+// next attempt is a new write, which the broker cannot tell from the lost
+// one. So its retries span retrySpan, by the worker's own backoff
+// (policy.Backoff from RetryInitialBackoff to RetryMaxBackoff): a leader
+// election, which Kafka starts once the dead leader's broker session
+// (broker.session.timeout.ms, 9s by default) has expired, is ridden out
+// inside one write. The consumer passes its dead letter unready threshold
+// (DeadLetterUnreadyAfter): a write still failing after that has failed
+// for as long as the consumer tolerates before it reports not Ready.
+func (cfg Config) deadLetterConfig(retrySpan time.Duration) *sarama.Config {
+	sc := cfg.saramaConfig()
+	sc.Producer.Idempotent = true
+	// Sarama refuses an idempotent producer without these: one request in
+	// flight per broker keeps the sequence numbers in order, and only
+	// acks from every in-sync replica make the leader's state survive it.
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	initial, maxBackoff := cfg.RetryInitialBackoff, cfg.RetryMaxBackoff
+	sc.Producer.Retry.BackoffFunc = func(retries, _ int) time.Duration {
+		return policy.Backoff(retries, initial, maxBackoff)
+	}
+	sc.Producer.Retry.Max = retriesSpanning(retrySpan, initial, maxBackoff)
+	return sc
+}
+
+// retriesSpanning returns the fewest retries whose waits add up to at least
+// span, taking each wait at its least: policy.Backoff's step (initial,
+// doubling, capped at maxBackoff) halved by the jitter. The waits add up
+// to at most twice that. It returns at least 1.
+func retriesSpanning(span, initial, maxBackoff time.Duration) int {
+	n, waited, step := 0, time.Duration(0), max(min(initial, maxBackoff), time.Nanosecond)
+	for ; waited < span && step < maxBackoff; n++ {
+		waited += step / 2
+		step = min(step*2, maxBackoff)
+	}
+	if waited < span {
+		least := max(maxBackoff/2, time.Nanosecond)
+		n += int((span - waited + least - 1) / least)
+	}
+	return max(n, 1)
+}
+
 // balanceStrategies returns the Sarama strategies for a validated
 // RebalanceStrategy, preferred first. Each call returns new ones: the
 // cooperative-sticky strategy holds per-group state.

@@ -202,7 +202,7 @@ func (c *Consumer) connect(log *slog.Logger, revoked *revocations) (*peers, erro
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
 	}
-	dlq, err := newPublisher(cfg)
+	dlq, err := newDeadLetterProducer(cfg, c.dlqHealth.unreadyAfter)
 	if err != nil {
 		_ = group.Close()
 		return nil, fmt.Errorf("kafka: dead letter producer: %w", err)

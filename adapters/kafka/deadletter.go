@@ -40,7 +40,7 @@ const maxStrippedReason = 512
 // DeadLetterUnreadyAfter is how long a partition may keep failing to write a
 // dead letter before the consumer reports not Ready: its commit cannot pass
 // the record, so the worker is stuck on it, and only an operator can fix the
-// dead letter topic.
+// dead letter topic. The dead letter producer's own retries span it too.
 const DeadLetterUnreadyAfter = 30 * time.Second
 
 var _ ports.DeadLetterSink = (*DeadLetterSink)(nil)
@@ -63,9 +63,14 @@ var errNotRunning = errors.New("kafka: dead letter sink: the consumer is not run
 // headers, and headers giving kind, reason and where rec came from. A write
 // the broker refuses as too large would fail the same way forever, so it is
 // written smaller: first without the value (HeaderDLQValueDropped), then
-// stripped (HeaderDLQKeyDropped). Any other failure is returned; while
-// rec's partition keeps failing for DeadLetterUnreadyAfter, the Consumer
-// is not Ready.
+// stripped (HeaderDLQKeyDropped). Any other failure is returned; once
+// rec's partition has been failing, or waiting on one write, for
+// DeadLetterUnreadyAfter, the Consumer is not Ready.
+//
+// A write is never appended twice by the producer's own retries (see
+// deadLetterConfig), which ride out a leader election; a write that
+// returns an error may still have been appended, so the caller's retry
+// can add a second copy, and so can a replay of rec.
 func (s *DeadLetterSink) DeadLetter(ctx context.Context, rec ports.Record, kind ports.Kind, reason string) error {
 	run := s.c.run.Load()
 	if run == nil {
@@ -74,6 +79,11 @@ func (s *DeadLetterSink) DeadLetter(ctx context.Context, rec ports.Record, kind 
 	cfg, log := run.cfg, run.log.With("partition", rec.Partition)
 	origin := rec.Topic + "/" + strconv.Itoa(int(rec.Partition))
 	pm := deadLetterMessage(cfg.DLQTopic, rec, kind, reason)
+	// The producer retries inside one write for as long as
+	// DeadLetterUnreadyAfter, so the partition counts as failing from the
+	// write's start, not from when it returns.
+	start := time.Now()
+	s.c.dlqHealth.failing(origin, start)
 	for _, smaller := range []func(error){
 		func(err error) {
 			pm = dropValue(pm, len(rec.Value))
@@ -93,7 +103,7 @@ func (s *DeadLetterSink) DeadLetter(ctx context.Context, rec ports.Record, kind 
 			return nil
 		}
 		if !isTooLarge(err) || smaller == nil {
-			s.c.dlqHealth.failing(origin, time.Now())
+			s.c.dlqHealth.failing(origin, start)
 			return err
 		}
 		smaller(err)
@@ -102,7 +112,8 @@ func (s *DeadLetterSink) DeadLetter(ctx context.Context, rec ports.Record, kind 
 }
 
 // deadLetterHealth knows since when each partition has been failing to
-// write a dead letter. It is safe for concurrent use.
+// write a dead letter: since the start of the first write that has not
+// succeeded yet. It is safe for concurrent use.
 type deadLetterHealth struct {
 	unreadyAfter time.Duration
 
@@ -114,12 +125,13 @@ func newDeadLetterHealth(unreadyAfter time.Duration) *deadLetterHealth {
 	return &deadLetterHealth{unreadyAfter: unreadyAfter, since: make(map[string]time.Time)}
 }
 
-// failing notes that origin's write failed at now, if it was not failing.
-func (h *deadLetterHealth) failing(origin string, now time.Time) {
+// failing notes that a write of origin's, begun at started, has not
+// succeeded, if origin was not failing already.
+func (h *deadLetterHealth) failing(origin string, started time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.since[origin]; !ok {
-		h.since[origin] = now
+		h.since[origin] = started
 	}
 }
 

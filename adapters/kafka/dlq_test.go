@@ -111,6 +111,49 @@ func TestConsumer_DeadLetterWriteRetried(t *testing.T) {
 	}
 }
 
+// A dead letter write whose answer is lost after the broker appended it
+// (REQUEST_TIMED_OUT after the append: what a client sees when the
+// in-sync replicas are slow to confirm, and, as a lost connection, when
+// the leader dies after appending) is sent again by the producer, and the
+// broker knows the retry by its producer id and sequence number: the dead
+// letter topic holds the dead letter once.
+func TestConsumer_DeadLetterAnswerLostWrittenOnce(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "dlqlost")
+	c := MustStartCluster(t, 1, []string{topic, topic + ".dlq"})
+	brokers := c.ListenAddrs()
+	MustPublish(t, brokers, topic, numbered(3, "v", oneKey)...)
+	const lostAnswers = 2
+	lost := c.Fault(kfake.Fault{
+		Keys:  []kmsg.Key{kmsg.Produce},
+		Topic: topic + ".dlq",
+		Err:   kerr.RequestTimedOut,
+		Count: lostAnswers,
+	})
+
+	cfg, _ := testConfig(brokers, topic)
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		if rec.Offset == 1 {
+			return ports.MarkPermanent(errors.New("unknown event type"))
+		}
+		return nil
+	}))
+	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 3})
+	rc.MustStop(t, 10*time.Second)
+
+	if got := lost.Hits(); got != lostAnswers {
+		t.Fatalf("%d dead letter writes answered REQUEST_TIMED_OUT, want %d", got, lostAnswers)
+	}
+	dlq := readTopic(t, brokers, cfg.DLQTopic)
+	if len(dlq) != 1 {
+		t.Fatalf("%d records in the dead letter topic for one dead letter whose answer was lost %d times, want 1",
+			len(dlq), lostAnswers)
+	}
+	if string(dlq[0].Value) != "v-1" {
+		t.Errorf("dead-lettered value %q, want v-1", dlq[0].Value)
+	}
+}
+
 // A dead letter the broker refuses as too large (the poison value plus the
 // dlq headers over max.message.bytes) would be refused forever, and the
 // partition's commit would never pass it. It is written once more without

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -42,9 +43,19 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 }
 
 func newPublisher(cfg Config) (*Publisher, error) {
-	sp, err := sarama.NewSyncProducer(cfg.Brokers, cfg.saramaConfig())
+	return newProducer(cfg.Brokers, cfg.saramaConfig())
+}
+
+// newDeadLetterProducer is the Publisher a Run writes dead letters with:
+// idempotent, its retries spanning retrySpan (see deadLetterConfig).
+func newDeadLetterProducer(cfg Config, retrySpan time.Duration) (*Publisher, error) {
+	return newProducer(cfg.Brokers, cfg.deadLetterConfig(retrySpan))
+}
+
+func newProducer(brokers []string, sc *sarama.Config) (*Publisher, error) {
+	sp, err := sarama.NewSyncProducer(brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: connect producer to %v: %w", cfg.Brokers, err)
+		return nil, fmt.Errorf("kafka: connect producer to %v: %w", brokers, err)
 	}
 	return &Publisher{producer: sp}, nil
 }
