@@ -314,6 +314,41 @@ func (k *Kafka) StartNode(ctx context.Context, id int32) error {
 	return waitUntil(ctx, n.c, startTimeout, dialCheck(n.addr))
 }
 
+// PauseNode freezes the node with node.id id (docker pause): its
+// processes stop where they are, its connections stay open, and it answers
+// nothing, like a broker stalled by a long pause of its JVM or its disk.
+// UnpauseNode lets it go on.
+func (k *Kafka) PauseNode(ctx context.Context, id int32) error {
+	n, err := k.node(id)
+	if err != nil {
+		return err
+	}
+	cli, err := dockerAPI()
+	if err != nil {
+		return err
+	}
+	if _, err := cli.ContainerPause(ctx, n.c.GetContainerID(), client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("pause kafka node %d: %w", id, err)
+	}
+	return nil
+}
+
+// UnpauseNode lets a node frozen by PauseNode go on.
+func (k *Kafka) UnpauseNode(ctx context.Context, id int32) error {
+	n, err := k.node(id)
+	if err != nil {
+		return err
+	}
+	cli, err := dockerAPI()
+	if err != nil {
+		return err
+	}
+	if _, err := cli.ContainerUnpause(ctx, n.c.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("unpause kafka node %d: %w", id, err)
+	}
+	return nil
+}
+
 func (k *Kafka) node(id int32) (*kafkaNode, error) {
 	if id < 1 || int(id) > len(k.nodes) {
 		return nil, fmt.Errorf("kafka node %d: the cluster has %d Apache Kafka node(s)", id, len(k.nodes))
