@@ -48,6 +48,9 @@
 //     slots (policy.Slot takes one per attempt).
 //   - While a partition has been failing to write a dead letter through
 //     the DeadLetterSink for DeadLetterUnreadyAfter (30s), Ready is false.
+//     Dead letters are written by an idempotent producer whose own retries
+//     span that time, so a leader election does not write one twice; a
+//     record replayed after a rebalance is dead-lettered again.
 //     A dead letter the broker refuses as too large is written once more
 //     without its value, with a dlq.value_dropped header giving the
 //     value's size in bytes; if that is refused too, it is written stripped

@@ -53,3 +53,9 @@ func (b *byteBudget) Waiting() int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// RetriesSpanning exposes how many retries the dead letter producer gets
+// for a span; see retriesSpanning.
+func RetriesSpanning(span, initial, maxBackoff time.Duration) int {
+	return retriesSpanning(span, initial, maxBackoff)
+}
