@@ -53,10 +53,10 @@ func TestDeadLetterLeaderFailover(t *testing.T) {
 
 	// The group's coordinator stays up: a coordinator that dies ends the
 	// worker's session, and the records handled but not committed are
-	// handled, and dead-lettered, again (docs/kafka-brokers.md). That is
-	// another duplicate than the one this test is about.
-	// The first FindCoordinator creates the offsets topic; until it has
-	// leaders, the answer is COORDINATOR_NOT_AVAILABLE.
+	// handled, and dead-lettered, again (docs/kafka-brokers.md), a copy
+	// this test is not about. The first FindCoordinator creates the
+	// offsets topic; until it has leaders, the answer is
+	// COORDINATOR_NOT_AVAILABLE.
 	var coordinator int32
 	faultWait(t, 60*time.Second, "a coordinator for "+rig.Group, func() (bool, string) {
 		coord := adm.FindGroupCoordinators(ctx, rig.Group)
@@ -71,6 +71,9 @@ func TestDeadLetterLeaderFailover(t *testing.T) {
 		if id != coordinator {
 			others = append(others, id)
 		}
+	}
+	if len(others) != 2 {
+		t.Fatalf("coordinator node %d is none of the nodes 1 to 3", coordinator)
 	}
 	victim, slow := others[0], others[1]
 	mustCreateTopicOn(ctx, t, cl, dlqTopic, []int32{victim, coordinator, slow})
