@@ -6,10 +6,11 @@
 // The caller's key maps to one Redis key in each Format (keys.go): a
 // compact one, the default, and the readable one of the releases before.
 // A key holds a claim or a sent record, in the forms values.go lists
-// (every release's forms are read). A claim's key lives its lease plus Config.KeepAbandoned, so a
-// claim whose worker died is found, and taken over, by the next Claim past
-// its lease. Times keep millisecond precision; nothing finer survives a
-// round trip. Any other value under our prefix is not ours to interpret:
+// (every release's forms are read). A claim's key lives its lease plus
+// Config.KeepAbandoned, so a claim whose worker died is found, and taken
+// over, by the next Claim past its lease. Claims keep times to the
+// millisecond, compact records to the second, readable ones to the
+// millisecond; nothing finer survives a round trip. Any other value under our prefix is not ours to interpret:
 // Claim reports it as an error wrapping ErrForeignValue rather than
 // guessing "sent" or "free".
 //
@@ -178,10 +179,12 @@ type Config struct {
 	// instead (5s, or the URL's dial_timeout), so a slow start-up handshake
 	// does not stop the service from starting.
 	Timeout time.Duration
-	// MaxUnanswered is the most commands that may await an answer on one
+	// MaxUnanswered is the most calls that may await an answer on one
 	// connection at once: the calls being made, plus those whose callers
 	// stopped waiting at their deadline and that the server has not
-	// answered (yet). Each connection's ring is sized to hold them. rueidis
+	// answered (yet). A call is one command at a time, or two at once for
+	// a Claim with ReadBoth. Each connection's ring is sized to hold their
+	// commands. rueidis
 	// keeps a command in its ring until the server answers it, and a new
 	// command waits for a free slot without looking at its context
 	// (redis/rueidis#858): a call finding the ring full would hang past its
@@ -189,9 +192,9 @@ type Config struct {
 	// (UnansweredFor). The store does not bound what callers leave
 	// unanswered; the circuit breaker in front of it does (see
 	// breaker.MaxUnanswered). The ring is the smallest power of two above
-	// MaxUnanswered plus the few commands rueidis sends by itself
-	// (keep-alive PINGs, a cluster's slot-map reads), and never below
-	// rueidis' default of 1024. New fails when that would exceed MaxRing.
+	// their commands plus the few rueidis sends by itself (keep-alive
+	// PINGs, a cluster's slot-map reads), and never below rueidis' default
+	// of 1024. New fails when that would exceed MaxRing (see MaxCalls).
 	MaxUnanswered int
 	// KeepAbandoned is how long a claim's key outlives its lease, so that
 	// a claim left by a worker that died mid-send is found and taken over
@@ -281,11 +284,10 @@ func New(cfg Config) (*Store, error) {
 	if opt.ConnWriteTimeout < 0 {
 		return nil, errWriteTimeout(opt.ConnWriteTimeout)
 	}
-	slots := cfg.MaxUnanswered + ownCommands(opt)
-	if slots >= MaxRing {
-		return nil, fmt.Errorf("redis: %d commands awaiting an answer need a ring of more than %d slots per connection", cfg.MaxUnanswered, MaxRing)
+	if most := cfg.maxCalls(opt); cfg.MaxUnanswered > most {
+		return nil, fmt.Errorf("redis: %d calls awaiting an answer need a ring of more than %d slots per connection (at most %d calls fit)", cfg.MaxUnanswered, MaxRing, most)
 	}
-	opt.RingScaleEachConn = ringScale(slots)
+	opt.RingScaleEachConn = ringScale(cfg.commandsPerCall()*cfg.MaxUnanswered + ownCommands(opt))
 	if cfg.TLSConfig != nil {
 		if opt.TLSConfig == nil {
 			return nil, errors.New("redis: TLSConfig is set but the URL scheme is not rediss://")
@@ -695,6 +697,33 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, s.timeout)
+}
+
+// commandsPerCall is the most commands one call sends at once: a Claim
+// with ReadBoth sends two. (A takeover or a release follows an answer.)
+func (c Config) commandsPerCall() int {
+	if c.ReadBoth {
+		return 2
+	}
+	return 1
+}
+
+// maxCalls is the most calls New accepts as MaxUnanswered under opt.
+func (c Config) maxCalls(opt rueidis.ClientOption) int {
+	return (MaxRing - 1 - ownCommands(opt)) / c.commandsPerCall()
+}
+
+// MaxCalls returns the largest MaxUnanswered New accepts for c. It fails
+// when the URL does not parse or sets no positive write_timeout.
+func (c Config) MaxCalls() (int, error) {
+	opt, err := rueidis.ParseURL(c.URL)
+	if err != nil {
+		return 0, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
+	}
+	if opt.ConnWriteTimeout < 0 {
+		return 0, errWriteTimeout(opt.ConnWriteTimeout)
+	}
+	return c.maxCalls(opt), nil
 }
 
 // UnansweredFor returns how long a command whose caller stopped waiting

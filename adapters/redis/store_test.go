@@ -562,6 +562,9 @@ func TestNewInvalidConfig(t *testing.T) {
 		"NegativeWriteTimeout": {URL: "redis://u:hunter2@127.0.0.1:6379?write_timeout=-1s"},
 		"Unparsable":           {URL: "redis://u:hunter2@[::1"},
 		"RingTooLarge":         {URL: "redis://u:hunter2@127.0.0.1:6379", MaxUnanswered: redis.MaxRing},
+		"UnknownFormat":        {URL: "redis://127.0.0.1:6379", Format: redis.Format(7)},
+		// A Claim reading both formats has two commands awaiting an answer.
+		"RingTooLargeReadingBoth": {URL: "redis://u:hunter2@127.0.0.1:6379", MaxUnanswered: redis.MaxRing/2 + 1, ReadBoth: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, err := redis.New(cfg)
@@ -573,5 +576,30 @@ func TestNewInvalidConfig(t *testing.T) {
 				t.Fatalf("error %q carries the password", err)
 			}
 		})
+	}
+}
+
+// TestMaxCalls: the ring holds every command of MaxUnanswered calls, two
+// for a Claim that reads both formats; New accepts exactly MaxCalls.
+func TestMaxCalls(t *testing.T) {
+	srv := redistest.MustStart(t)
+	one, err := redis.Config{URL: srv.URL()}.MaxCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := redis.Config{URL: srv.URL(), ReadBoth: true}.MaxCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if both != one/2 || one >= redis.MaxRing {
+		t.Fatalf("MaxCalls %d reading one format, %d reading both; want the second half the first, both below %d", one, both, redis.MaxRing)
+	}
+	for _, cfg := range []redis.Config{{URL: srv.URL(), MaxUnanswered: one}, {URL: srv.URL(), MaxUnanswered: both, ReadBoth: true}} {
+		MustStore(t, cfg)
+		cfg.MaxUnanswered++
+		if s, err := redis.New(cfg); err == nil {
+			s.Close()
+			t.Fatalf("New with MaxUnanswered %d (ReadBoth %v) above MaxCalls: no error", cfg.MaxUnanswered, cfg.ReadBoth)
+		}
 	}
 }

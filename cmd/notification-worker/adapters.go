@@ -148,9 +148,13 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	bcfg, maxUnanswered := breaker.ForCallers(
 		breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown},
 		m.Config.Kafka.MaxInFlight+1, unansweredFor)
-	if maxUnanswered >= redis.MaxRing {
-		return nil, fmt.Errorf("MAX_IN_FLIGHT=%d with IDEMPOTENCY_BREAKER_COOLDOWN=%v and the Redis URL's write_timeout (a command may wait %v for its answer) would leave up to %d commands awaiting Redis; the store holds fewer than %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
-			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, redis.MaxRing)
+	most, err := rcfg.MaxCalls()
+	if err != nil {
+		return nil, err
+	}
+	if maxUnanswered > most {
+		return nil, fmt.Errorf("MAX_IN_FLIGHT=%d with IDEMPOTENCY_BREAKER_COOLDOWN=%v and the Redis URL's write_timeout (a command may wait %v for its answer) would leave up to %d calls awaiting Redis; the store holds at most %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
+			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, most)
 	}
 	rcfg.MaxUnanswered = maxUnanswered
 	rs, err := redis.New(rcfg)
