@@ -131,6 +131,12 @@ type Config struct {
 		TracesEndpoint string // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: full URL, wins over Endpoint
 		Protocol       string // OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf", the only one supported
 		ServiceName    string // OTEL_SERVICE_NAME
+		// Headers and TracesHeaders are read so that Load can refuse to
+		// send them in clear text; the exporter reads them itself, from the
+		// same environment, and TracesHeaders replaces Headers when both
+		// are set.
+		Headers       Secret // OTEL_EXPORTER_OTLP_HEADERS
+		TracesHeaders Secret // OTEL_EXPORTER_OTLP_TRACES_HEADERS
 	}
 	SendTimeout time.Duration // SEND_TIMEOUT, per provider call
 	// ReconcileTimeout and UnknownOutcomePolicy: RECONCILE_TIMEOUT,
@@ -238,6 +244,8 @@ func (c Config) LogValue() slog.Value {
 			slog.Bool("enabled", c.TracesURL() != ""),
 			slog.String("traces_url", c.TracesURL()),
 			slog.String("service_name", c.Tracing.ServiceName),
+			slog.Any("headers", c.Tracing.Headers),
+			slog.Any("traces_headers", c.Tracing.TracesHeaders),
 		),
 		slog.String("send_timeout", c.SendTimeout.String()),
 		slog.String("reconcile_timeout", c.ReconcileTimeout.String()),

@@ -61,6 +61,7 @@ const (
 	twilioToken   = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 	smtpPassword  = "smtp-Pa55word "
 	saslPassword  = "sasl-Pa55word!"
+	otlpKey       = "otlp-K3y-0f-the-collector"
 )
 
 // fullEnv sets every variable in Reference to a valid value that differs from
@@ -202,12 +203,16 @@ var (
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://traces.internal/otlp/v1/traces",
 		"OTEL_EXPORTER_OTLP_PROTOCOL":        "http/protobuf",
 		"OTEL_SERVICE_NAME":                  "nw-test",
+		"OTEL_EXPORTER_OTLP_HEADERS":         "api-key=" + otlpKey,
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  "x-api-key=" + otlpKey,
 	}
 	tracingFields = map[string]field{
 		"OTEL_EXPORTER_OTLP_ENDPOINT":        {func(c config.Config) any { return c.Tracing.Endpoint }, "http://otel-collector:4318/"},
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": {func(c config.Config) any { return c.Tracing.TracesEndpoint }, "https://traces.internal/otlp/v1/traces"},
 		"OTEL_EXPORTER_OTLP_PROTOCOL":        {func(c config.Config) any { return c.Tracing.Protocol }, "http/protobuf"},
 		"OTEL_SERVICE_NAME":                  {func(c config.Config) any { return c.Tracing.ServiceName }, "nw-test"},
+		"OTEL_EXPORTER_OTLP_HEADERS":         {func(c config.Config) any { return c.Tracing.Headers }, config.Secret("api-key=" + otlpKey)},
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  {func(c config.Config) any { return c.Tracing.TracesHeaders }, config.Secret("x-api-key=" + otlpKey)},
 	}
 )
 
@@ -286,6 +291,8 @@ func TestLoad_Defaults(t *testing.T) {
 		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", c.Tracing.TracesEndpoint, ""},
 		{"OTEL_EXPORTER_OTLP_PROTOCOL", c.Tracing.Protocol, "http/protobuf"},
 		{"OTEL_SERVICE_NAME", c.Tracing.ServiceName, "notification-worker"},
+		{"OTEL_EXPORTER_OTLP_HEADERS", c.Tracing.Headers, config.Secret("")},
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", c.Tracing.TracesHeaders, config.Secret("")},
 		{"TracesURL", c.TracesURL(), ""},
 		{"SEND_TIMEOUT", c.SendTimeout, 10 * time.Second},
 		{"RECONCILE_TIMEOUT", c.ReconcileTimeout, 2 * time.Minute},
@@ -769,6 +776,11 @@ func TestLoad_ClearTextCredentials(t *testing.T) {
 		}
 		return env
 	}
+	// otlp exports traces to endpoint (OTEL_EXPORTER_OTLP_ENDPOINT) with
+	// the headers variable set.
+	otlp := func(endpoint, headers string) map[string]string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, headers: "authorization=Bearer%20" + otlpKey}
+	}
 	with := func(env map[string]string, k, v string) map[string]string {
 		out := maps.Clone(env)
 		out[k] = v
@@ -777,6 +789,8 @@ func TestLoad_ClearTextCredentials(t *testing.T) {
 	const (
 		refusedTwilio = "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send the Twilio auth token in clear text; use https://, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
 		refusedPLAIN  = "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+		refusedOTLP   = "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send OTEL_EXPORTER_OTLP_HEADERS in clear text; use https://, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+		refusedTraces = "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send OTEL_EXPORTER_OTLP_TRACES_HEADERS in clear text; use https://, or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
 	)
 	for _, tt := range []struct {
 		name string
@@ -790,13 +804,23 @@ func TestLoad_ClearTextCredentials(t *testing.T) {
 		{"SASLPlainWithoutTLS", plain(""), `KAFKA_SASL_MECHANISM="plain": ` + refusedPLAIN},
 		{"SASLPlainWithTLSFalse", plain("false"), `KAFKA_SASL_MECHANISM="plain": ` + refusedPLAIN},
 		{"OptOutNotABoolean", with(plain(""), "ALLOW_INSECURE_TRANSPORT", "yes"), `ALLOW_INSECURE_TRANSPORT="yes": want true or false`},
+		{"OTLPHeadersOverHTTP", otlp("http://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"), `OTEL_EXPORTER_OTLP_ENDPOINT="http://otel-collector:4318": ` + refusedOTLP},
+		{"OTLPTracesHeadersOverHTTP", otlp("http://10.0.0.7:4318", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"), `OTEL_EXPORTER_OTLP_ENDPOINT="http://10.0.0.7:4318": ` + refusedTraces},
+		// The traces endpoint wins over the base one, so its scheme is the
+		// one that counts, and it is the variable named.
+		{"OTLPHeadersOverHTTPTracesEndpoint", with(otlp("https://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces.internal/v1/traces"),
+			`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://traces.internal/v1/traces": ` + refusedOTLP},
+		// The exporter takes the scheme from the URL and ignores
+		// OTEL_EXPORTER_OTLP_INSECURE on OTLP/HTTP: "false" does not
+		// make http:// encrypted.
+		{"OTLPHeadersOverHTTPInsecureFalse", with(otlp("http://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"), "OTEL_EXPORTER_OTLP_INSECURE", "false"), `OTEL_EXPORTER_OTLP_ENDPOINT="http://otel-collector:4318": ` + refusedOTLP},
 	} {
 		t.Run("Refused/"+tt.name, func(t *testing.T) {
 			cerr := MustFail(t, tt.env)
 			if got := cerr.Problems[0].String(); got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
-			if strings.Contains(cerr.Error(), saslPassword) || strings.Contains(cerr.Error(), "tok\"") {
+			if strings.Contains(cerr.Error(), saslPassword) || strings.Contains(cerr.Error(), "tok\"") || strings.Contains(cerr.Error(), otlpKey) {
 				t.Errorf("error shows a credential: %v", cerr)
 			}
 		})
@@ -822,6 +846,14 @@ func TestLoad_ClearTextCredentials(t *testing.T) {
 		{"SASLScramWithoutTLS", with(plain(""), "KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")},
 		{"OptOutTwilio", with(twilio("http://twilio-double:8089"), "ALLOW_INSECURE_TRANSPORT", "true")},
 		{"OptOutSASLPlain", with(plain(""), "ALLOW_INSECURE_TRANSPORT", "true")},
+		{"OTLPHeadersOverHTTPS", otlp("https://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS")},
+		{"OTLPHeadersOverHTTPToLocalhost", otlp("http://localhost:4318", "OTEL_EXPORTER_OTLP_HEADERS")},
+		{"OTLPTracesHeadersOverHTTPTo127", otlp("http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")},
+		{"OTLPHeadersOverHTTPSTracesEndpoint", with(otlp("http://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces.internal/v1/traces")},
+		{"OTLPHeadersOverHTTPSInsecureTrue", with(otlp("https://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"), "OTEL_EXPORTER_OTLP_INSECURE", "true")},
+		{"OTLPHTTPWithoutHeaders", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector:4318"}},
+		{"OTLPHeadersWithTracingOff", map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "api-key=" + otlpKey}},
+		{"OptOutOTLPHeaders", with(otlp("http://otel-collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"), "ALLOW_INSECURE_TRANSPORT", "true")},
 	} {
 		t.Run("Accepted/"+tt.name, func(t *testing.T) {
 			c := MustLoad(t, tt.env)
@@ -835,7 +867,7 @@ func TestLoad_ClearTextCredentials(t *testing.T) {
 // TestSecretsNeverShown renders a Config and a config Error every way a
 // program might, and looks for the secrets in the output.
 func TestSecretsNeverShown(t *testing.T) {
-	secrets := []string{redisPassword, twilioToken, strings.TrimSpace(smtpPassword), saslPassword}
+	secrets := []string{redisPassword, twilioToken, strings.TrimSpace(smtpPassword), saslPassword, otlpKey}
 	assertNoSecret := func(t *testing.T, what, out string) {
 		t.Helper()
 		for _, s := range secrets {

@@ -45,12 +45,8 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	l.idempotency(&c)
 	l.eventAge(&c)
 	l.providers(&c)
-	i, t := &c.Idempotency, &c.Twilio
+	i := &c.Idempotency
 
-	c.AllowInsecureTransport = l.boolean("ALLOW_INSECURE_TRANSPORT")
-	if !c.AllowInsecureTransport {
-		l.refuseClearText(t.APIURL)
-	}
 	tr := &c.Tracing
 	tr.Endpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_ENDPOINT")
 	tr.TracesEndpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -60,6 +56,13 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 		tr.Protocol = ""
 	}
 	tr.ServiceName = l.str("OTEL_SERVICE_NAME")
+	tr.Headers = Secret(l.str("OTEL_EXPORTER_OTLP_HEADERS"))
+	tr.TracesHeaders = Secret(l.str("OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
+
+	c.AllowInsecureTransport = l.boolean("ALLOW_INSECURE_TRANSPORT")
+	if !c.AllowInsecureTransport {
+		l.refuseClearText(&c)
+	}
 
 	c.SendTimeout = l.duration("SEND_TIMEOUT", positive)
 	c.ReconcileTimeout = l.duration("RECONCILE_TIMEOUT", positive)
@@ -238,20 +241,56 @@ func (l *loader) kafkaSecurity() {
 }
 
 // refuseClearText rejects the settings that would send a credential
-// across the network unencrypted: an http:// Twilio API URL (apiURL, as
-// Load parsed it; "" when it was invalid) to a host that is not loopback,
-// which carries the auth token in Basic auth, and SASL PLAIN to real
+// across the network unencrypted: an http:// Twilio API URL to a host
+// that is not loopback, which carries the auth token in Basic auth; an
+// http:// OTLP traces URL (Config.TracesURL) to such a host while OTLP
+// headers are set,
+// which usually carry the collector's API key; and SASL PLAIN to real
 // brokers without TLS, which carries the password as it is. Load skips it
 // when ALLOW_INSECURE_TRANSPORT is true.
-func (l *loader) refuseClearText(apiURL string) {
-	const optOut = "or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
-	if u, err := url.Parse(apiURL); apiURL != "" && err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
-		l.fail("TWILIO_API_URL", "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send the Twilio auth token in clear text; use https://, "+optOut)
+//
+// For OTLP the URL's scheme alone decides: the exporter takes its URL
+// through WithEndpointURL, which sets TLS from the scheme and overrides
+// OTEL_EXPORTER_OTLP_INSECURE and OTEL_EXPORTER_OTLP_TRACES_INSECURE, as
+// the OpenTelemetry specification says of OTLP/HTTP. A header variable
+// that is set is taken to hold a credential: which header is one cannot be
+// told from its name.
+//
+// It reads the URLs from c as Load parsed them, "" where one was invalid
+// (and reported already).
+func (l *loader) refuseClearText(c *Config) {
+	if clearTextToAnotherHost(c.Twilio.APIURL) {
+		l.refuse("TWILIO_API_URL", "the Twilio auth token")
+	}
+	// The traces headers replace the general ones when both are set.
+	if headers := l.firstSet("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"); headers != "" && clearTextToAnotherHost(c.TracesURL()) {
+		endpoint := "OTEL_EXPORTER_OTLP_ENDPOINT"
+		if c.Tracing.TracesEndpoint != "" {
+			endpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+		}
+		l.refuse(endpoint, headers)
 	}
 	tlsOn, _ := strconv.ParseBool(l.value("KAFKA_TLS"))
 	if l.set("KAFKA_BROKERS") && strings.EqualFold(l.value("KAFKA_SASL_MECHANISM"), "PLAIN") && !tlsOn {
-		l.fail("KAFKA_SASL_MECHANISM", "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, "+optOut)
+		l.fail("KAFKA_SASL_MECHANISM", "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, "+insecureOptOut)
 	}
+}
+
+// insecureOptOut ends every reason refuseClearText gives.
+const insecureOptOut = "or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=true"
+
+// refuse reports name, whose http:// URL to a host that is not loopback
+// would carry credential in clear text.
+func (l *loader) refuse(name, credential string) {
+	l.fail(name, "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send "+credential+" in clear text; use https://, "+insecureOptOut)
+}
+
+// clearTextToAnotherHost reports whether rawURL is an http:// URL whose
+// host is not loopback: what travels to it crosses the network
+// unencrypted. "" reports false.
+func clearTextToAnotherHost(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return rawURL != "" && err == nil && strings.EqualFold(u.Scheme, "http") && !loopback(u.Hostname())
 }
 
 // loopback reports whether host (without a port) names this machine:

@@ -3,6 +3,7 @@ package domain_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -248,6 +249,10 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 		}
 	})
 
+	// The drain computes an owed record's TTL before it calls the store,
+	// so the clock must move, and the store come back, while no drain is
+	// between the two: the test does both while the drain's first try is
+	// held in the store, and the next try reads the clock afresh.
 	t.Run("OwedRecordKeepsItsSendTimeTTL", func(t *testing.T) {
 		now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 		var clock atomic.Int64
@@ -257,9 +262,19 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 		})
 		var down atomic.Bool
 		down.Store(true)
+		var failed atomic.Int32
+		draining, resume := make(chan struct{}), make(chan struct{})
+		release := sync.OnceFunc(func() { close(resume) })
+		t.Cleanup(release) // before the world's Close, which waits for the drain
 		written := make(chan time.Duration, 1)
 		w.store.RecordFunc = func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 			if down.Load() {
+				// The first write is the send's own; the second, the
+				// drain's first try.
+				if failed.Add(1) == 2 {
+					close(draining)
+					<-resume
+				}
 				return errStoreDown
 			}
 			written <- ttl
@@ -268,8 +283,14 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 		if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
 			t.Fatal(err)
 		}
+		select {
+		case <-draining:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the drain did not try to write the owed record within 5s")
+		}
 		clock.Add(int64(40 * time.Minute)) // of the world's 1h TTL
 		down.Store(false)
+		release()
 		select {
 		case ttl := <-written:
 			if ttl != 20*time.Minute {

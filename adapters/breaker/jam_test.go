@@ -36,6 +36,16 @@ const (
 	jamCallers = 64
 )
 
+// clusterMargin is jamMargin for the cluster outage, whose callers call
+// without pausing. On two cores at load 12 to 17 under the race detector,
+// with other processes competing, the slowest call of two runs in 54
+// took 2.1 and 2.7 s (in the second the process made 4065 calls in the
+// 4 s, where the other runs made all 6400): the callers were waiting for
+// a CPU. A call stuck behind the full ring the test guards against waits
+// until rueidis drops the silent connection, about 11 s with this URL, so
+// 4 s still tells the two apart.
+const clusterMargin = 4 * time.Second
+
 // jammed is the Redis store behind a breaker, wired as the worker wires
 // them for jamCallers callers.
 type jammed struct {
@@ -141,14 +151,17 @@ func waitForNil(tb testing.TB, within time.Duration, what string, f func() error
 	}
 }
 
-// mustClaim claims a fresh key through s, failing the test on error.
-func mustClaim(tb testing.TB, s ports.IdempotencyStore) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := s.Claim(ctx, fmt.Sprintf("warm-%d", jamSeq.Add(1)), "tok", time.Minute); err != nil {
-		tb.Fatalf("Claim: %v", err)
-	}
+// mustClaim claims a fresh key through s, before an outage, trying again
+// until the store answers within its timeout or 10 s have passed. The
+// store's 50 ms timeout is short for the first calls on a loaded machine
+// (new connections, the cluster's slot map): a warm-up call that fails is
+// not what the jam tests are about.
+func mustClaim(t *testing.T, s ports.IdempotencyStore) {
+	t.Helper()
+	waitForNil(t, 10*time.Second, "warm-up claim", func() error {
+		_, err := s.Claim(context.Background(), fmt.Sprintf("warm-%d", jamSeq.Add(1)), "tok", time.Minute)
+		return err
+	})
 }
 
 // TestOutage_UnresponsiveUnderLoad: 64 callers, each pausing 20 ms between
@@ -203,8 +216,8 @@ func TestOutage_ClusterNodeUnresponsive(t *testing.T) {
 	// A third of the keys are the paused node's: rueidis' default ring
 	// was full after about 3000 calls, and calls to it then hung for 11 s.
 	got := hammer(s, 100, 0, 4*time.Second)
-	if got.slowest > jamTimeout+jamMargin {
-		t.Fatalf("slowest of %d calls took %v with a %v timeout; want at most %v", got.calls, got.slowest, jamTimeout, jamTimeout+jamMargin)
+	if got.slowest > jamTimeout+clusterMargin {
+		t.Fatalf("slowest of %d calls took %v with a %v timeout; want at most %v", got.calls, got.slowest, jamTimeout, jamTimeout+clusterMargin)
 	}
 	if got.refused == 0 {
 		t.Fatalf("none of %d calls refused with a node silent: the breaker never opened", got.calls)

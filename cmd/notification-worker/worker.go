@@ -146,7 +146,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	if cfg.AllowInsecureTransport {
 		m.logger.Warn("insecure_transport_allowed",
-			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, SASL PLAIN without TLS); for a test lab only"))
+			slog.String("reason", "ALLOW_INSECURE_TRANSPORT=true: credentials may cross the network in clear text (http:// TWILIO_API_URL, OTLP headers to an http:// endpoint, SASL PLAIN without TLS); for a test lab only"))
 	}
 	return nil
 }
