@@ -57,7 +57,9 @@ type jammed struct {
 // mustJammed builds the pair on url, closed when tb ends.
 func mustJammed(tb testing.TB, url string) jammed {
 	tb.Helper()
-	rcfg := redis.Config{URL: url, KeyPrefix: "jam:", Timeout: jamTimeout}
+	// As the worker runs it: compact keys, reading both formats (two
+	// commands a Claim).
+	rcfg := redis.Config{URL: url, CompactPrefix: "jam:", KeyPrefix: "jam-r:", ReadBoth: true, Timeout: jamTimeout}
 	within, err := rcfg.UnansweredFor()
 	if err != nil {
 		tb.Fatal(err)
