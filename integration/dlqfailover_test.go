@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -80,40 +79,28 @@ func TestDeadLetterLeaderFailover(t *testing.T) {
 	t.Logf("group %s coordinated by node %d; %s/0 on nodes [%d %d %d], led by node %d",
 		rig.Group, coordinator, dlqTopic, victim, coordinator, slow, victim)
 
-	w := rig.StartWorker(nil)
-
 	// Each record its own shipment, so the worker handles many at once and
 	// their dead letters share produce requests; each poison (a phone
-	// number that is not E.164), so each is dead-lettered at once.
-	const total, batch = 600, 10
+	// number that is not E.164), so each is dead-lettered at once. All are
+	// published before the worker starts: a produce to the source topic
+	// waits for the frozen follower too, and the dead letters must keep
+	// flowing while it is frozen, from the worker's backlog.
+	const total, batch = 1200, 200
 	events, _ := faultSMSEvents("d", total)
 	recs := make([]*kgo.Record, total)
 	for i, e := range events {
 		e.Phone = "12345"
 		recs[i] = &kgo.Record{Topic: rig.Topic, Key: []byte(e.Shipment), Value: e.JSON()}
 	}
-	publishDone := make(chan error, 1)
-	var published sync.WaitGroup
-	published.Add(1)
-	go func() {
-		defer published.Done()
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		for from := 0; from < total; from += batch {
-			if err := rig.Kafka.PublishRecords(pctx, recs[from:min(from+batch, total)]...); err != nil {
-				publishDone <- fmt.Errorf("publish records %d..: %w", from, err)
-				return
-			}
-			select {
-			case <-pctx.Done():
-				publishDone <- pctx.Err()
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
+	for from := 0; from < total; from += batch {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := rig.Kafka.PublishRecords(pctx, recs[from:min(from+batch, total)]...)
+		cancel()
+		if err != nil {
+			t.Fatalf("publish records %d..: %v", from, err)
 		}
-		publishDone <- nil
-	}()
-	t.Cleanup(published.Wait)
+	}
+	w := rig.StartWorker(nil)
 
 	faultWait(t, 60*time.Second, "dead letters flowing", func() (bool, string) {
 		n := w.Count("event_dead_lettered")
@@ -152,9 +139,6 @@ func TestDeadLetterLeaderFailover(t *testing.T) {
 	t.Logf("SIGKILL node %d, leader of %s/0 (%s), at %d dead letters logged; node %d let go",
 		victim, dlqTopic, held, atKill, slow)
 
-	if err := <-publishDone; err != nil {
-		t.Fatal(err)
-	}
 	if _, err := w.WaitLog("event_dead_lettered", total, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
