@@ -8,10 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/mail"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration"
 	"github.com/harborlight/notification-worker/ports"
@@ -393,70 +392,58 @@ func faultPhone(tag string, i int) string {
 	return fmt.Sprintf("+3120%03d%04d", int(tag[0]), i)
 }
 
-// faultSMTP is an SMTP server in the test process (emersion/go-smtp), for
-// what mailpit cannot do on demand: answer 451 to the first attempts at a
-// recipient, or 550 to one recipient for good. It counts every RCPT TO,
-// so a test sees the retries a provider saw.
+// faultSMTP is the SMTP server in the test process (smtptest), for what
+// mailpit cannot do on demand: answer 451 to the first attempts at a
+// recipient, or 550 to one recipient for good, or reply late. Its
+// smtptest.Server counts every RCPT TO, so a test sees the retries a
+// provider saw, and keeps every message it accepted. The faults may be
+// set while the worker sends.
 type faultSMTP struct {
-	host string
-	port int
+	*smtptest.Server
 
 	mu        sync.Mutex
-	temporary map[string]int      // recipient -> 451 answers left
-	rejected  map[string]bool     // recipient -> 550 for good
-	attempts  map[string]int      // RCPT TO seen, by recipient
-	delivered map[string]int      // messages accepted, by recipient
-	ids       map[string][]string // Message-IDs of the messages accepted, by recipient
-	late      time.Duration       // the mean wait of the reply to an accepted message
-	accepted  int                 // messages accepted, in all
+	temporary map[string]int  // recipient -> 451 answers left
+	rejected  map[string]bool // recipient -> 550 for good
+	late      time.Duration   // the mean wait of the reply to an accepted message
 }
 
 func startFaultSMTP(t *testing.T) *faultSMTP {
 	t.Helper()
-	s := &faultSMTP{
-		temporary: map[string]int{},
-		rejected:  map[string]bool{},
-		attempts:  map[string]int{},
-		delivered: map[string]int{},
-		ids:       map[string][]string{},
-	}
-	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(*gosmtp.Conn) (gosmtp.Session, error) {
-		return &faultSMTPSession{s: s}, nil
-	}))
-	srv.Domain = "localhost"
-	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		_ = l.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("SMTP test server did not stop within 5s")
-		}
+	s := &faultSMTP{temporary: map[string]int{}, rejected: map[string]bool{}}
+	s.Server = smtptest.StartServer(t, smtptest.Script{
+		RcptReply: s.rcptReply,
+		// From d/4 to 7d/4, varying from message to message.
+		ReplyDelay: func(n int) time.Duration {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.late / 4 * time.Duration(1+n%7)
+		},
 	})
-	a := l.Addr().(*net.TCPAddr)
-	s.host, s.port = a.IP.String(), a.Port
 	return s
 }
 
+func (s *faultSMTP) rcptReply(rcpt string, _ int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rejected[rcpt] {
+		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "No such user here"}
+	}
+	if s.temporary[rcpt] > 0 {
+		s.temporary[rcpt]--
+		return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 3, 0}, Message: "Try again later"}
+	}
+	return nil
+}
+
 // Addr is "127.0.0.1:port".
-func (s *faultSMTP) Addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
+func (s *faultSMTP) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
 
 // Env is the worker's environment for this server: plain SMTP on loopback,
 // no authentication.
 func (s *faultSMTP) Env() map[string]string {
 	return map[string]string{
-		"SMTP_HOST":       s.host,
-		"SMTP_PORT":       strconv.Itoa(s.port),
+		"SMTP_HOST":       s.Host,
+		"SMTP_PORT":       strconv.Itoa(s.Port),
 		"SMTP_FROM":       "Harborlight <notifications@harborlight.test>",
 		"SMTP_TLS_POLICY": "none",
 	}
@@ -476,20 +463,6 @@ func (s *faultSMTP) Reject(rcpt string) {
 	s.rejected[rcpt] = true
 }
 
-// Attempts and Delivered count RCPT TO commands and accepted messages for
-// rcpt.
-func (s *faultSMTP) Attempts(rcpt string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.attempts[rcpt]
-}
-
-func (s *faultSMTP) Delivered(rcpt string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.delivered[rcpt]
-}
-
 // AnswerLate makes the server take each message the moment its DATA ends,
 // and reply later, d on average (from d/4 to 7d/4, varying from message to
 // message, so concurrent senders drift apart): a sender that dies in
@@ -499,60 +472,6 @@ func (s *faultSMTP) AnswerLate(d time.Duration) {
 	defer s.mu.Unlock()
 	s.late = d
 }
-
-// MessageIDs returns the Message-ID of every message accepted for rcpt, in
-// the order they came.
-func (s *faultSMTP) MessageIDs(rcpt string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.ids[rcpt]...)
-}
-
-type faultSMTPSession struct {
-	s  *faultSMTP
-	to []string
-}
-
-func (ss *faultSMTPSession) Mail(string, *gosmtp.MailOptions) error { return nil }
-
-func (ss *faultSMTPSession) Rcpt(to string, _ *gosmtp.RcptOptions) error {
-	s := ss.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.attempts[to]++
-	if s.rejected[to] {
-		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "No such user here"}
-	}
-	if s.temporary[to] > 0 {
-		s.temporary[to]--
-		return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 3, 0}, Message: "Try again later"}
-	}
-	ss.to = append(ss.to, to)
-	return nil
-}
-
-func (ss *faultSMTPSession) Data(r io.Reader) error {
-	msg, err := mail.ReadMessage(r)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(io.Discard, msg.Body); err != nil {
-		return err
-	}
-	ss.s.mu.Lock()
-	for _, to := range ss.to {
-		ss.s.delivered[to]++
-		ss.s.ids[to] = append(ss.s.ids[to], msg.Header.Get("Message-Id"))
-	}
-	ss.s.accepted++
-	late := ss.s.late / 4 * time.Duration(1+ss.s.accepted%7)
-	ss.s.mu.Unlock()
-	time.Sleep(late)
-	return nil
-}
-
-func (ss *faultSMTPSession) Reset()        { ss.to = nil }
-func (ss *faultSMTPSession) Logout() error { return nil }
 
 // faultReadyStore returns the "store" field of the worker's /readyz body:
 // "open-circuit" while the breaker refuses calls.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,9 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/emersion/go-sasl"
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -24,6 +21,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
@@ -117,7 +115,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"TWILIO_FROM_NUMBER":           twilioFrom,
 			"TWILIO_API_URL":               twilioAPI,
 			"SMTP_HOST":                    "127.0.0.1",
-			"SMTP_PORT":                    strconv.Itoa(smtpSrv.port),
+			"SMTP_PORT":                    strconv.Itoa(smtpSrv.Port),
 			"SMTP_USERNAME":                smtpUser,
 			"SMTP_PASSWORD":                secrets["smtp password"],
 			"SMTP_FROM":                    smtpFrom,
@@ -415,80 +413,18 @@ func startTwilioDouble(tb testing.TB, token string) string {
 	return srv.URL
 }
 
-// smtpServer is an in-process SMTP server (go-smtp) that requires AUTH and
-// answers 550 to RCPT TO emailRejected, quoting the address back.
-type smtpServer struct{ port int }
-
-func startSMTPServer(tb testing.TB, password string) *smtpServer {
+// startSMTPServer starts an SMTP server that requires AUTH PLAIN as
+// smtpUser with password and answers 550 to RCPT TO emailRejected, quoting
+// the address back, so the worker's error for it holds the address.
+func startSMTPServer(tb testing.TB, password string) *smtptest.Server {
 	tb.Helper()
-	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(*gosmtp.Conn) (gosmtp.Session, error) {
-		return &smtpSession{password: password}, nil
-	}))
-	srv.Domain = "localhost"
-	srv.AllowInsecureAuth = true // loopback only, with SMTP_TLS_POLICY=none
-	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
-	srv.ErrorLog = discardLogger{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	tb.Cleanup(func() {
-		_ = srv.Close()
-		_ = ln.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			tb.Error("SMTP server did not stop within 5s")
-		}
+	return smtptest.StartServer(tb, smtptest.Script{
+		Users: map[string]string{smtpUser: password},
+		RcptReply: func(rcpt string, _ int) error {
+			if rcpt == emailRejected {
+				return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "<" + rcpt + ">: no such user here"}
+			}
+			return nil
+		},
 	})
-	return &smtpServer{port: ln.Addr().(*net.TCPAddr).Port}
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Printf(string, ...any) {}
-func (discardLogger) Println(...any)        {}
-
-type smtpSession struct {
-	password string
-	authed   bool
-}
-
-func (s *smtpSession) AuthMechanisms() []string { return []string{sasl.Plain} }
-
-func (s *smtpSession) Auth(string) (sasl.Server, error) {
-	return sasl.NewPlainServer(func(_, user, pass string) error {
-		if user != smtpUser || pass != s.password {
-			return gosmtp.ErrAuthFailed
-		}
-		s.authed = true
-		return nil
-	}), nil
-}
-
-func (s *smtpSession) Mail(string, *gosmtp.MailOptions) error {
-	if !s.authed {
-		return &gosmtp.SMTPError{Code: 530, EnhancedCode: gosmtp.EnhancedCode{5, 7, 0}, Message: "Authentication required"}
-	}
-	return nil
-}
-
-func (s *smtpSession) Rcpt(to string, _ *gosmtp.RcptOptions) error {
-	if to == emailRejected {
-		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: no such user here"}
-	}
-	return nil
-}
-
-func (s *smtpSession) Data(r io.Reader) error {
-	_, err := io.Copy(io.Discard, r)
-	return err
-}
-
-func (s *smtpSession) Reset()        {}
-func (s *smtpSession) Logout() error { return nil }

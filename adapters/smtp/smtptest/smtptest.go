@@ -1,9 +1,11 @@
 // Package smtptest runs a real SMTP server for tests: emersion/go-smtp, in
-// process, on 127.0.0.1, scripted to accept, reject or require
-// authentication, and keeping every message exactly as DATA delivered it.
+// process, on 127.0.0.1, scripted to accept, reject, delay or drop, or to
+// require authentication, and keeping every message exactly as DATA
+// delivered it. It is the one SMTP server of this module's tests.
 package smtptest
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,8 +14,11 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"io"
+	"log"
 	"math/big"
 	"net"
+	"net/mail"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -24,7 +29,9 @@ import (
 )
 
 // Script says how the test server behaves. The zero Script accepts every
-// message without authentication and without TLS.
+// message without authentication and without TLS. StartServer reads it once;
+// its funcs are then called from the server's sessions, several at a time,
+// so each must be safe for concurrent use and must not call tb.Fatal.
 type Script struct {
 	// Users, when non-nil, makes the server offer AUTH with Mechs (default
 	// PLAIN) and refuse MAIL FROM with 530 until a user in it authenticated.
@@ -44,6 +51,15 @@ type Script struct {
 	DataFate func(n int) Fate
 	// DropRcpt closes the connection at RCPT TO, without a reply.
 	DropRcpt bool
+	// RcptReply, when set, is asked for the reply to the n-th RCPT TO for
+	// rcpt the server saw (from 1), unless DropRcpt or RcptErr answered
+	// first: nil accepts rcpt.
+	RcptReply func(rcpt string, n int) error
+	// ReplyDelay, when set, is how long the server waits before it says it
+	// accepted the n-th message it was given: the message is kept the
+	// moment DATA ends, so a client that hangs up in the meantime never
+	// learns the message went out. Rejections are not delayed.
+	ReplyDelay func(n int) time.Duration
 }
 
 // Fate is what the server does with a message once its DATA ended.
@@ -65,12 +81,24 @@ const (
 // Delivery is one message the server accepted.
 type Delivery struct {
 	From string
-	To   []string
+	To   []string // the recipients the server accepted, in order
 	Data []byte
 	TLS  bool // the session had switched to TLS
 }
 
-// Server is a running test SMTP server.
+// MessageID returns the Message-ID header of the message, "" when Data has
+// none or is not a message.
+func (d Delivery) MessageID() string {
+	msg, err := mail.ReadMessage(bytes.NewReader(d.Data))
+	if err != nil {
+		return ""
+	}
+	return msg.Header.Get("Message-Id")
+}
+
+// Server is a running test SMTP server. Host and Port are set once
+// StartServer returns and never change; its methods are safe for
+// concurrent use, also while the server is handling sessions.
 type Server struct {
 	Host string
 	Port int
@@ -78,9 +106,10 @@ type Server struct {
 	script Script
 	mu     sync.Mutex
 	got    []Delivery
-	auths  int // AUTH exchanges started, successful or not
-	mails  int // MAIL FROM commands seen
-	datas  int // DATA commands that ended
+	auths  int            // AUTH exchanges started, successful or not
+	mails  int            // MAIL FROM commands seen
+	datas  int            // DATA commands that ended
+	rcpts  map[string]int // RCPT TO commands seen, by recipient
 }
 
 // StartServer starts a server following script on 127.0.0.1 and stops it when
@@ -90,7 +119,7 @@ func StartServer(tb testing.TB, script Script) *Server {
 	if script.Users != nil && script.Mechs == nil {
 		script.Mechs = []string{sasl.Plain}
 	}
-	s := &Server{script: script}
+	s := &Server{script: script, rcpts: map[string]int{}}
 	srv := gosmtp.NewServer(gosmtp.BackendFunc(func(c *gosmtp.Conn) (gosmtp.Session, error) {
 		return &session{s: s, conn: c}, nil
 	}))
@@ -99,6 +128,9 @@ func StartServer(tb testing.TB, script Script) *Server {
 	srv.TLSConfig = script.TLS
 	srv.ReadTimeout = 10 * time.Second
 	srv.WriteTimeout = 10 * time.Second
+	// The faults scripted here (hang-ups, dropped connections) make go-smtp
+	// log on purpose; what a test checks is what the client saw.
+	srv.ErrorLog = log.New(io.Discard, "", 0)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -148,6 +180,31 @@ func (s *Server) Counts() (auths, mails int) {
 	return s.auths, s.mails
 }
 
+// Attempts returns how many RCPT TO commands for rcpt the server saw,
+// whatever it answered.
+func (s *Server) Attempts(rcpt string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rcpts[rcpt]
+}
+
+// Delivered returns how many of the messages accepted so far went to rcpt.
+func (s *Server) Delivered(rcpt string) int {
+	return len(s.MessageIDs(rcpt))
+}
+
+// MessageIDs returns the Message-ID of every message accepted so far for
+// rcpt, in the order the server accepted them ("" for one without).
+func (s *Server) MessageIDs(rcpt string) []string {
+	var ids []string
+	for _, d := range s.Deliveries() {
+		if slices.Contains(d.To, rcpt) {
+			ids = append(ids, d.MessageID())
+		}
+	}
+	return ids
+}
+
 type session struct {
 	s      *Server
 	conn   *gosmtp.Conn
@@ -195,12 +252,21 @@ func (ss *session) Mail(from string, _ *gosmtp.MailOptions) error {
 }
 
 func (ss *session) Rcpt(to string, _ *gosmtp.RcptOptions) error {
+	ss.s.mu.Lock()
+	ss.s.rcpts[to]++
+	n := ss.s.rcpts[to]
+	ss.s.mu.Unlock()
 	if ss.s.script.DropRcpt {
 		_ = ss.conn.Conn().Close()
 		return errors.New("dropped")
 	}
 	if ss.s.script.RcptErr != nil {
 		return ss.s.script.RcptErr
+	}
+	if reply := ss.s.script.RcptReply; reply != nil {
+		if err := reply(to, n); err != nil {
+			return err
+		}
 	}
 	ss.to = append(ss.to, to)
 	return nil
@@ -244,6 +310,9 @@ func (ss *session) Data(r io.Reader) error {
 		}
 	}
 	ss.keep(data)
+	if delay := ss.s.script.ReplyDelay; delay != nil {
+		time.Sleep(delay(n))
+	}
 	return nil
 }
 
