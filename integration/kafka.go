@@ -319,22 +319,23 @@ func (k *Kafka) StartNode(ctx context.Context, id int32) error {
 // nothing, like a broker stalled by a long pause of its JVM or its disk.
 // UnpauseNode lets it go on.
 func (k *Kafka) PauseNode(ctx context.Context, id int32) error {
-	n, err := k.node(id)
-	if err != nil {
+	return k.onContainer(id, "pause", func(cli *testcontainers.DockerClient, c string) error {
+		_, err := cli.ContainerPause(ctx, c, client.ContainerPauseOptions{})
 		return err
-	}
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if _, err := cli.ContainerPause(ctx, n.c.GetContainerID(), client.ContainerPauseOptions{}); err != nil {
-		return fmt.Errorf("pause kafka node %d: %w", id, err)
-	}
-	return nil
+	})
 }
 
 // UnpauseNode lets a node frozen by PauseNode go on.
 func (k *Kafka) UnpauseNode(ctx context.Context, id int32) error {
+	return k.onContainer(id, "unpause", func(cli *testcontainers.DockerClient, c string) error {
+		_, err := cli.ContainerUnpause(ctx, c, client.ContainerUnpauseOptions{})
+		return err
+	})
+}
+
+// onContainer runs op on the Docker API for the container of the node
+// with node.id id; what names op in its error.
+func (k *Kafka) onContainer(id int32, what string, op func(cli *testcontainers.DockerClient, container string) error) error {
 	n, err := k.node(id)
 	if err != nil {
 		return err
@@ -343,8 +344,8 @@ func (k *Kafka) UnpauseNode(ctx context.Context, id int32) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cli.ContainerUnpause(ctx, n.c.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil {
-		return fmt.Errorf("unpause kafka node %d: %w", id, err)
+	if err := op(cli, n.c.GetContainerID()); err != nil {
+		return fmt.Errorf("%s kafka node %d: %w", what, id, err)
 	}
 	return nil
 }

@@ -37,11 +37,9 @@ const (
 )
 
 // clusterMargin is jamMargin for the cluster outage, whose callers call
-// without pausing. On two cores at load 12 to 17 under the race detector,
-// with other processes competing, the slowest call of two runs in 54
-// took 2.1 and 2.7 s (in the second the process made 4065 calls in the
-// 4 s, where the other runs made all 6400): the callers were waiting for
-// a CPU. A call stuck behind the full ring the test guards against waits
+// without pausing: on two loaded cores under the race detector they wait
+// seconds for a CPU, and a call can take 3 s without the store being at
+// fault. A call stuck behind the full ring the test guards against waits
 // until rueidis drops the silent connection, about 11 s with this URL, so
 // 4 s still tells the two apart.
 const clusterMargin = 4 * time.Second

@@ -34,16 +34,7 @@ func TestCluster(t *testing.T) {
 		// Reading both formats: the claim's SET and the other key's GET go
 		// to the nodes of two different slots in one DoMulti.
 		cfg := redis.Config{URL: c.URL(), CompactPrefix: "contract:", KeyPrefix: "contract-r:", ReadBoth: true}
-		storetest.Run(t, storetest.Harness{
-			New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
-				c := cfg
-				c.KeepAbandoned = keep
-				return MustStore(t, c)
-			},
-			TTL: func(t *testing.T, key string) time.Duration {
-				return MustPTTL(t, raw, cfg.Key(key))
-			},
-		})
+		storetest.Run(t, contractHarness(cfg, raw))
 	})
 
 	t.Run("ReadableRecordsHonoured", func(t *testing.T) {

@@ -109,18 +109,23 @@ func TestStoreContract(t *testing.T) {
 		"CompactReadsBoth": {Format: redis.Compact, CompactPrefix: "cb:", KeyPrefix: "contract-b:", ReadBoth: true},
 	} {
 		cfg.URL = srv.URL()
-		t.Run(name, func(t *testing.T) {
-			storetest.Run(t, storetest.Harness{
-				New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
-					c := cfg
-					c.KeepAbandoned = keep
-					return MustStore(t, c)
-				},
-				TTL: func(t *testing.T, key string) time.Duration {
-					return MustPTTL(t, raw, cfg.Key(key))
-				},
-			})
-		})
+		t.Run(name, func(t *testing.T) { storetest.Run(t, contractHarness(cfg, raw)) })
+	}
+}
+
+// contractHarness builds stores from cfg, each with the suite's
+// KeepAbandoned, and reads a key's TTL through raw under the key cfg's
+// stores write.
+func contractHarness(cfg redis.Config, raw rueidis.Client) storetest.Harness {
+	return storetest.Harness{
+		New: func(t *testing.T, keep time.Duration) ports.IdempotencyStore {
+			c := cfg
+			c.KeepAbandoned = keep
+			return MustStore(t, c)
+		},
+		TTL: func(t *testing.T, key string) time.Duration {
+			return MustPTTL(t, raw, cfg.Key(key))
+		},
 	}
 }
 
