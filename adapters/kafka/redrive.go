@@ -55,7 +55,8 @@ type RedriveConfig struct {
 	// Batch is DefaultRedriveBatch when zero.
 	Batch int
 	// Progress, when not nil, is called by Redrive's goroutine after each
-	// batch, and once as each partition ends. It must not block for long.
+	// batch of a partition that has dead letters to read, the last batch
+	// included. It must not block for long.
 	Progress func(RedriveProgress)
 }
 
@@ -374,7 +375,6 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 		}
 	}
 	if pr.Start >= pr.End {
-		report(pr.End)
 		return nil
 	}
 	pc, err := r.consumer.ConsumePartition(r.cfg.DLQTopic, pr.Partition, pr.Start)

@@ -67,7 +67,7 @@ func runRedrive(ctx context.Context, cfg config.Config, args []string, stdout, s
 		return err
 	}
 	rcfg.DryRun = *dryRun
-	rcfg.Progress = progressPrinter(stderr, isTerminal(stderr))
+	rcfg.Progress = progressPrinter(stderr, isTerminal(stderr), *dryRun)
 
 	res, err := kafka.Redrive(ctx, rcfg)
 	if rcfg.Progress != nil && isTerminal(stderr) {
@@ -175,11 +175,14 @@ func parseFrom(s string) (map[int32]int64, error) {
 // progressPrinter writes progress to w: on a terminal one line redrawn in
 // place, otherwise a line every redriveProgressEvery dead letters and one
 // as each partition ends.
-func progressPrinter(w io.Writer, terminal bool) func(kafka.RedriveProgress) {
-	last := 0
+func progressPrinter(w io.Writer, terminal, dryRun bool) func(kafka.RedriveProgress) {
+	last, verb := 0, "redriven"
+	if dryRun {
+		verb = "to redrive"
+	}
 	return func(p kafka.RedriveProgress) {
-		line := fmt.Sprintf("redrive: partition %d at offset %d of %d; %d dead letters read, %d redriven",
-			p.Partition, p.Next, p.End, p.Read, p.Redriven)
+		line := fmt.Sprintf("redrive: partition %d at offset %d of %d; %d dead letters read, %d %s",
+			p.Partition, p.Next, p.End, p.Read, p.Redriven, verb)
 		if terminal {
 			fmt.Fprintf(w, "\r\033[K%s", line)
 			return
