@@ -89,6 +89,11 @@ type RedriveResult struct {
 	// Read is every dead letter read; Redriven those republished (for a dry
 	// run: those that would be); PassedOver those of another Kind.
 	Read, Redriven, PassedOver int
+	// Repeats counts dead letters of a record already redriven by this run
+	// (the same HeaderDLQOriginalTopic, HeaderDLQOriginalPartition and
+	// HeaderDLQOriginalOffset): the dead letter topic is at least once,
+	// and a repeat is passed over.
+	Repeats int
 	// FromSource counts the redriven dead letters that carried no value
 	// (HeaderDLQValueDropped), whose record was read from its original
 	// topic instead.
@@ -181,6 +186,9 @@ type redriver struct {
 
 	res      RedriveResult
 	byReason map[[2]string]int
+	// seen holds the origin (topic/partition/offset) of every dead letter
+	// this run redrove, to pass over repeats.
+	seen map[string]bool
 }
 
 func newRedriver(cfg RedriveConfig) (*redriver, error) {
@@ -195,7 +203,7 @@ func newRedriver(cfg RedriveConfig) (*redriver, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: redrive: consumer: %w", err)
 	}
-	r := &redriver{cfg: cfg, sc: sc, client: client, consumer: consumer, byReason: map[[2]string]int{}}
+	r := &redriver{cfg: cfg, sc: sc, client: client, consumer: consumer, byReason: map[[2]string]int{}, seen: map[string]bool{}}
 	if !cfg.DryRun {
 		psc := cfg.deadLetterConfig(DeadLetterUnreadyAfter)
 		psc.Producer.Partitioner = newOriginPartitioner
@@ -424,13 +432,18 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 		next = msg.Offset + 1
 		read++
 		kind, reason := headerValue(msg.Headers, HeaderDLQKind), headerValue(msg.Headers, HeaderDLQReason)
-		if r.cfg.Kind != "" && kind != r.cfg.Kind {
+		origin := originOf(msg)
+		switch {
+		case r.cfg.Kind != "" && kind != r.cfg.Kind:
 			r.res.PassedOver++
-		} else {
+		case origin != "" && r.seen[origin]:
+			r.res.Repeats++
+		default:
 			pm, fromSource, err := r.republished(ctx, msg)
 			if err != nil {
 				// Write and commit what came before, so the next run
 				// starts at this dead letter.
+				read--
 				if ferr := flush(msg.Offset); ferr != nil {
 					return ferr
 				}
@@ -438,6 +451,9 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 			}
 			if fromSource {
 				r.res.FromSource++
+			}
+			if origin != "" {
+				r.seen[origin] = true
 			}
 			batch = append(batch, pm)
 			counted = append(counted, ReasonCount{Kind: kind, Reason: reason})
@@ -529,6 +545,18 @@ func (r *redriver) origin(ctx context.Context, topic string, p int32, off int64)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// originOf returns "topic/partition/offset" of the record msg is the dead
+// letter of, "" when its headers do not say.
+func originOf(msg *sarama.ConsumerMessage) string {
+	topic := headerValue(msg.Headers, HeaderDLQOriginalTopic)
+	p := headerValue(msg.Headers, HeaderDLQOriginalPartition)
+	off := headerValue(msg.Headers, HeaderDLQOriginalOffset)
+	if topic == "" || p == "" || off == "" {
+		return ""
+	}
+	return topic + "/" + p + "/" + off
 }
 
 // headerValue returns the value of the last header named key, "" when

@@ -272,3 +272,25 @@ func TestRedrive_ValueDroppedReadFromSource(t *testing.T) {
 		t.Errorf("traceparent %q, want %q", v, redriveTraceparent)
 	}
 }
+
+// The dead letter topic is at least once: two dead letters of one record
+// (a replay after a rebalance dead-letters it again) are redriven once.
+func TestRedrive_RepeatsRedrivenOnce(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "redriverepeat")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartCluster(t, 1, []string{topic, dlqTopic}).ListenAddrs()
+	hs := map[string]string{
+		kafka.HeaderDLQKind: "permanent", kafka.HeaderDLQReason: "unknown event type",
+		kafka.HeaderDLQOriginalTopic: topic, kafka.HeaderDLQOriginalPartition: "0", kafka.HeaderDLQOriginalOffset: "7",
+	}
+	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, hs, "SHP-1", "poison", "SHP-1", "poison")
+
+	res := mustRedrive(t, kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, Group: topic + ".redrive"})
+	if res.Read != 2 || res.Redriven != 1 || res.Repeats != 1 {
+		t.Errorf("read %d, redrove %d, repeats %d; want 2, 1, 1", res.Read, res.Redriven, res.Repeats)
+	}
+	if got := readTopic(t, brokers, topic); len(got) != 1 {
+		t.Errorf("topic holds %d records, want the one redriven", len(got))
+	}
+}

@@ -219,6 +219,9 @@ func printRedrive(w io.Writer, cfg kafka.RedriveConfig, res kafka.RedriveResult)
 	if res.PassedOver > 0 {
 		fmt.Fprintf(w, ", %d of other kinds passed over", res.PassedOver)
 	}
+	if res.Repeats > 0 {
+		fmt.Fprintf(w, ", %d repeated dead letters of a record already redriven passed over", res.Repeats)
+	}
 	if res.FromSource > 0 {
 		fmt.Fprintf(w, ", %d of them read from their original topic (value dropped from the dead letter)", res.FromSource)
 	}
