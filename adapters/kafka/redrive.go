@@ -36,12 +36,14 @@ type RedriveConfig struct {
 	// second run does not redrive the same dead letter again. Required.
 	// Its committed offsets are its only state: it has no members.
 	Group string
-	// From, when not empty, is where to start in each partition it lists;
-	// only those partitions are read. Since, when not zero, starts every
-	// partition at its first dead letter written at or after Since. With
-	// neither, a partition starts at Group's committed offset, or at its
-	// oldest dead letter when Group committed none. At most one of From
-	// and Since may be set.
+	// From, when not empty, is where to start in each partition it lists,
+	// whatever Group committed; only those partitions are read. Since,
+	// when not zero, starts every partition at its first dead letter
+	// written at or after Since, or at Group's committed offset if that is
+	// later. With neither, a partition starts at Group's committed offset,
+	// or at its oldest dead letter when Group committed none. At most one
+	// of From and Since may be set. Every run commits where it ended, so a
+	// run that started past some dead letters moves Group past them too.
 	From  map[int32]int64
 	Since time.Time
 	// Kind, when not empty, is one of RedriveKinds: only dead letters of
@@ -270,7 +272,7 @@ func (r *redriver) ranges() ([]RedrivePartition, error) {
 		}
 	}
 	var committed map[int32]int64
-	if len(r.cfg.From) == 0 && r.cfg.Since.IsZero() {
+	if len(r.cfg.From) == 0 {
 		if committed, err = r.committed(partitions); err != nil {
 			return nil, err
 		}
@@ -300,6 +302,8 @@ func (r *redriver) ranges() ([]RedrivePartition, error) {
 			if at >= 0 {
 				start = at
 			}
+			// Since never goes back before what the group redrove.
+			start = max(start, committed[p])
 		case committed[p] >= 0:
 			start = committed[p]
 		}

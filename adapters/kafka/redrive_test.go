@@ -225,7 +225,7 @@ func TestRedrive(t *testing.T) {
 		}
 	})
 
-	t.Run("SinceLater", func(t *testing.T) {
+	t.Run("Since", func(t *testing.T) {
 		cfg := base
 		cfg.Group, cfg.DryRun = group, true
 		cfg.Since = time.Now().Add(time.Hour)
@@ -233,8 +233,15 @@ func TestRedrive(t *testing.T) {
 			t.Errorf("since an hour ahead read %d dead letters, want none", res.Read)
 		}
 		cfg.Since = time.Now().Add(-time.Hour)
+		cfg.Group = group + ".since"
 		if res := mustRedrive(t, cfg); res.Read != 3 {
 			t.Errorf("since an hour ago read %d dead letters, want 3", res.Read)
+		}
+		// The group that redrove them all: since never goes back before
+		// its offsets.
+		cfg.Group = group
+		if res := mustRedrive(t, cfg); res.Read != 0 {
+			t.Errorf("since an hour ago, in the group that redrove everything, read %d dead letters, want none", res.Read)
 		}
 	})
 }

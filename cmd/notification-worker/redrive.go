@@ -44,8 +44,8 @@ flags:`
 func runRedrive(ctx context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	since := fs.String("since", "", "start at the dead letters written at or after this time: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
-	from := fs.String("from", "", "start at these offsets, as partition:offset,...; only the partitions listed are read")
+	since := fs.String("since", "", "start at the dead letters written at or after this time, not before the group's offsets: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
+	from := fs.String("from", "", "start at these offsets, whatever the group committed, as partition:offset,...; only the partitions listed are read")
 	reason := fs.String("reason", "", "redrive only dead letters of this kind: "+strings.Join(kafka.RedriveKinds, ", "))
 	dryRun := fs.Bool("dry-run", false, "count and print what would be redriven, by kind and reason; write and commit nothing")
 	group := fs.String("group", "", "consumer group whose offsets record what was redriven (default KAFKA_GROUP_ID.redrive, and .KIND with -reason)")
