@@ -3,14 +3,17 @@ package main
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/IBM/sarama"
+	gosmtp "github.com/emersion/go-smtp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
@@ -145,4 +148,41 @@ func headerMap(r *kgo.Record) map[string]string {
 		out[h.Key] = string(h.Value)
 	}
 	return out
+}
+
+// The adversary's case: an event whose SMS went out and whose email ran
+// out of retries is dead-lettered whole. Redriven once the mail server is
+// back, with Redis healthy, the customer gets the email and not a second
+// SMS.
+func TestRedrive_PartlySentEventSendsOnlyWhatFailed(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	p := startRetryPeers(t, smtptest.Script{DataReply: func(int) error {
+		if failing.Load() {
+			return smtpReply(451, gosmtp.EnhancedCode{4, 3, 0}, "try again later")
+		}
+		return nil
+	}}, nil, map[string]string{"RETRY_MAX_ATTEMPTS": "3"})
+	p.publishSMSAndEmail(t)
+	waitFor(t, "the event dead-lettered as retryable", func() (bool, string) {
+		dl := sumOf(scrape(t, p.m), "notification_worker_records_dead_lettered_total{", `kind="retryable"`)
+		return dl == 1, fmt.Sprintf("dead-lettered retryable %v of 1", dl)
+	})
+	p.wantAtPeers(t, 1, 0)
+
+	failing.Store(false)
+	k := p.m.Config.Kafka
+	t.Setenv("KAFKA_BROKERS", strings.Join(k.Brokers, ","))
+	t.Setenv("KAFKA_TOPIC", k.Topic)
+	t.Setenv("KAFKA_GROUP_ID", k.GroupID)
+	code, stdout, stderr := runCmd(t, "", "redrive", "-reason", "retryable")
+	if code != 0 || !strings.Contains(stdout, "1 dead letters read, 1 redriven") {
+		t.Fatalf("redrive: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	p.waitEmailSent(t)
+	waitFor(t, "the SMS of the redriven record suppressed", func() (bool, string) {
+		dup := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="duplicate"`)
+		return dup == 1, fmt.Sprintf("SMS counted duplicate: %v", dup)
+	})
+	p.wantAtPeers(t, 1, 1)
 }
