@@ -83,8 +83,8 @@ func mustRedrive(t *testing.T, cfg kafka.RedriveConfig) kafka.RedriveResult {
 	return res
 }
 
-// onlyRedriven returns the records of topic whose value starts with
-// "poison": the ones that reach it a second time are the redriven ones.
+// onlyPoison returns the records whose value starts with "poison": in the
+// topic, the ones beyond the originals are the redriven ones.
 func onlyPoison(msgs []*sarama.ConsumerMessage) []*sarama.ConsumerMessage {
 	var out []*sarama.ConsumerMessage
 	for _, m := range msgs {
@@ -299,5 +299,43 @@ func TestRedrive_RepeatsRedrivenOnce(t *testing.T) {
 	}
 	if got := readTopic(t, brokers, topic); len(got) != 1 {
 		t.Errorf("topic holds %d records, want the one redriven", len(got))
+	}
+}
+
+// A dead letter without its value whose original record is gone stops the
+// run before it: what came before is redriven and committed, and the next
+// run starts at it, so it is never passed over unsaid.
+func TestRedrive_OriginGoneStopsBeforeIt(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "redrivegone")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartCluster(t, 1, []string{topic, dlqTopic}).ListenAddrs()
+	origin := func(off string) map[string]string {
+		return map[string]string{
+			kafka.HeaderDLQKind: "permanent", kafka.HeaderDLQReason: "unknown event type",
+			kafka.HeaderDLQOriginalTopic: topic, kafka.HeaderDLQOriginalPartition: "0", kafka.HeaderDLQOriginalOffset: off,
+		}
+	}
+	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, origin("3"), "SHP-1", "poison")
+	gone := origin("99")
+	gone[kafka.HeaderDLQValueDropped] = "4096"
+	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, gone, "SHP-2", "")
+	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, origin("5"), "SHP-3", "poison")
+
+	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, Group: topic + ".redrive"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := kafka.Redrive(ctx, cfg)
+	if !errors.Is(err, kafka.ErrRedriveOriginGone) {
+		t.Fatalf("Redrive: %v, want ErrRedriveOriginGone", err)
+	}
+	if res.Redriven != 1 {
+		t.Errorf("redrove %d before the gone record, want 1", res.Redriven)
+	}
+	if got := readTopic(t, brokers, topic); len(got) != 1 || string(got[0].Key) != "SHP-1" {
+		t.Errorf("topic holds %d records, want SHP-1 alone", len(got))
+	}
+	if got := committedOffsets(t, brokers, cfg.Group, dlqTopic, 1); got[0] != 1 {
+		t.Errorf("committed %d, want 1: the gone record's dead letter, for the next run", got[0])
 	}
 }

@@ -73,9 +73,12 @@ func runRedrive(ctx context.Context, cfg config.Config, args []string, stdout, s
 	if rcfg.Progress != nil && isTerminal(stderr) {
 		fmt.Fprintln(stderr)
 	}
-	printRedrive(stdout, rcfg, res)
 	if errors.Is(err, kafka.ErrInvalidConfig) {
 		return &usageError{"redrive: " + err.Error()}
+	}
+	// Also after a failure: what was redriven before it is committed.
+	if res.Partitions != nil {
+		printRedrive(stdout, rcfg, res)
 	}
 	return err
 }
