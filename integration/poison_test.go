@@ -99,6 +99,7 @@ func TestPoisonRecords(t *testing.T) {
 				"dlq.kind":               "permanent",
 				"dlq.original.topic":     rig.Topic,
 				"dlq.original.partition": strconv.Itoa(int(rec.Partition)),
+				"dlq.original.timestamp": strconv.FormatInt(rec.Timestamp.UnixMilli(), 10),
 				"trace-id":               "trace-" + p.name,
 			} {
 				if got := faultHeader(dl, h); got != want {

@@ -1,8 +1,6 @@
 package kafka
 
 import (
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -296,11 +294,10 @@ func (cfg Config) saramaConfig() *sarama.Config {
 			sc.Net.SASL.Mechanism = sarama.SASLTypePlaintext
 		case SASLSCRAMSHA256:
 			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
-			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
 		case SASLSCRAMSHA512:
 			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
-			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
 		}
+		sc.Net.SASL.SCRAMClientGeneratorFunc = scramGenerator(cfg.SASLMechanism)
 	}
 
 	// Offsets are marked by us, only up to the lowest unfinished record, and

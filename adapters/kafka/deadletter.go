@@ -20,6 +20,10 @@ const (
 	HeaderDLQOriginalTopic     = "dlq.original.topic"
 	HeaderDLQOriginalPartition = "dlq.original.partition"
 	HeaderDLQOriginalOffset    = "dlq.original.offset"
+	// HeaderDLQOriginalTimestamp is the record's own timestamp, in Unix
+	// milliseconds: the dead letter's timestamp is when it was written, and
+	// a redrive (Redrive) republishes the record with the original one.
+	HeaderDLQOriginalTimestamp = "dlq.original.timestamp"
 	// HeaderDLQValueDropped is set, to the original value's size in bytes,
 	// on a dead letter whose value the broker refused as too large: the
 	// record is in the topic it came from, and the other headers say where.
@@ -33,6 +37,19 @@ const (
 	HeaderDLQKeyDropped     = "dlq.key_dropped"
 	HeaderDLQHeadersDropped = "dlq.headers_dropped"
 )
+
+// isDeadLetterHeader reports whether key is one of the headers the worker
+// adds to a dead letter: a dead letter drops them from the record it
+// carries, and a redrive drops them from the record it republishes.
+func isDeadLetterHeader(key string) bool {
+	switch key {
+	case HeaderDLQReason, HeaderDLQKind, HeaderDLQOriginalTopic, HeaderDLQOriginalPartition,
+		HeaderDLQOriginalOffset, HeaderDLQOriginalTimestamp, HeaderDLQValueDropped,
+		HeaderDLQKeyDropped, HeaderDLQHeadersDropped:
+		return true
+	}
+	return false
+}
 
 // maxStrippedReason is the most of the reason a stripped dead letter keeps.
 const maxStrippedReason = 512
@@ -182,7 +199,7 @@ func strippedDeadLetter(topic string, rec ports.Record, kind ports.Kind, reason 
 	if len(reason) > maxStrippedReason {
 		reason = strings.ToValidUTF8(reason[:maxStrippedReason], "") + "..."
 	}
-	origin := ports.Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	origin := ports.Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp}
 	pm := deadLetterMessage(topic, origin, kind, reason)
 	for _, h := range [][2]string{
 		{HeaderDLQValueDropped, strconv.Itoa(len(rec.Value))},
@@ -196,7 +213,8 @@ func strippedDeadLetter(topic string, rec ports.Record, kind ports.Kind, reason 
 
 // deadLetterMessage keeps the record's key, value and headers, replacing
 // any dlq.* headers it already carried (a record dead-lettered twice) with
-// ones describing this failure.
+// ones describing this failure (the original timestamp only when rec has
+// one); any other dead letter header it carried is dropped too.
 func deadLetterMessage(topic string, rec ports.Record, kind ports.Kind, reason string) *sarama.ProducerMessage {
 	pm := &sarama.ProducerMessage{Topic: topic}
 	if rec.Key != nil {
@@ -212,13 +230,18 @@ func deadLetterMessage(topic string, rec ports.Record, kind ports.Kind, reason s
 		HeaderDLQOriginalPartition: strconv.Itoa(int(rec.Partition)),
 		HeaderDLQOriginalOffset:    strconv.FormatInt(rec.Offset, 10),
 	}
+	order := []string{HeaderDLQReason, HeaderDLQKind, HeaderDLQOriginalTopic, HeaderDLQOriginalPartition, HeaderDLQOriginalOffset}
+	if !rec.Timestamp.IsZero() {
+		ours[HeaderDLQOriginalTimestamp] = strconv.FormatInt(rec.Timestamp.UnixMilli(), 10)
+		order = append(order, HeaderDLQOriginalTimestamp)
+	}
 	for _, h := range rec.Headers {
-		if _, replaced := ours[h.Key]; replaced {
+		if isDeadLetterHeader(h.Key) {
 			continue
 		}
 		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
 	}
-	for _, k := range []string{HeaderDLQReason, HeaderDLQKind, HeaderDLQOriginalTopic, HeaderDLQOriginalPartition, HeaderDLQOriginalOffset} {
+	for _, k := range order {
 		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(ours[k])})
 	}
 	return pm

@@ -140,3 +140,31 @@ func TestSASL(t *testing.T) {
 		})
 	}
 }
+
+// SASLprep: SCRAM prepares the password (RFC 4013) before deriving the key,
+// so a password typed with a code point SASLprep maps to nothing (U+00AD,
+// a soft hyphen pasted from a document) authenticates as the password
+// without it, and one SASLprep prohibits (U+0007) is refused before any
+// byte is sent.
+func TestSASLprep(t *testing.T) {
+	t.Parallel()
+	for _, mech := range []string{kafka.SASLSCRAMSHA256, kafka.SASLSCRAMSHA512} {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			topic := uniqueName(t, "saslprep")
+			c := MustStartCluster(t, 1, []string{topic}, kfake.EnableSASL(), kfake.Superuser(mech, "worker", "s3cretpass"))
+			auth := kafka.Config{Brokers: c.ListenAddrs(), SASLMechanism: mech, SASLUsername: "worker", SASLPassword: "s3cret\u00ADpass"}
+			p, err := kafka.NewPublisher(auth)
+			if err != nil {
+				t.Fatalf("NewPublisher with a soft hyphen in the password: %v", err)
+			}
+			p.Close()
+
+			auth.SASLPassword = "s3cret\u0007pass"
+			if p, err := kafka.NewPublisher(auth); err == nil {
+				p.Close()
+				t.Fatal("NewPublisher with a prohibited code point in the password succeeded")
+			}
+		})
+	}
+}

@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runDemo(ctx, cfg, stdout)
 	case "publish":
 		err = runPublish(ctx, cfg, args, stdin, stdout)
+	case "redrive":
+		err = runRedrive(ctx, cfg, args, stdout, stderr)
 	case "key":
 		err = runKey(cfg, args, stdout)
 	case "help", "-h", "--help":

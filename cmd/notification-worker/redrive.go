@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/config"
+)
+
+// redriveProgressEvery is how many dead letters pass between two progress
+// lines when stderr is not a terminal (on a terminal one line is redrawn).
+const redriveProgressEvery = kafka.DefaultRedriveBatch
+
+// maxReasonShown is how much of a reason the summary prints.
+const maxReasonShown = 100
+
+const redriveUsage = `usage: notification-worker redrive [flags]
+
+Republishes the dead letters on KAFKA_DLQ_TOPIC to the topic each came from
+(KAFKA_TOPIC when a dead letter does not name one), with its key, headers and
+original timestamp, and commits the group's offsets on the dead letter topic
+as it goes: a second run in the same group redrives nothing. It reads up to
+the end each partition had when the run began. Kafka is reached as the
+worker reaches it (KAFKA_BROKERS, KAFKA_TLS*, KAFKA_SASL_*).
+
+Exit status: 0 done, 1 failed (rerun it: it resumes at the group's offsets),
+2 bad flags or configuration.
+
+flags:`
+
+// runRedrive is the redrive command (see redriveUsage): the flags are
+// checked here, the Kafka work is kafka.Redrive's. Progress goes to stderr,
+// the summary to stdout.
+func runRedrive(ctx context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	since := fs.String("since", "", "start at the dead letters written at or after this time, not before the group's offsets: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
+	from := fs.String("from", "", "start at these offsets, whatever the group committed, as partition:offset,...; only the partitions listed are read")
+	reason := fs.String("reason", "", "redrive only dead letters of this kind: "+strings.Join(kafka.RedriveKinds, ", "))
+	dryRun := fs.Bool("dry-run", false, "count and print what would be redriven, by kind and reason; write and commit nothing")
+	group := fs.String("group", "", "consumer group whose offsets record what was redriven (default KAFKA_GROUP_ID.redrive, and .KIND with -reason)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, redriveUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return &usageError{"redrive: " + err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("redrive: unexpected argument %q", fs.Arg(0))}
+	}
+
+	rcfg, err := redriveConfig(cfg, *since, *from, *reason, *group, time.Now())
+	if err != nil {
+		return err
+	}
+	rcfg.DryRun = *dryRun
+	rcfg.Progress = progressPrinter(stderr, isTerminal(stderr), *dryRun)
+
+	res, err := kafka.Redrive(ctx, rcfg)
+	if rcfg.Progress != nil && isTerminal(stderr) {
+		fmt.Fprintln(stderr)
+	}
+	if errors.Is(err, kafka.ErrInvalidConfig) {
+		return &usageError{"redrive: " + err.Error()}
+	}
+	// Also after a failure: what was redriven before it is committed.
+	if res.Partitions != nil {
+		printRedrive(stdout, rcfg, res)
+	}
+	return err
+}
+
+// redriveConfig checks the flags and the configuration together, naming
+// every problem at once.
+func redriveConfig(cfg config.Config, since, from, reason, group string, now time.Time) (kafka.RedriveConfig, error) {
+	k := cfg.Kafka
+	var bad []string
+	if len(k.Brokers) == 0 {
+		bad = append(bad, "KAFKA_BROKERS is empty: there is no dead letter topic to read")
+	}
+	rcfg := kafka.RedriveConfig{
+		Config: kafka.Config{
+			Brokers: k.Brokers, Topic: k.Topic, DLQTopic: k.DLQTopic,
+			RetryInitialBackoff: k.RetryInitialBackoff, RetryMaxBackoff: k.RetryMaxBackoff,
+			SASLMechanism: k.SASLMechanism, SASLUsername: k.SASLUsername, SASLPassword: k.SASLPassword.Reveal(),
+		},
+		Kind:  reason,
+		Group: group,
+	}
+	if reason != "" && !slices.Contains(kafka.RedriveKinds, reason) {
+		bad = append(bad, fmt.Sprintf("-reason %q is not one of %s", reason, strings.Join(kafka.RedriveKinds, ", ")))
+	}
+	if since != "" && from != "" {
+		bad = append(bad, "-since and -from cannot both be given")
+	}
+	if since != "" {
+		t, err := parseSince(since, now)
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
+		rcfg.Since = t
+	}
+	if from != "" {
+		offsets, err := parseFrom(from)
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
+		rcfg.From = offsets
+	}
+	if rcfg.Group == "" {
+		if k.GroupID == "" {
+			bad = append(bad, "KAFKA_GROUP_ID is empty and no -group is given")
+		}
+		// A filtered run moves its group past the kinds it leaves, so each
+		// kind gets a group of its own: a later run for another kind still
+		// finds its dead letters.
+		rcfg.Group = k.GroupID + ".redrive"
+		if reason != "" {
+			rcfg.Group += "." + reason
+		}
+	}
+	if len(bad) > 0 {
+		return kafka.RedriveConfig{}, &usageError{"redrive: " + strings.Join(bad, "; ")}
+	}
+	tlsCfg, err := kafkaTLS(cfg)
+	if err != nil {
+		return kafka.RedriveConfig{}, err
+	}
+	rcfg.TLS = tlsCfg
+	return rcfg, nil
+}
+
+// parseSince reads -since: an RFC 3339 time, or a positive duration
+// before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("-since %q is neither an RFC 3339 time nor a positive duration", s)
+	}
+	return now.Add(-d), nil
+}
+
+// parseFrom reads -from: partition:offset pairs, comma-separated, each
+// partition once.
+func parseFrom(s string) (map[int32]int64, error) {
+	out := map[int32]int64{}
+	for _, pair := range strings.Split(s, ",") {
+		ps, offs, ok := strings.Cut(strings.TrimSpace(pair), ":")
+		p, perr := strconv.ParseInt(ps, 10, 32)
+		off, oerr := strconv.ParseInt(offs, 10, 64)
+		if !ok || perr != nil || oerr != nil || p < 0 || off < 0 {
+			return nil, fmt.Errorf("-from %q: %q is not partition:offset", s, pair)
+		}
+		if _, dup := out[int32(p)]; dup {
+			return nil, fmt.Errorf("-from %q: partition %d is given twice", s, p)
+		}
+		out[int32(p)] = off
+	}
+	return out, nil
+}
+
+// progressPrinter writes progress to w: on a terminal one line redrawn in
+// place, otherwise a line every redriveProgressEvery dead letters and one
+// as each partition ends.
+func progressPrinter(w io.Writer, terminal, dryRun bool) func(kafka.RedriveProgress) {
+	last, verb := 0, "redriven"
+	if dryRun {
+		verb = "to redrive"
+	}
+	return func(p kafka.RedriveProgress) {
+		line := fmt.Sprintf("redrive: partition %d at offset %d of %d; %d dead letters read, %d %s",
+			p.Partition, p.Next, p.End, p.Read, p.Redriven, verb)
+		if terminal {
+			fmt.Fprintf(w, "\r\033[K%s", line)
+			return
+		}
+		if p.Read-last >= redriveProgressEvery || p.Next >= p.End {
+			last = p.Read
+			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// printRedrive writes the summary of a run, complete or not.
+func printRedrive(w io.Writer, cfg kafka.RedriveConfig, res kafka.RedriveResult) {
+	verb := "redriven"
+	if cfg.DryRun {
+		verb = "would be redriven (dry run: nothing written, nothing committed)"
+	}
+	var ranges []string
+	for _, p := range res.Partitions {
+		ranges = append(ranges, fmt.Sprintf("%d:%d-%d", p.Partition, p.Start, p.End))
+	}
+	fmt.Fprintf(w, "%s (group %s), partition:offsets %s\n", cfg.DLQTopic, cfg.Group, strings.Join(ranges, " "))
+	fmt.Fprintf(w, "%d dead letters read, %d %s", res.Read, res.Redriven, verb)
+	if res.PassedOver > 0 {
+		fmt.Fprintf(w, ", %d of other kinds passed over", res.PassedOver)
+	}
+	if res.Repeats > 0 {
+		fmt.Fprintf(w, ", %d repeated dead letters of a record already redriven passed over", res.Repeats)
+	}
+	if res.FromSource > 0 {
+		fmt.Fprintf(w, ", %d of them read from their original topic (value dropped from the dead letter)", res.FromSource)
+	}
+	fmt.Fprintln(w)
+	if len(res.ByReason) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "COUNT\tKIND\tREASON")
+	for _, rc := range res.ByReason {
+		reason := strings.ReplaceAll(rc.Reason, "\n", " ")
+		if len(reason) > maxReasonShown {
+			reason = strings.ToValidUTF8(reason[:maxReasonShown], "") + "..."
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", rc.Count, rc.Kind, reason)
+	}
+	_ = tw.Flush()
+}
