@@ -45,7 +45,7 @@ func (p *lateProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, 
 	return ports.Receipt{ProviderID: id}, nil
 }
 
-func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, since, until time.Time) (ports.Reconciliation, error) {
+func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked++
@@ -53,7 +53,7 @@ func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, since, unti
 		return ports.Reconciliation{}, errors.New("messages list answered 503")
 	}
 	for i, a := range p.accepted {
-		if a.To == m.To && a.Text == m.Text {
+		if a.To == m.To && w.Sent(a.Text) {
 			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", i+1)}}, nil
 		}
 	}
@@ -206,7 +206,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 					c.Store = store
 				})
 				// A worker that died mid-send left its claim.
-				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", 2*time.Second); err != nil {
+				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", "", 2*time.Second); err != nil {
 					t.Fatal(err)
 				}
 				if tc.delivered {
@@ -223,7 +223,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 				if p.asked != 1 {
 					t.Fatalf("provider asked %d times, want 1", p.asked)
 				}
-				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", time.Second); c.State != ports.AlreadySent {
+				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", "", time.Second); c.State != ports.AlreadySent {
 					t.Fatalf("key %v, want already_sent", c.State)
 				}
 			})

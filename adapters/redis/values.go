@@ -10,8 +10,14 @@ import (
 
 // The values the store writes under a key, newest version first:
 //
-//	pending:<token>.<startms>.<untilms>     a claim and its lease (start and
-//	                                        end, Unix milliseconds)
+//	pending:<token>.<firstms>.<digest>.<startms>.<untilms>
+//	                                        a claim, its history (the first
+//	                                        claim's start and digest, carried
+//	                                        through takeovers; the digest may
+//	                                        be empty) and its lease (start
+//	                                        and end, Unix milliseconds)
+//	pending:<token>.<startms>.<untilms>     a claim written before histories,
+//	                                        whose history is its own start
 //	pending:<token>                         a claim written before leases: live
 //	                                        for as long as its key
 //	sent:<unixms>:~<fingerprint>:<id>       a sent record and the fingerprint
@@ -34,16 +40,54 @@ import (
 // provider id never starts with '~' (Twilio SIDs are letters and digits, a
 // Message-ID starts with '<'), which tells the two sent forms apart; a
 // token never contains '.'.
+//
+// The release before histories reads a claim's last two dot-separated
+// fields as its lease and everything before them as its owner: it finds
+// a claim with a history live or abandoned as its lease says, takes it
+// over by its exact value, and never releases it (the owner it compares,
+// "<token>.<first>.<digest>", is no token of its own). Its own claims,
+// "pending:<token>.<start>.<until>", are read here as claims whose history
+// is their own start, and released by the same script (which matches
+// "pending:<token>" and a '.' after it). A digest never contains '.'.
 const (
 	pendingPrefix   = "pending:"
 	sentPrefix      = "sent:"
 	fingerprintMark = "~"
 )
 
-// encodeClaim is the value of token's claim with a lease of ttl from start.
-func encodeClaim(token string, start time.Time, ttl time.Duration) string {
-	from := start.UnixMilli()
-	return pendingPrefix + token + "." + strconv.FormatInt(from, 10) + "." + strconv.FormatInt(from+ms(ttl), 10)
+// claimValue is a claim the store writes: token's, with a lease of ttl
+// from start, and its history (see ports.Lease).
+type claimValue struct {
+	token  string
+	first  time.Time
+	digest string
+	start  time.Time
+	ttl    time.Duration
+}
+
+// newClaim is token's claim, made at start to send the text digest: its
+// history starts with it.
+func newClaim(token, digest string, start time.Time, ttl time.Duration) claimValue {
+	return claimValue{token: token, first: start, digest: digest, start: start, ttl: ttl}
+}
+
+// inherit is c taking prev over: c's lease, prev's history.
+func (c claimValue) inherit(prev ports.Lease) claimValue {
+	c.first, c.digest = prev.First, prev.Digest
+	if c.first.IsZero() {
+		c.first = prev.Start
+	}
+	if c.first.IsZero() {
+		c.first = c.start // a claim without a lease is never taken over
+	}
+	return c
+}
+
+// encode is c's value.
+func (c claimValue) encode() string {
+	from := c.start.UnixMilli()
+	return pendingPrefix + c.token + "." + strconv.FormatInt(c.first.UnixMilli(), 10) + "." + c.digest + "." +
+		strconv.FormatInt(from, 10) + "." + strconv.FormatInt(from+ms(c.ttl), 10)
 }
 
 // encodeSent is the value of a sent record. A receipt without a fingerprint
@@ -154,25 +198,31 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, ok
 }
 
-// decodeLease reads "<token>.<startms>.<untilms>", or a bare token (a
-// claim without a lease, whose Until stays zero).
+// decodeLease reads "<token>.<firstms>.<digest>.<startms>.<untilms>",
+// "<token>.<startms>.<untilms>" (a claim before histories: First is its
+// Start), or a bare token (a claim without a lease, whose Until stays
+// zero). Any other shape is read as a bare token.
 func decodeLease(owner string) ports.Lease {
-	rest, until, ok1 := cutLast(owner)
-	token, start, ok2 := cutLast(rest)
-	s, err1 := strconv.ParseInt(start, 10, 64)
-	u, err2 := strconv.ParseInt(until, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || token == "" {
+	f := strings.Split(owner, ".")
+	var token, digest string
+	var fields [3]string // first, start, until
+	switch len(f) {
+	case 3:
+		token, fields = f[0], [3]string{f[1], f[1], f[2]}
+	case 5:
+		token, digest, fields = f[0], f[2], [3]string{f[1], f[3], f[4]}
+	default:
 		return ports.Lease{Token: owner}
 	}
-	return ports.Lease{Token: token, Start: time.UnixMilli(s).UTC(), Until: time.UnixMilli(u).UTC()}
-}
-
-func cutLast(s string) (before, after string, ok bool) {
-	i := strings.LastIndexByte(s, '.')
-	if i < 0 {
-		return s, "", false
+	var t [3]time.Time
+	for i, v := range fields {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || token == "" {
+			return ports.Lease{Token: owner}
+		}
+		t[i] = time.UnixMilli(n).UTC()
 	}
-	return s[:i], s[i+1:], true
+	return ports.Lease{Token: token, First: t[0], Start: t[1], Until: t[2], Digest: digest}
 }
 
 // decodeSent parses either sent form. The provider id is everything after
