@@ -283,3 +283,53 @@ func TestReadBothTakesTheOtherFormatsAbandonedClaimOver(t *testing.T) {
 		})
 	}
 }
+
+// TestReadBothOneTakerOfAnAbandonedClaim: workers of both formats, all
+// reading both, find the same abandoned claim at once (a rebalance overlap
+// during a switch of format). At most one may take it over, and none may
+// find the key free: a second taker would reconcile and send too.
+func TestReadBothOneTakerOfAnAbandonedClaim(t *testing.T) {
+	srv := redistest.MustStart(t)
+	ctx := testCtx(t)
+	compact := redis.Config{URL: srv.URL(), CompactPrefix: "race:", KeyPrefix: "race-r:", ReadBoth: true}
+	readable := compact
+	readable.Format = redis.Readable
+	stores := []*redis.Store{MustStore(t, compact), MustStore(t, readable)}
+	for run := range 20 {
+		k := "sms:" + uniqueKey(t)
+		killed := stores[run%2]
+		if got := storetest.MustClaim(t, killed, ctx, k, "killed-worker", 20*time.Millisecond); got.State != ports.Claimed {
+			t.Fatalf("run %d: the killed worker's claim: %v", run, got.State)
+		}
+		time.Sleep(40 * time.Millisecond) // its lease passes: the scenario
+
+		const takers = 16
+		states := make(chan ports.ClaimState, takers)
+		errs := make(chan error, takers)
+		start := make(chan struct{})
+		for i := range takers {
+			go func() {
+				<-start
+				got, err := stores[i%2].Claim(ctx, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				states <- got.State
+			}()
+		}
+		close(start)
+		count := map[ports.ClaimState]int{}
+		for range takers {
+			select {
+			case s := <-states:
+				count[s]++
+			case err := <-errs:
+				t.Fatalf("run %d: Claim: %v", run, err)
+			}
+		}
+		if count[ports.TakenOver] > 1 || count[ports.Claimed] > 0 {
+			t.Fatalf("run %d: %d workers of both formats over one abandoned claim: %v, want at most one taken_over and none claimed", run, takers, count)
+		}
+	}
+}
