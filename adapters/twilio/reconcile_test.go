@@ -72,6 +72,27 @@ func TestReconcile(t *testing.T) {
 		}
 	})
 
+	t.Run("MatchesWhatWasSentNotTheTextNow", func(t *testing.T) {
+		// The message was sent in one wording; the caller renders another
+		// now (a template reworded since). The caller's rule decides.
+		_, apiURL := StartDouble(t)
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL, ListLag: noLag})
+		sent := sms(testTo, "Parcel SHP-7: out for delivery")
+		since, until := window(func() {
+			if _, err := n.Send(ctx, sent); err != nil {
+				t.Fatal(err)
+			}
+		})
+		now := sms(testTo, "Harborlight: parcel SHP-7 is out for delivery")
+		w := ports.Window{Since: since, Until: until, Sent: func(text string) bool { return text == sent.Text }}
+		if got, err := n.Reconcile(ctx, now, w); err != nil || !got.Delivered {
+			t.Fatalf("Reconcile = %+v, %v; want delivered: the listed text is what was sent", got, err)
+		}
+		if got, err := n.Reconcile(ctx, now, byText(now, since, until)); err != nil || got.Delivered {
+			t.Fatalf("Reconcile by today's text = %+v, %v; want not delivered", got, err)
+		}
+	})
+
 	t.Run("NotDelivered", func(t *testing.T) {
 		d, apiURL := StartDouble(t)
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL, ListLag: noLag})
