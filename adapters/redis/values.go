@@ -201,28 +201,37 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 // decodeLease reads "<token>.<firstms>.<digest>.<startms>.<untilms>",
 // "<token>.<startms>.<untilms>" (a claim before histories: First is its
 // Start), or a bare token (a claim without a lease, whose Until stays
-// zero). Any other shape is read as a bare token.
+// zero), from the right: the lease is the last two fields, as every
+// release reads it. Any other shape is read as a bare token.
 func decodeLease(owner string) ports.Lease {
-	f := strings.Split(owner, ".")
-	var token, digest string
-	var fields [3]string // first, start, until
-	switch len(f) {
-	case 3:
-		token, fields = f[0], [3]string{f[1], f[1], f[2]}
-	case 5:
-		token, digest, fields = f[0], f[2], [3]string{f[1], f[3], f[4]}
-	default:
+	millis := func(s string) (time.Time, bool) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return time.UnixMilli(n).UTC(), err == nil
+	}
+	rest, until, ok1 := cutLast(owner)
+	rest, start, ok2 := cutLast(rest)
+	u, ok3 := millis(until)
+	st, ok4 := millis(start)
+	if !ok1 || !ok2 || !ok3 || !ok4 || rest == "" {
 		return ports.Lease{Token: owner}
 	}
-	var t [3]time.Time
-	for i, v := range fields {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || token == "" {
-			return ports.Lease{Token: owner}
+	l := ports.Lease{Token: rest, Start: st, Until: u, First: st}
+	if head, digest, ok := cutLast(rest); ok {
+		if token, first, ok := cutLast(head); ok && token != "" {
+			if f, ok := millis(first); ok {
+				l.Token, l.First, l.Digest = token, f, digest
+			}
 		}
-		t[i] = time.UnixMilli(n).UTC()
 	}
-	return ports.Lease{Token: token, First: t[0], Start: t[1], Until: t[2], Digest: digest}
+	return l
+}
+
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
 }
 
 // decodeSent parses either sent form. The provider id is everything after
