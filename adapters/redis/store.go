@@ -60,8 +60,9 @@
 //
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
 // (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
-// (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
-// above); the Release script itself runs GET and DEL, which ACL checks too.
+// (Release and the takeovers), and PING, plus CLUSTER SLOTS or SHARDS on
+// Cluster (see above); the scripts themselves run GET, SET and DEL, which
+// ACL checks too.
 // A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
 // +set +get +del +evalsha +eval +ping" is enough on a standalone server
 // (tested); New's self-check fails when the other prefix is not readable.
