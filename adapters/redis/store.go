@@ -648,26 +648,33 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 //
 // Should other no longer hold old (another worker took it over, or its
 // worker recorded the send after all), our claim is released and Claim
-// reports what other holds now. Should our claim not take the history (an
-// error), the takeover stands: this call's caller has prev, and only a
-// later takeover of our claim would miss prev's start.
+// reports what other holds now. Should the deletion fail (an error: it
+// may have been applied), our claim is kept, given prev's history, and the
+// error returned: whoever finds our claim next reconciles from prev's
+// start. Should our claim not take the history (an error), the takeover
+// stands: this call's caller has prev, and only a later takeover of our
+// claim would miss prev's start.
 func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, prev ports.Lease, mine claimValue, px time.Duration) (ports.Claim, error) {
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
+	inherit := func() {
+		_ = takeoverScript.Exec(bctx, s.client, []string{k}, []string{mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10)}).Error()
+	}
 	res := takeAwayScript.Exec(bctx, s.client, []string{other}, []string{old})
 	if n, err := res.AsInt64(); err == nil && n == 1 {
-		_ = takeoverScript.Exec(bctx, s.client, []string{k}, []string{mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10)}).Error()
+		inherit()
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
-	_ = s.Release(ctx, key, mine.token)
 	now, err := res.ToString()
-	switch {
-	case rueidis.IsRedisNil(err):
+	if err != nil && !rueidis.IsRedisNil(err) {
+		inherit()
+		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, err)
+	}
+	_ = s.Release(ctx, key, mine.token)
+	if err != nil {
 		// The abandoned claim expired, or another worker took it: the
 		// caller's next look tells.
 		return ports.Claim{State: ports.InFlight, Lease: prev}, nil
-	case err != nil:
-		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, err)
 	}
 	c, ok := decodeValue(now)
 	if !ok {
