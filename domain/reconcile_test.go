@@ -234,46 +234,58 @@ func TestService_UnknownOutcomes(t *testing.T) {
 }
 
 // TestService_TakeoverReconcilesTheHistory: a claim taken over twice is
-// reconciled against its first send, in the wording that send used,
-// whatever the message renders to now.
+// reconciled against its first send, in the text that send used, whatever
+// the message renders to now: a template reworded since, or a recipient's
+// name the producer corrected.
 func TestService_TakeoverReconcilesTheHistory(t *testing.T) {
-	p := &lateProvider{}
-	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	var clock atomic.Int64
-	clock.Store(t0.UnixNano())
-	clk := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
-	store := memory.New(clk)
-	w := newWorld(t, domain.FailOpen, withLateSMS(p), func(c *domain.Config) {
-		c.Now = clk
-		c.Store = store
-	})
-	ctx := context.Background()
-	// A claimed it to send an earlier wording, which the provider took,
-	// and died; B took A's claim over and died too.
-	sent := mustRenderSMS(t, "e1")
-	sent.Text = "Harborlight (old wording): " + sent.Text
-	if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = p.Send(ctx, sent)
-	clock.Add(int64(3 * time.Second))
-	if c, err := store.Claim(ctx, "sms:e1", "worker-b", domain.TextDigest(mustRenderSMS(t, "e1").Text), 2*time.Second); err != nil || c.State != ports.TakenOver {
-		t.Fatalf("B's takeover: %v, %v", c.State, err)
-	}
-	clock.Add(int64(3 * time.Second))
-	sendsBefore := p.sends.Load()
+	for _, tc := range []struct {
+		name string
+		sent func(ports.Message) string // the text the first send used
+		now  string                     // the event as handled now
+	}{
+		{"TemplateReworded", func(m ports.Message) string { return "Harborlight (old wording): " + m.Text }, event("e1", "sms")},
+		{"NameCorrected", func(m ports.Message) string { return m.Text }, strings.Replace(event("e1", "sms"), `"name":"Ada"`, `"name":"Ada Lovelace"`, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &lateProvider{}
+			t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+			var clock atomic.Int64
+			clock.Store(t0.UnixNano())
+			clk := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+			store := memory.New(clk)
+			w := newWorld(t, domain.FailOpen, withLateSMS(p), func(c *domain.Config) {
+				c.Now = clk
+				c.Store = store
+			})
+			ctx := context.Background()
+			// A claimed it to send its text, which the provider took, and
+			// died; B took A's claim over and died too.
+			sent := mustRenderSMS(t, "e1")
+			sent.Text = tc.sent(sent)
+			if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = p.Send(ctx, sent)
+			clock.Add(int64(3 * time.Second))
+			if c, err := store.Claim(ctx, "sms:e1", "worker-b", "dgstB", 2*time.Second); err != nil || c.State != ports.TakenOver {
+				t.Fatalf("B's takeover: %v, %v", c.State, err)
+			}
+			clock.Add(int64(3 * time.Second))
+			sendsBefore := p.sends.Load()
 
-	if err := w.attempt(t, record(event("e1", "sms"))); err != nil {
-		t.Fatalf("Handle: %v", err)
-	}
-	if got := p.sends.Load() - sendsBefore; got != 0 {
-		t.Errorf("%d sends after taking B's claim over, want none: A's send went out", got)
-	}
-	if len(p.windows) != 1 || !p.windows[0].Since.Equal(t0) {
-		t.Fatalf("windows asked about: %+v, want one from A's claim at %v", p.windows, t0)
-	}
-	if n := len(w.logs.Events(t, "reconciled_delivered")); n != 1 {
-		t.Errorf("%d reconciled_delivered lines, want 1", n)
+			if err := w.attempt(t, record(tc.now)); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if got := p.sends.Load() - sendsBefore; got != 0 {
+				t.Errorf("%d sends after taking B's claim over, want none: A's send went out", got)
+			}
+			if len(p.windows) != 1 || !p.windows[0].Since.Equal(t0) {
+				t.Fatalf("windows asked about: %+v, want one from A's claim at %v", p.windows, t0)
+			}
+			if n := len(w.logs.Events(t, "reconciled_delivered")); n != 1 {
+				t.Errorf("%d reconciled_delivered lines, want 1", n)
+			}
+		})
 	}
 }
 
