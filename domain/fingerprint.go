@@ -49,3 +49,14 @@ func field(h hash.Hash, s string) {
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 	h.Write([]byte(s))
 }
+
+// TextDigest digests text as a message sends it (an SMS body): 8 base64url
+// characters, 48 bits of SHA-256. A claim keeps the digest of the text it
+// was made to send (ports.Lease.Digest), so that a send whose outcome is
+// unknown is reconciled against what was sent, not against what the
+// message renders to now (a template reworded, a recipient's name
+// corrected since). It never contains '.', as a claim's digest must not.
+func TextDigest(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return base64.RawURLEncoding.EncodeToString(sum[:6])
+}

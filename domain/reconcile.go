@@ -69,9 +69,9 @@ func (s *Service) reconcile(ctx context.Context, log *slog.Logger, m ports.Messa
 	return "", nil, true
 }
 
-// askProvider calls the channel's Reconciler for w's window, bounded by the
-// send timeout. A window without an end (a claim written without a lease)
-// ends now.
+// askProvider calls the channel's Reconciler for w's window and text,
+// bounded by the send timeout. A window without an end (a claim written
+// without a lease) ends now.
 func (s *Service) askProvider(ctx context.Context, m ports.Message, w ports.Unknown) (ports.Reconciliation, error) {
 	rc := s.cfg.Reconcilers[m.Channel]
 	if rc == nil {
@@ -83,5 +83,16 @@ func (s *Service) askProvider(ctx context.Context, m ports.Message, w ports.Unkn
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
-	return rc.Reconcile(rctx, m, w.Since, until)
+	return rc.Reconcile(rctx, m, ports.Window{Since: w.Since, Until: until, Sent: sentText(m, w.Digest)})
+}
+
+// sentText is the rule a listed text must pass to be the send whose text
+// digests to digest: its digest matches, whatever m renders to now. A send
+// whose digest is unknown (a claim written before claims kept one) is
+// matched on m's text, the best guess left.
+func sentText(m ports.Message, digest string) func(string) bool {
+	if digest == "" {
+		return func(text string) bool { return text == m.Text }
+	}
+	return func(text string) bool { return TextDigest(text) == digest }
 }

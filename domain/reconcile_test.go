@@ -28,6 +28,7 @@ type lateProvider struct {
 	sends    atomic.Int32
 	accepted []ports.Message
 	asked    int
+	windows  []ports.Window // every window asked about
 }
 
 func (p *lateProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, error) {
@@ -45,15 +46,16 @@ func (p *lateProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, 
 	return ports.Receipt{ProviderID: id}, nil
 }
 
-func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, since, until time.Time) (ports.Reconciliation, error) {
+func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked++
+	p.windows = append(p.windows, w)
 	if p.cannotTell.Load() {
 		return ports.Reconciliation{}, errors.New("messages list answered 503")
 	}
 	for i, a := range p.accepted {
-		if a.To == m.To && a.Text == m.Text {
+		if a.To == m.To && w.Sent(a.Text) {
 			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", i+1)}}, nil
 		}
 	}
@@ -206,7 +208,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 					c.Store = store
 				})
 				// A worker that died mid-send left its claim.
-				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", 2*time.Second); err != nil {
+				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", "", 2*time.Second); err != nil {
 					t.Fatal(err)
 				}
 				if tc.delivered {
@@ -223,12 +225,68 @@ func TestService_UnknownOutcomes(t *testing.T) {
 				if p.asked != 1 {
 					t.Fatalf("provider asked %d times, want 1", p.asked)
 				}
-				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", time.Second); c.State != ports.AlreadySent {
+				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", "", time.Second); c.State != ports.AlreadySent {
 					t.Fatalf("key %v, want already_sent", c.State)
 				}
 			})
 		}
 	})
+}
+
+// TestService_TakeoverReconcilesTheHistory: a claim taken over twice is
+// reconciled against its first send, in the text that send used, whatever
+// the message renders to now: a template reworded since, or a recipient's
+// name the producer corrected.
+func TestService_TakeoverReconcilesTheHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sent func(ports.Message) string // the text the first send used
+		now  string                     // the event as handled now
+	}{
+		{"TemplateReworded", func(m ports.Message) string { return "Harborlight (old wording): " + m.Text }, event("e1", "sms")},
+		{"NameCorrected", func(m ports.Message) string { return m.Text }, strings.Replace(event("e1", "sms"), `"name":"Ada"`, `"name":"Ada Lovelace"`, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &lateProvider{}
+			t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+			var clock atomic.Int64
+			clock.Store(t0.UnixNano())
+			clk := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+			store := memory.New(clk)
+			w := newWorld(t, domain.FailOpen, withLateSMS(p), func(c *domain.Config) {
+				c.Now = clk
+				c.Store = store
+			})
+			ctx := context.Background()
+			// A claimed it to send its text, which the provider took, and
+			// died; B took A's claim over and died too.
+			sent := mustRenderSMS(t, "e1")
+			sent.Text = tc.sent(sent)
+			if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = p.Send(ctx, sent)
+			clock.Add(int64(3 * time.Second))
+			if c, err := store.Claim(ctx, "sms:e1", "worker-b", "dgstB", 2*time.Second); err != nil || c.State != ports.TakenOver {
+				t.Fatalf("B's takeover: %v, %v", c.State, err)
+			}
+			clock.Add(int64(3 * time.Second))
+			sendsBefore := p.sends.Load()
+
+			if err := w.attempt(t, record(tc.now)); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if got := p.sends.Load() - sendsBefore; got != 0 {
+				t.Errorf("%d sends after taking B's claim over, want none: A's send went out", got)
+			}
+			if len(p.windows) != 1 || !p.windows[0].Since.Equal(t0) {
+				t.Fatalf("windows asked about: %+v, want one from A's claim at %v", p.windows, t0)
+			}
+			if n := len(w.logs.Events(t, "reconciled_delivered")); n != 1 {
+				t.Errorf("%d reconciled_delivered lines, want 1", n)
+			}
+		})
+	}
 }
 
 // mustRenderSMS is the SMS the world's event(id, "sms") renders to.

@@ -392,7 +392,12 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, m ports.Message
 		return outcome, err
 	}
 	if res == reclaimed || wasUnknown {
-		w := ports.Unknown{Token: token, Since: found.Lease.Start, Until: found.Lease.Until, First: s.cfg.Now()}
+		// Another worker's claim, taken over: its history names the
+		// earliest send under the key and the text it sent.
+		w := ports.Unknown{Token: token, Since: found.Lease.First, Until: found.Lease.Until, Digest: found.Lease.Digest, First: s.cfg.Now()}
+		if w.Since.IsZero() {
+			w.Since = found.Lease.Start
+		}
 		if wasUnknown {
 			w = unknown
 		}
@@ -445,7 +450,7 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 		// The provider may have it: keep the claim, and reconcile on the
 		// next attempt rather than send again now.
 		now := s.cfg.Now()
-		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, Until: now, First: now})
+		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, Until: now, Digest: TextDigest(m.Text), First: now})
 		log.Warn("send_outcome_unknown",
 			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
 			slog.String("error", err.Error()))
@@ -530,13 +535,13 @@ func (s *Service) send(ctx context.Context, log *slog.Logger, m ports.Message, r
 // conflict, the lease of a claim reclaimed. It returns an error only when
 // the notification must not be sent now.
 func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, token string) (res claimResult, found ports.Claim, err error) {
-	key := m.IdempotencyKey
+	key, digest := m.IdempotencyKey, TextDigest(m.Text)
 	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL + s.cfg.ClaimWaitMax)
 	wait := s.cfg.ClaimWaitMax / 16
 	sawInFlight := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		c, err := s.cfg.Store.Claim(cctx, key, token, s.cfg.ClaimTTL)
+		c, err := s.cfg.Store.Claim(cctx, key, token, digest, s.cfg.ClaimTTL)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -566,7 +571,7 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, 
 			return duplicate, c, nil
 		case ports.TakenOver:
 			if c.Lease.Token != token {
-				log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start))
+				log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
 			}
 			return reclaimed, c, nil
 		case ports.InFlight:

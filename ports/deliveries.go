@@ -28,7 +28,10 @@ type Unknown struct {
 	// accepted it: from the send's start to when it gave up waiting (or to
 	// the lease's end, for a claim taken over).
 	Since, Until time.Time
-	First        time.Time // when its outcome was first found unknown
+	// Digest is the digest of the text sent (see Lease.Digest); empty when
+	// unknown, for a claim taken over that carried none.
+	Digest string
+	First  time.Time // when its outcome was first found unknown
 }
 
 // NewDeliveries returns an empty Deliveries.

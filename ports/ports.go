@@ -164,13 +164,26 @@ var ErrOutcomeUnknown = errors.New("send outcome unknown: the provider may have 
 // Reconciler is implemented by a Notifier whose provider can be asked what
 // it accepted.
 type Reconciler interface {
-	// Reconcile reports whether the provider accepted m in the window
-	// [since, until]: Delivered with the provider's receipt, or not. An
+	// Reconcile reports whether the provider accepted, from its sender to
+	// m.To, a message whose text w.Sent recognises, in the window
+	// [w.Since, w.Until]: Delivered with the provider's receipt, or not. An
 	// error means the provider cannot tell now (its API failed, or the
 	// window is too recent for its listing to be complete); asking again
 	// later may tell. Reconcile must be safe for concurrent use and honour
 	// ctx's deadline.
-	Reconcile(ctx context.Context, m Message, since, until time.Time) (Reconciliation, error)
+	Reconcile(ctx context.Context, m Message, w Window) (Reconciliation, error)
+}
+
+// Window is a send whose outcome is unknown, as a Reconciler looks for it.
+type Window struct {
+	// Since and Until bound when the provider may have accepted it.
+	Since, Until time.Time
+	// Sent reports whether text, a message's text as the provider lists
+	// it, is the text that was sent. It is the caller's rule (the domain
+	// compares digests of what was sent, which a template or an event
+	// changed since would not match), so a Reconciler never compares
+	// texts itself. Safe for concurrent use.
+	Sent func(text string) bool
 }
 
 // Reconciliation is what a Reconciler found.
@@ -202,8 +215,9 @@ const (
 	InFlight
 	// TakenOver: the key held a pending claim whose lease had passed (its
 	// worker died, or lost track of its send) and now holds ours;
-	// Claim.Lease is the lease taken over. Its send may have reached the
-	// provider: reconcile before sending.
+	// Claim.Lease is the lease taken over, whose First and Digest our claim
+	// now carries. A send made under that claim's history may have reached
+	// the provider: reconcile before sending, from Lease.First.
 	TakenOver
 )
 
@@ -242,6 +256,17 @@ type Lease struct {
 	// Until is when the lease runs out. Zero: unknown (a claim written
 	// before leases), which is live for as long as its key exists.
 	Until time.Time
+	// First and Digest are the claim's history, which a takeover carries
+	// on: a claim that takes another over keeps the First and Digest of
+	// the claim it replaced, so that however many takeovers follow, they
+	// name the earliest send that may have reached the provider under the
+	// key. First is when that history's first claim was made: Start for a
+	// claim that took nothing over, and for a claim written before
+	// histories; zero only when Start is. Digest is the digest of the text
+	// that first claim was made to send (Claim's digest), empty when it was
+	// not given or the claim was written before histories.
+	First  time.Time
+	Digest string
 }
 
 // IdempotencyStore remembers which notifications were sent. Keys are
@@ -256,7 +281,14 @@ type IdempotencyStore interface {
 	// takes it over, the others see InFlight). Otherwise it leaves key alone
 	// and reports what it holds. A claim's key lives longer than its lease,
 	// so that an abandoned claim can be found; Record or Release ends it.
-	Claim(ctx context.Context, key, token string, ttl time.Duration) (Claim, error)
+	//
+	// digest names the text the caller is about to send (it must not
+	// contain '.'; empty: none). A fresh claim starts a history (see Lease)
+	// with its own start and digest; a claim taking another over keeps the
+	// history of the one it replaced, and ignores digest. The claim a
+	// caller holds after Claimed or TakenOver is reported, with its
+	// history, to whoever finds it next.
+	Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (Claim, error)
 	// Record sets key to a sent record holding r, living ttl, whatever key
 	// held before. A store may keep less than r: at the least the send time
 	// to the second and the first FingerprintKept characters of the

@@ -18,18 +18,18 @@ var errDown = errors.New("store down")
 // fakeStore is a ports.IdempotencyStore whose behaviour each test sets. A nil
 // field answers success. calls counts every call that reached it.
 type fakeStore struct {
-	claim   func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error)
+	claim   func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error)
 	record  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
 	release func(ctx context.Context, key, token string) error
 	calls   atomic.Int64
 }
 
-func (f *fakeStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+func (f *fakeStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
 	f.calls.Add(1)
 	if f.claim == nil {
 		return ports.Claim{State: ports.Claimed}, nil
 	}
-	return f.claim(ctx, key, token, ttl)
+	return f.claim(ctx, key, token, digest, ttl)
 }
 
 func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
@@ -65,7 +65,7 @@ func switchable(down, slow *atomic.Bool) *fakeStore {
 		return nil
 	}
 	return &fakeStore{
-		claim: func(ctx context.Context, _, _ string, _ time.Duration) (ports.Claim, error) {
+		claim: func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 			if err := answer(ctx); err != nil {
 				return ports.Claim{}, err
 			}
@@ -90,7 +90,7 @@ func never(context.Context) error { return errDown }
 // calls are the three port methods, so each test can use all of them.
 var calls = map[string]func(ctx context.Context, s ports.IdempotencyStore) error{
 	"Claim": func(ctx context.Context, s ports.IdempotencyStore) error {
-		_, err := s.Claim(ctx, "k", "tok", time.Minute)
+		_, err := s.Claim(ctx, "k", "tok", "", time.Minute)
 		return err
 	},
 	"Record": func(ctx context.Context, s ports.IdempotencyStore) error {
@@ -208,7 +208,7 @@ func TestOpens(t *testing.T) {
 	t.Run("StoreTimeoutIsAFailure", func(t *testing.T) {
 		// The store's own deadline expiring (the caller's context still
 		// live) is exactly the outage the breaker exists for.
-		f := &fakeStore{claim: func(context.Context, string, string, time.Duration) (ports.Claim, error) {
+		f := &fakeStore{claim: func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
 			return ports.Claim{}, context.DeadlineExceeded
 		}}
 		b := MustBreaker(t, f, breaker.Config{Failures: 2, Cooldown: time.Hour, Probe: never})
@@ -298,7 +298,7 @@ func TestCloses(t *testing.T) {
 		var mu sync.Mutex
 		var probed []string
 		f := &fakeStore{
-			claim: func(context.Context, string, string, time.Duration) (ports.Claim, error) {
+			claim: func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
 				return ports.Claim{}, errDown
 			},
 			record: func(context.Context, string, ports.Receipt, time.Duration) error {

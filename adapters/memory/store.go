@@ -58,15 +58,16 @@ func NewWithConfig(cfg Config) *Store {
 }
 
 // Claim implements ports.IdempotencyStore: the claim's lease is ttl, its
-// key lives ttl plus the store's KeepAbandoned.
-func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+// key lives ttl plus the store's KeepAbandoned, and a takeover keeps the
+// history (First, Digest) of the claim it replaces.
+func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	mine := entry{lease: ports.Lease{Token: token, Start: now, Until: now.Add(ttl)}, expireAt: now.Add(ttl + s.keep)}
+	mine := entry{lease: ports.Lease{Token: token, Start: now, Until: now.Add(ttl), First: now, Digest: digest}, expireAt: now.Add(ttl + s.keep)}
 	e, ok := s.live(key, now)
 	switch {
 	case !ok:
@@ -77,6 +78,7 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 	case now.Before(e.lease.Until):
 		return ports.Claim{State: ports.InFlight, Lease: e.lease}, nil
 	}
+	mine.lease.First, mine.lease.Digest = e.lease.First, e.lease.Digest
 	s.put(key, mine, now)
 	return ports.Claim{State: ports.TakenOver, Lease: e.lease}, nil
 }

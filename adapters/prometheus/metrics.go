@@ -322,9 +322,9 @@ type instrumentedStore struct {
 	m    *Metrics
 }
 
-func (s *instrumentedStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+func (s *instrumentedStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
 	start := time.Now()
-	c, err := s.next.Claim(ctx, key, token, ttl)
+	c, err := s.next.Claim(ctx, key, token, digest, ttl)
 	s.m.storeCall(ctx, OpClaim, start, err)
 	return c, err
 }

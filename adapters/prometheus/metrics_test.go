@@ -14,13 +14,13 @@ import (
 
 // fakeStore is a ports.IdempotencyStore whose answers the test chooses.
 type fakeStore struct {
-	ClaimFunc   func(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error)
+	ClaimFunc   func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error)
 	RecordFunc  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
 	ReleaseFunc func(ctx context.Context, key, token string) error
 }
 
-func (f *fakeStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
-	return f.ClaimFunc(ctx, key, token, ttl)
+func (f *fakeStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+	return f.ClaimFunc(ctx, key, token, digest, ttl)
 }
 
 func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
@@ -133,7 +133,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 		m := prometheus.New()
 		want := ports.Claim{State: ports.AlreadySent, Receipt: ports.Receipt{ProviderID: "SM1"}}
 		s := m.InstrumentStore(&fakeStore{
-			ClaimFunc:   func(context.Context, string, string, time.Duration) (ports.Claim, error) { return want, nil },
+			ClaimFunc:   func(context.Context, string, string, string, time.Duration) (ports.Claim, error) { return want, nil },
 			RecordFunc:  func(context.Context, string, ports.Receipt, time.Duration) error { return nil },
 			ReleaseFunc: func(context.Context, string, string) error { return nil },
 		})
@@ -141,7 +141,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 			t.Errorf("StoreStatus before any call = %q, want %q", m.StoreStatus(), prometheus.StoreUnknown)
 		}
 		ctx := context.Background()
-		got, err := s.Claim(ctx, "k", "t", time.Minute)
+		got, err := s.Claim(ctx, "k", "t", "", time.Minute)
 		if err != nil || got != want {
 			t.Fatalf("Claim = %+v, %v; want %+v, nil", got, err, want)
 		}
@@ -163,7 +163,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 	t.Run("FailuresAndTimeoutsCountCancellationsDoNot", func(t *testing.T) {
 		m := prometheus.New()
 		s := m.InstrumentStore(&fakeStore{
-			ClaimFunc: func(ctx context.Context, _, _ string, _ time.Duration) (ports.Claim, error) {
+			ClaimFunc: func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 				if ctx.Err() != nil {
 					return ports.Claim{}, ctx.Err()
 				}
@@ -172,7 +172,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 			RecordFunc:  func(context.Context, string, ports.Receipt, time.Duration) error { return errDown },
 			ReleaseFunc: func(ctx context.Context, _, _ string) error { return ctx.Err() },
 		})
-		if _, err := s.Claim(context.Background(), "k", "t", time.Minute); !errors.Is(err, errDown) {
+		if _, err := s.Claim(context.Background(), "k", "t", "", time.Minute); !errors.Is(err, errDown) {
 			t.Fatalf("Claim error = %v, want the store's", err)
 		}
 		if err := s.Record(context.Background(), "k", ports.Receipt{}, time.Minute); !errors.Is(err, errDown) {
@@ -180,7 +180,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 		}
 		expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
-		if _, err := s.Claim(expired, "k", "t", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := s.Claim(expired, "k", "t", "", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Claim error = %v, want DeadlineExceeded", err)
 		}
 		if m.StoreStatus() != prometheus.StoreFailing {

@@ -212,7 +212,7 @@ func TestReadBoth(t *testing.T) {
 	t.Run("ForeignValueInOtherKey", func(t *testing.T) {
 		s, k := MustStore(t, compact), "sms:"+uniqueKey(t)
 		MustSet(t, raw, compact.OtherKey(k), "hello-secret-value")
-		_, err := s.Claim(ctx, k, "tok", time.Minute)
+		_, err := s.Claim(ctx, k, "tok", "", time.Minute)
 		if !errors.Is(err, redis.ErrForeignValue) || !strings.Contains(err.Error(), compact.OtherKey(k)) || strings.Contains(err.Error(), "hello-secret") {
 			t.Fatalf("Claim: %v, want ErrForeignValue naming the readable key, not its value", err)
 		}
@@ -230,4 +230,106 @@ func TestReadBoth(t *testing.T) {
 			t.Fatalf("claim: %v, want claimed", got.State)
 		}
 	})
+}
+
+// TestReadBothTakesTheOtherFormatsAbandonedClaimOver: a worker writing one
+// format was killed mid-send and left its claim; a worker writing the other
+// format, reading both, takes that claim over, once, and may then claim the
+// notification for a send of its own. Both directions: a compact worker
+// meeting a readable claim (a rolling upgrade) and a readable one meeting a
+// compact claim (a switch back).
+func TestReadBothTakesTheOtherFormatsAbandonedClaimOver(t *testing.T) {
+	srv := redistest.MustStart(t)
+	raw := srv.MustClient(t, 0)
+	ctx := testCtx(t)
+	compact := redis.Config{URL: srv.URL(), CompactPrefix: "tko:", KeyPrefix: "tko-r:", ReadBoth: true}
+	readable := compact
+	readable.Format = redis.Readable
+
+	for name, formats := range map[string][2]redis.Config{
+		"ReadableClaimCompactWorker": {readable, compact},
+		"CompactClaimReadableWorker": {compact, readable},
+	} {
+		t.Run(name, func(t *testing.T) {
+			killedCfg, liveCfg := formats[0], formats[1]
+			killed, live, k := MustStore(t, killedCfg), MustStore(t, liveCfg), "sms:"+uniqueKey(t)
+			if got := storetest.MustClaim(t, killed, ctx, k, "killed-worker", 20*time.Millisecond); got.State != ports.Claimed {
+				t.Fatalf("the killed worker's claim: %v", got.State)
+			}
+			time.Sleep(50 * time.Millisecond) // its lease passes: the scenario
+			abandoned, _ := MustGet(t, raw, killedCfg.Key(k))
+
+			got := storetest.MustClaim(t, live, ctx, k, "tok-1", time.Minute)
+			if got.State != ports.TakenOver || got.Lease.Token != "killed-worker" {
+				t.Fatalf("claim over the other format's abandoned claim: %+v, want taken_over from killed-worker", got)
+			}
+			if v, ok := MustGet(t, raw, killedCfg.Key(k)); ok && v == abandoned {
+				t.Fatalf("the abandoned claim %q is still there: it was reported taken over, not taken", v)
+			}
+			// A second taker, of either format, finds it taken.
+			for _, cfg := range []redis.Config{killedCfg, liveCfg} {
+				if got := storetest.MustClaim(t, MustStore(t, cfg), ctx, k, "tok-late", time.Minute); got.State != ports.InFlight || got.Lease.Token != "tok-1" {
+					t.Fatalf("%v worker's claim after the takeover: %+v, want in_flight owned by tok-1", cfg.Format, got)
+				}
+			}
+			// The provider said "not sent": the taker releases and claims
+			// the notification for its own send.
+			if err := live.Release(ctx, k, "tok-1"); err != nil {
+				t.Fatal(err)
+			}
+			if got := storetest.MustClaim(t, live, ctx, k, "tok-2", time.Minute); got.State != ports.Claimed {
+				t.Fatalf("claim after releasing the takeover: %+v, want claimed", got)
+			}
+		})
+	}
+}
+
+// TestReadBothOneTakerOfAnAbandonedClaim: workers of both formats, all
+// reading both, find the same abandoned claim at once (a rebalance overlap
+// during a switch of format). At most one may take it over, and none may
+// find the key free: a second taker would reconcile and send too.
+func TestReadBothOneTakerOfAnAbandonedClaim(t *testing.T) {
+	srv := redistest.MustStart(t)
+	ctx := testCtx(t)
+	compact := redis.Config{URL: srv.URL(), CompactPrefix: "race:", KeyPrefix: "race-r:", ReadBoth: true}
+	readable := compact
+	readable.Format = redis.Readable
+	stores := []*redis.Store{MustStore(t, compact), MustStore(t, readable)}
+	for run := range 20 {
+		k := "sms:" + uniqueKey(t)
+		killed := stores[run%2]
+		if got := storetest.MustClaim(t, killed, ctx, k, "killed-worker", 20*time.Millisecond); got.State != ports.Claimed {
+			t.Fatalf("run %d: the killed worker's claim: %v", run, got.State)
+		}
+		time.Sleep(40 * time.Millisecond) // its lease passes: the scenario
+
+		const takers = 16
+		states := make(chan ports.ClaimState, takers)
+		errs := make(chan error, takers)
+		start := make(chan struct{})
+		for i := range takers {
+			go func() {
+				<-start
+				got, err := stores[i%2].Claim(ctx, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				states <- got.State
+			}()
+		}
+		close(start)
+		count := map[ports.ClaimState]int{}
+		for range takers {
+			select {
+			case s := <-states:
+				count[s]++
+			case err := <-errs:
+				t.Fatalf("run %d: Claim: %v", run, err)
+			}
+		}
+		if count[ports.TakenOver] > 1 || count[ports.Claimed] > 0 {
+			t.Fatalf("run %d: %d workers of both formats over one abandoned claim: %v, want at most one taken_over and none claimed", run, takers, count)
+		}
+	}
 }

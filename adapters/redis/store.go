@@ -60,8 +60,9 @@
 //
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
 // (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
-// (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
-// above); the Release script itself runs GET and DEL, which ACL checks too.
+// (Release and the takeovers), and PING, plus CLUSTER SLOTS or SHARDS on
+// Cluster (see above); the scripts themselves run GET, SET and DEL, which
+// ACL checks too.
 // A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
 // +set +get +del +evalsha +eval +ping" is enough on a standalone server
 // (tested); New's self-check fails when the other prefix is not readable.
@@ -146,6 +147,25 @@ return v
 // takeoverScript is not retryable: a retry of a takeover that was applied
 // would find our own claim and report it as another worker's.
 var takeoverScript = rueidis.NewLuaScript(takeoverLua)
+
+// takeAwayLua deletes KEYS[1] if it still holds exactly ARGV[1], an
+// abandoned claim under the other format's key: of many workers taking it
+// over, one wins, and a record or a takeover written meanwhile stands. It
+// returns 1 when it deleted the claim, else what the key holds (nil when
+// absent).
+const takeAwayLua = `
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] then
+	redis.call("DEL", KEYS[1])
+	return 1
+end
+return v
+`
+
+// takeAwayScript is not retryable, as takeoverScript is not: a retry of a
+// deletion that was applied would find the key gone, and report the
+// takeover lost.
+var takeAwayScript = rueidis.NewLuaScript(takeAwayLua)
 
 // releaseSHA is the SHA1 EVALSHA names releaseLua by, for New's self-check,
 // which sends the script itself (see selfCheck).
@@ -387,7 +407,7 @@ func (s *Store) selfCheck() error {
 	claims := make(rueidis.Commands, len(selfCheckTags), 2*len(selfCheckTags))
 	for i, tag := range selfCheckTags {
 		keys[i] = s.cfg.prefix() + "self-check:{" + tag + "}:" + token
-		claims[i] = s.claimCmd(keys[i], encodeClaim(token, time.Now(), time.Minute), time.Minute)
+		claims[i] = s.claimCmd(keys[i], newClaim(token, "", time.Now(), time.Minute).encode(), time.Minute)
 	}
 	if s.cfg.ReadBoth {
 		// Claim reads the other format's keys: the ACL must let it.
@@ -515,9 +535,10 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Claim implements ports.IdempotencyStore in one round trip:
-// SET key pending:<token>.<start>.<until> NX GET PX <ttl + KeepAbandoned>,
-// which needs Redis >= 7. Only when that finds a claim whose lease has
-// passed does it take a second, to take the claim over (takeoverLua). It is
+// SET key pending:<token>.<first>.<digest>.<start>.<until> NX GET
+// PX <ttl + KeepAbandoned>, which needs Redis >= 7. Only when that finds a
+// claim whose lease has passed does it take a second, to take the claim
+// over (takeoverLua), writing our claim with that claim's history. It is
 // not retried on a connection error: the first attempt may have been
 // applied, and a retry would then report our own claim as someone else's.
 // It returns an error wrapping ErrForeignValue when the key holds a value
@@ -535,30 +556,30 @@ func (s *Store) Ping(ctx context.Context) error {
 // Such a claim is harmless: the caller's Record overwrites it, Release
 // deletes it, or it is taken over once its lease has passed. (Record and
 // Release cut short may likewise still run.)
-func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration) (ports.Claim, error) {
+func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
 	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
 	now := time.Now()
-	mine, px := encodeClaim(token, now, ttl), ttl+s.keep
+	mine, px := newClaim(token, digest, now, ttl), ttl+s.keep
 	if !s.cfg.ReadBoth {
-		return s.claimed(ctx, k, s.do(ctx, s.claimCmd(k, mine, px)), mine, px, now)
+		return s.claimed(ctx, k, s.do(ctx, s.claimCmd(k, mine.encode(), px)), mine, px, now)
 	}
 	other := s.cfg.otherKey(key)
 	bctx, cancel := s.bound(ctx)
-	res := s.client.DoMulti(bctx, s.claimCmd(k, mine, px), s.client.B().Get().Key(other).Build())
+	res := s.client.DoMulti(bctx, s.claimCmd(k, mine.encode(), px), s.client.B().Get().Key(other).Build())
 	cancel()
 	c, err := s.claimed(ctx, k, res[0], mine, px, now)
 	if err != nil {
 		return c, err
 	}
-	return s.other(ctx, key, token, other, res[1], c, now)
+	return s.other(ctx, key, k, other, res[1], c, mine, px, now)
 }
 
-// claimed reads res, the answer to the claim's SET on the prefixed key k,
+// claimed reads res, the answer to the SET of mine on the prefixed key k,
 // and takes an abandoned claim over.
-func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, mine string, px time.Duration, now time.Time) (ports.Claim, error) {
+func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, mine claimValue, px time.Duration, now time.Time) (ports.Claim, error) {
 	old, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return ports.Claim{State: ports.Claimed}, nil
@@ -573,23 +594,23 @@ func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, 
 	case c.State != ports.InFlight || c.Lease.Until.IsZero() || now.Before(c.Lease.Until):
 		return c, nil
 	}
-	return s.takeOver(ctx, k, old, mine, px, c.Lease)
+	return s.takeOver(ctx, k, old, mine.inherit(c.Lease).encode(), px, c.Lease)
 }
 
 // other weighs res, what the other format's key other held when the
-// caller's key was claimed with token, against c, the claim's outcome.
+// caller's key k was claimed with mine, against c, the claim's outcome.
 //
 // When c says the notification is another worker's (sent, or claimed by
-// another token), c stands. Otherwise token holds the caller's key, and
-// the other key decides: a sent record there, or a claim whose lease has
-// not passed, is what Claim reports, and token's claim is released, so
-// that a worker of the other format, which does not look at this key,
-// is the only one to send. An abandoned claim there makes a fresh claim a
-// takeover of it. An error, or a value that is not ours, is Claim's error
-// (token's claim is released first): the store could not tell whether the
+// another token), c stands. Otherwise mine's token holds k, and the other
+// key decides: a sent record there, or a claim whose lease has not passed,
+// is what Claim reports, and our claim is released, so that a worker of the
+// other format, which does not look at k, is the only one to send. An
+// abandoned claim there, when k was free, is taken over (see
+// takeOverOther). An error, or a value that is not ours, is Claim's error
+// (our claim is released first): the store could not tell whether the
 // notification was sent.
-func (s *Store) other(ctx context.Context, key, token, other string, res rueidis.RedisResult, c ports.Claim, now time.Time) (ports.Claim, error) {
-	if c.State == ports.AlreadySent || c.State == ports.InFlight && c.Lease.Token != token {
+func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.RedisResult, c ports.Claim, mine claimValue, px time.Duration, now time.Time) (ports.Claim, error) {
+	if c.State == ports.AlreadySent || c.State == ports.InFlight && c.Lease.Token != mine.token {
 		return c, nil
 	}
 	v, err := res.ToString()
@@ -602,18 +623,64 @@ func (s *Store) other(ctx context.Context, key, token, other string, res rueidis
 		err = ErrForeignValue
 	case err == nil && o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
 		if c.State == ports.Claimed {
-			return ports.Claim{State: ports.TakenOver, Lease: o.Lease}, nil
+			return s.takeOverOther(ctx, key, k, other, v, o.Lease, mine, px)
 		}
 		return c, nil
 	}
 	// Whatever Release answers, the claim left behind is harmless: the
 	// next Claim with token looks at the other key again, and another
 	// worker's takes it over once its lease has passed.
-	_ = s.Release(ctx, key, token)
+	_ = s.Release(ctx, key, mine.token)
 	if err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, err)
 	}
 	return o, nil
+}
+
+// takeOverOther takes over old, an abandoned claim (whose lease is prev)
+// under the other format's key other, for mine, which the caller's key k
+// holds: it deletes other if it still holds exactly old, so that of all
+// the workers taking it over, of either format, one wins; and then gives
+// our claim prev's history. Our claim alone stands for the notification
+// from then on: every worker that reads both formats finds it, and one
+// that reads only the other format's key finds it free, as it would have
+// once old expired.
+//
+// Should other no longer hold old (another worker took it over, or its
+// worker recorded the send after all), our claim is released and Claim
+// reports what other holds now. Should the deletion fail (an error: it
+// may have been applied), our claim is kept, given prev's history, and the
+// error returned: whoever finds our claim next reconciles from prev's
+// start. Should our claim not take the history (an error), the takeover
+// stands: this call's caller has prev, and only a later takeover of our
+// claim would miss prev's start.
+func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, prev ports.Lease, mine claimValue, px time.Duration) (ports.Claim, error) {
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	inherit := func() {
+		_ = takeoverScript.Exec(bctx, s.client, []string{k}, []string{mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10)}).Error()
+	}
+	res := takeAwayScript.Exec(bctx, s.client, []string{other}, []string{old})
+	if n, err := res.AsInt64(); err == nil && n == 1 {
+		inherit()
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
+	}
+	now, err := res.ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		inherit()
+		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, err)
+	}
+	_ = s.Release(ctx, key, mine.token)
+	if err != nil {
+		// The abandoned claim expired, or another worker took it: the
+		// caller's next look tells.
+		return ports.Claim{State: ports.InFlight, Lease: prev}, nil
+	}
+	c, ok := decodeValue(now)
+	if !ok {
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
+	}
+	return c, nil
 }
 
 // takeOver replaces the abandoned claim old (whose lease is prev) by mine.

@@ -179,15 +179,47 @@ func TestKeyFormat(t *testing.T) {
 	t.Run("ClaimFormat", func(t *testing.T) {
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		before := time.Now().UnixMilli()
-		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
+		storetest.MustClaimDigest(t, s, ctx, k, "tok-a", "Dg-_x9", time.Minute)
 		after := time.Now().UnixMilli()
 		v, _ := MustGet(t, raw, "fmt:"+k)
-		var start, until int64
-		if n, err := fmt.Sscanf(v, "pending:tok-a.%d.%d", &start, &until); n != 2 || err != nil {
-			t.Fatalf("stored %q, want pending:tok-a.<startms>.<untilms>", v)
+		var first, start, until int64
+		if n, err := fmt.Sscanf(v, "pending:tok-a.%d.Dg-_x9.%d.%d", &first, &start, &until); n != 3 || err != nil {
+			t.Fatalf("stored %q, want pending:tok-a.<firstms>.Dg-_x9.<startms>.<untilms>", v)
 		}
-		if start < before || start > after || until-start != time.Minute.Milliseconds() {
-			t.Fatalf("stored %q: lease from %d for %dms, want from [%d, %d] for 60000ms", v, start, until-start, before, after)
+		if start < before || start > after || until-start != time.Minute.Milliseconds() || first != start {
+			t.Fatalf("stored %q: lease from %d for %dms, history from %d, want from [%d, %d] for 60000ms, history from its start", v, start, until-start, first, before, after)
+		}
+		// The release before reads the last two fields as the lease, and
+		// the rest as the owner: the lease it finds is ours.
+		owner, lease := prevReleaseLease(t, v)
+		if owner != fmt.Sprintf("tok-a.%d.Dg-_x9", first) || lease != [2]int64{start, until} {
+			t.Fatalf("the release before reads %q as owner %q, lease %v; want lease [%d %d]", v, owner, lease, start, until)
+		}
+	})
+
+	// A claim of the release before histories: taken over, its start is
+	// the history's first; its own release still works on it.
+	t.Run("ClaimOfTheReleaseBeforeHistories", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
+		oldStart := time.Now().Add(-2 * time.Minute).UnixMilli()
+		old := fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.%d.%d", oldStart, oldStart+60000)
+		MustSet(t, raw, "fmt:"+k, old)
+		got := storetest.MustClaimDigest(t, s, ctx, k, "tok-b", "DgB", time.Minute)
+		if got.State != ports.TakenOver || got.Lease.Token != "0a1b2c3d4e5f60718293a4b5" || got.Lease.First.UnixMilli() != oldStart || got.Lease.Digest != "" {
+			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, First its start %d, no digest", got, oldStart)
+		}
+		v, _ := MustGet(t, raw, "fmt:"+k)
+		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b.%d..", oldStart)) {
+			t.Fatalf("stored %q, want our claim carrying the old start %d and no digest", v, oldStart)
+		}
+
+		// Its own claims, live: it releases them with the same script.
+		MustSet(t, raw, "fmt:"+k, fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.%d.%d", time.Now().UnixMilli(), time.Now().Add(time.Minute).UnixMilli()))
+		if err := s.Release(ctx, k, "0a1b2c3d4e5f60718293a4b5"); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := MustGet(t, raw, "fmt:"+k); ok {
+			t.Fatalf("the release before's claim, released by its token: %q left", v)
 		}
 	})
 
@@ -266,7 +298,7 @@ func TestForeignValue(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			k := uniqueKey(t)
 			MustSet(t, raw, "foreign:"+k, value)
-			_, err := s.Claim(ctx, k, "tok", time.Minute)
+			_, err := s.Claim(ctx, k, "tok", "", time.Minute)
 			if !errors.Is(err, redis.ErrForeignValue) {
 				t.Fatalf("Claim over %q: err %v, want ErrForeignValue", value, err)
 			}
@@ -291,7 +323,7 @@ func TestForeignValue(t *testing.T) {
 		if err := raw.Do(ctx, raw.B().Hset().Key("foreign:"+k).FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
 			t.Fatalf("HSET: %v", err)
 		}
-		_, err := s.Claim(ctx, k, "tok", time.Minute)
+		_, err := s.Claim(ctx, k, "tok", "", time.Minute)
 		if err == nil || !strings.Contains(err.Error(), "foreign:"+k) {
 			t.Fatalf("Claim over a hash: err %v, want an error naming the key", err)
 		}
@@ -302,7 +334,7 @@ func TestOutage(t *testing.T) {
 	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
 	calls := map[string]func(s *redis.Store, k string) error{
 		"Claim": func(s *redis.Store, k string) error {
-			_, err := s.Claim(context.Background(), k, "tok", time.Minute)
+			_, err := s.Claim(context.Background(), k, "tok", "", time.Minute)
 			return err
 		},
 		"Record":  func(s *redis.Store, k string) error { return s.Record(context.Background(), k, receipt, time.Hour) },
@@ -333,7 +365,7 @@ func TestOutage(t *testing.T) {
 		t.Helper()
 		k := uniqueKey(t)
 		waitFor(t, 5*time.Second, "store answers after the outage", func() error {
-			_, err := s.Claim(context.Background(), k, "tok-after", time.Minute)
+			_, err := s.Claim(context.Background(), k, "tok-after", "", time.Minute)
 			return err
 		})
 		if v, _ := MustGet(t, srv.MustClient(t, 0), redis.Config{CompactPrefix: "outage:"}.Key(k)); !strings.HasPrefix(v, "pending:tok-after.") {
@@ -366,7 +398,7 @@ func TestOutage(t *testing.T) {
 		srv.Kill(t)
 		srv.Restart(t)
 		for i := range 16 {
-			_, err := s.Claim(context.Background(), uniqueKey(t), "tok", time.Minute)
+			_, err := s.Claim(context.Background(), uniqueKey(t), "tok", "", time.Minute)
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Claim %d after the restart: %v", i, err)
 			}
@@ -394,7 +426,7 @@ func TestOutage(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := s.Claim(ctx, uniqueKey(t), "tok", time.Minute)
+		_, err := s.Claim(ctx, uniqueKey(t), "tok", "", time.Minute)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Claim: err %v, want context.Canceled", err)
 		}
@@ -607,4 +639,22 @@ func TestMaxCalls(t *testing.T) {
 			t.Fatalf("New with MaxUnanswered %d (ReadBoth %v) above MaxCalls: no error", cfg.MaxUnanswered, cfg.ReadBoth)
 		}
 	}
+}
+
+// prevReleaseLease reads a claim as the release before histories did: the
+// last two dot-separated fields are the lease, the rest is the owner.
+func prevReleaseLease(tb testing.TB, v string) (owner string, lease [2]int64) {
+	tb.Helper()
+	rest, found := strings.CutPrefix(v, "pending:")
+	i := strings.LastIndexByte(rest, '.')
+	j := strings.LastIndexByte(rest[:max(i, 0)], '.')
+	if !found || i < 0 || j < 0 {
+		tb.Fatalf("%q: not a claim with a lease", v)
+	}
+	start, err1 := strconv.ParseInt(rest[j+1:i], 10, 64)
+	until, err2 := strconv.ParseInt(rest[i+1:], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("%q: lease fields: %v, %v", v, err1, err2)
+	}
+	return rest[:j], [2]int64{start, until}
 }

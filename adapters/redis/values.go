@@ -10,8 +10,14 @@ import (
 
 // The values the store writes under a key, newest version first:
 //
-//	pending:<token>.<startms>.<untilms>     a claim and its lease (start and
-//	                                        end, Unix milliseconds)
+//	pending:<token>.<firstms>.<digest>.<startms>.<untilms>
+//	                                        a claim, its history (the first
+//	                                        claim's start and digest, carried
+//	                                        through takeovers; the digest may
+//	                                        be empty) and its lease (start
+//	                                        and end, Unix milliseconds)
+//	pending:<token>.<startms>.<untilms>     a claim written before histories,
+//	                                        whose history is its own start
 //	pending:<token>                         a claim written before leases: live
 //	                                        for as long as its key
 //	sent:<unixms>:~<fingerprint>:<id>       a sent record and the fingerprint
@@ -34,16 +40,54 @@ import (
 // provider id never starts with '~' (Twilio SIDs are letters and digits, a
 // Message-ID starts with '<'), which tells the two sent forms apart; a
 // token never contains '.'.
+//
+// The release before histories reads a claim's last two dot-separated
+// fields as its lease and everything before them as its owner: it finds
+// a claim with a history live or abandoned as its lease says, takes it
+// over by its exact value, and never releases it (the owner it compares,
+// "<token>.<first>.<digest>", is no token of its own). Its own claims,
+// "pending:<token>.<start>.<until>", are read here as claims whose history
+// is their own start, and released by the same script (which matches
+// "pending:<token>" and a '.' after it). A digest never contains '.'.
 const (
 	pendingPrefix   = "pending:"
 	sentPrefix      = "sent:"
 	fingerprintMark = "~"
 )
 
-// encodeClaim is the value of token's claim with a lease of ttl from start.
-func encodeClaim(token string, start time.Time, ttl time.Duration) string {
-	from := start.UnixMilli()
-	return pendingPrefix + token + "." + strconv.FormatInt(from, 10) + "." + strconv.FormatInt(from+ms(ttl), 10)
+// claimValue is a claim the store writes: token's, with a lease of ttl
+// from start, and its history (see ports.Lease).
+type claimValue struct {
+	token  string
+	first  time.Time
+	digest string
+	start  time.Time
+	ttl    time.Duration
+}
+
+// newClaim is token's claim, made at start to send the text digest: its
+// history starts with it.
+func newClaim(token, digest string, start time.Time, ttl time.Duration) claimValue {
+	return claimValue{token: token, first: start, digest: digest, start: start, ttl: ttl}
+}
+
+// inherit is c taking prev over: c's lease, prev's history.
+func (c claimValue) inherit(prev ports.Lease) claimValue {
+	c.first, c.digest = prev.First, prev.Digest
+	if c.first.IsZero() {
+		c.first = prev.Start
+	}
+	if c.first.IsZero() {
+		c.first = c.start // a claim without a lease is never taken over
+	}
+	return c
+}
+
+// encode is c's value.
+func (c claimValue) encode() string {
+	from := c.start.UnixMilli()
+	return pendingPrefix + c.token + "." + strconv.FormatInt(c.first.UnixMilli(), 10) + "." + c.digest + "." +
+		strconv.FormatInt(from, 10) + "." + strconv.FormatInt(from+ms(c.ttl), 10)
 }
 
 // encodeSent is the value of a sent record. A receipt without a fingerprint
@@ -154,17 +198,32 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, ok
 }
 
-// decodeLease reads "<token>.<startms>.<untilms>", or a bare token (a
-// claim without a lease, whose Until stays zero).
+// decodeLease reads "<token>.<firstms>.<digest>.<startms>.<untilms>",
+// "<token>.<startms>.<untilms>" (a claim before histories: First is its
+// Start), or a bare token (a claim without a lease, whose Until stays
+// zero), from the right: the lease is the last two fields, as every
+// release reads it. Any other shape is read as a bare token.
 func decodeLease(owner string) ports.Lease {
+	millis := func(s string) (time.Time, bool) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return time.UnixMilli(n).UTC(), err == nil
+	}
 	rest, until, ok1 := cutLast(owner)
-	token, start, ok2 := cutLast(rest)
-	s, err1 := strconv.ParseInt(start, 10, 64)
-	u, err2 := strconv.ParseInt(until, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || token == "" {
+	rest, start, ok2 := cutLast(rest)
+	u, ok3 := millis(until)
+	st, ok4 := millis(start)
+	if !ok1 || !ok2 || !ok3 || !ok4 || rest == "" {
 		return ports.Lease{Token: owner}
 	}
-	return ports.Lease{Token: token, Start: time.UnixMilli(s).UTC(), Until: time.UnixMilli(u).UTC()}
+	l := ports.Lease{Token: rest, Start: st, Until: u, First: st}
+	if head, digest, ok := cutLast(rest); ok {
+		if token, first, ok := cutLast(head); ok && token != "" {
+			if f, ok := millis(first); ok {
+				l.Token, l.First, l.Digest = token, f, digest
+			}
+		}
+	}
+	return l
 }
 
 func cutLast(s string) (before, after string, ok bool) {

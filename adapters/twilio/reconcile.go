@@ -37,15 +37,17 @@ var ErrListLag = errors.New("twilio: the message list may not show the window ye
 // listMaxPages pages without reaching messages older than the window.
 var ErrListIncomplete = errors.New("twilio: the message list was not read to the window's start")
 
-// Reconcile asks Twilio's Messages list whether it accepted m in the window
-// [since, until] of a send attempt whose outcome was unknown.
+// Reconcile asks Twilio's Messages list whether it accepted, in the window
+// w, the message of a send attempt to m.To whose outcome was unknown.
 //
 // It lists the messages to m.To (from the configured From number; with a
 // messaging service, to m.To only, Twilio's list having no service filter),
-// newest first, PageSize 20, and looks for one whose body is m.Text,
-// whose messaging service is the configured one (when set), and whose
-// date_created lies in [since - ClockSkew, until + ClockSkew]. Found: it is
-// Delivered, with its SID as ProviderID and its date_created as SentAt.
+// newest first, PageSize 20, and looks for one whose body w.Sent
+// recognises (what was sent, which m.Text need no longer be), whose
+// messaging service is the configured one (when set), and whose
+// date_created lies in [w.Since - ClockSkew, w.Until + ClockSkew]. Found:
+// it is Delivered, with its SID as ProviderID and its date_created as
+// SentAt.
 //
 // It does not filter by DateSent: date_sent is when Twilio handed the
 // message on, empty while it is queued, so that filter could hide a message
@@ -58,12 +60,12 @@ var ErrListIncomplete = errors.New("twilio: the message list was not read to the
 // ErrListLag (too recent), ErrListIncomplete (too many pages), an HTTP or
 // transport error of the list API. Each call is bounded by the configured
 // Timeout, and by ctx. Safe for concurrent use.
-func (n *Notifier) Reconcile(ctx context.Context, m ports.Message, since, until time.Time) (ports.Reconciliation, error) {
+func (n *Notifier) Reconcile(ctx context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	listed := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 
-	lo, hi := since.Add(-n.skew), until.Add(n.skew)
+	lo, hi := w.Since.Add(-n.skew), w.Until.Add(n.skew)
 	q := url.Values{"To": {m.To}, "PageSize": {strconv.Itoa(listPageSize)}}
 	if n.msSID == "" {
 		q.Set("From", n.from)
@@ -85,7 +87,7 @@ func (n *Notifier) Reconcile(ctx context.Context, m ports.Message, since, until 
 			if err != nil {
 				return fail(fmt.Errorf("message %s: date_created %q: %w", msg.SID, msg.DateCreated, err))
 			}
-			if msg.To == m.To && msg.Body == m.Text && !created.Before(lo) && !created.After(hi) &&
+			if msg.To == m.To && w.Sent(msg.Body) && !created.Before(lo) && !created.After(hi) &&
 				(n.msSID == "" || msg.MessagingServiceSID == n.msSID) {
 				return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: msg.SID, SentAt: created}}, nil
 			}
@@ -99,7 +101,7 @@ func (n *Notifier) Reconcile(ctx context.Context, m ports.Message, since, until 
 			}
 		}
 		if past || page.NextPageURI == "" {
-			if lag := listed.Sub(until); lag < n.listLag {
+			if lag := listed.Sub(w.Until); lag < n.listLag {
 				return fail(fmt.Errorf("%w: the window ended %v ago, the list may lag %v", ErrListLag, lag.Round(time.Millisecond), n.listLag))
 			}
 			return ports.Reconciliation{}, nil

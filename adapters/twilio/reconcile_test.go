@@ -45,7 +45,7 @@ func TestReconcile(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		got, err := n.Reconcile(ctx, m, since, until)
+		got, err := n.Reconcile(ctx, m, byText(m, since, until))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,9 +66,30 @@ func TestReconcile(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		got, err := n.Reconcile(ctx, m, since, until)
+		got, err := n.Reconcile(ctx, m, byText(m, since, until))
 		if err != nil || !got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; a listed message is delivered whatever the lag", got, err)
+		}
+	})
+
+	t.Run("MatchesWhatWasSentNotTheTextNow", func(t *testing.T) {
+		// The message was sent in one wording; the caller renders another
+		// now (a template reworded since). The caller's rule decides.
+		_, apiURL := StartDouble(t)
+		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL, ListLag: noLag})
+		sent := sms(testTo, "Parcel SHP-7: out for delivery")
+		since, until := window(func() {
+			if _, err := n.Send(ctx, sent); err != nil {
+				t.Fatal(err)
+			}
+		})
+		now := sms(testTo, "Harborlight: parcel SHP-7 is out for delivery")
+		w := ports.Window{Since: since, Until: until, Sent: func(text string) bool { return text == sent.Text }}
+		if got, err := n.Reconcile(ctx, now, w); err != nil || !got.Delivered {
+			t.Fatalf("Reconcile = %+v, %v; want delivered: the listed text is what was sent", got, err)
+		}
+		if got, err := n.Reconcile(ctx, now, byText(now, since, until)); err != nil || got.Delivered {
+			t.Fatalf("Reconcile by today's text = %+v, %v; want not delivered", got, err)
 		}
 	})
 
@@ -93,7 +114,7 @@ func TestReconcile(t *testing.T) {
 		if len(d.Messages()) != 3 {
 			t.Fatalf("double holds %d messages, want 3", len(d.Messages()))
 		}
-		got, err := n.Reconcile(ctx, m, since, until)
+		got, err := n.Reconcile(ctx, m, byText(m, since, until))
 		if err != nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want not delivered", got, err)
 		}
@@ -107,7 +128,7 @@ func TestReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The same message, sent now, is not the attempt of an hour ago.
-		got, err := n.Reconcile(ctx, m, time.Now().Add(-time.Hour), time.Now().Add(-59*time.Minute))
+		got, err := n.Reconcile(ctx, m, byText(m, time.Now().Add(-time.Hour), time.Now().Add(-59*time.Minute)))
 		if err != nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want not delivered", got, err)
 		}
@@ -117,7 +138,7 @@ func TestReconcile(t *testing.T) {
 		_, apiURL := StartDouble(t)
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL, ListLag: time.Minute})
 		m := sms(testTo, "Parcel SHP-5: delayed")
-		got, err := n.Reconcile(ctx, m, time.Now().Add(-time.Second), time.Now())
+		got, err := n.Reconcile(ctx, m, byText(m, time.Now().Add(-time.Second), time.Now()))
 		if !errors.Is(err, twilio.ErrListLag) || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want ErrListLag: the list may not show it yet", got, err)
 		}
@@ -131,7 +152,7 @@ func TestReconcile(t *testing.T) {
 	t.Run("ErrListFailingCannotTell", func(t *testing.T) {
 		fake := NewFakeTwilio(t, reply(http.StatusInternalServerError, twilioError(500, 20500, "Internal Server Error for "+testTo)))
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL, ListLag: noLag})
-		got, err := n.Reconcile(ctx, sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute))
+		got, err := n.Reconcile(ctx, sms(testTo, "x"), byText(sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)))
 		if err == nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want cannot tell", got, err)
 		}
@@ -151,7 +172,7 @@ func TestReconcile(t *testing.T) {
 		const timeout = 300 * time.Millisecond
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL, Timeout: timeout, ListLag: noLag})
 		start := time.Now()
-		got, err := n.Reconcile(ctx, sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute))
+		got, err := n.Reconcile(ctx, sms(testTo, "x"), byText(sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)))
 		if err == nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want cannot tell", got, err)
 		}
@@ -178,11 +199,11 @@ func TestReconcile(t *testing.T) {
 				}
 			}
 		})
-		got, err := n.Reconcile(ctx, m, since, until)
+		got, err := n.Reconcile(ctx, m, byText(m, since, until))
 		if err != nil || !got.Delivered || got.Receipt.ProviderID != r.ProviderID {
 			t.Fatalf("Reconcile = %+v, %v; want delivered as %s from page 3", got, err, r.ProviderID)
 		}
-		got, err = n.Reconcile(ctx, sms(testTo, "never sent"), since, until)
+		got, err = n.Reconcile(ctx, sms(testTo, "never sent"), byText(sms(testTo, "never sent"), since, until))
 		if err != nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want not delivered after every page", got, err)
 		}
@@ -201,7 +222,7 @@ func TestReconcile(t *testing.T) {
 				}
 			}
 		})
-		got, err := n.Reconcile(ctx, sms(testTo, "never sent"), since, until)
+		got, err := n.Reconcile(ctx, sms(testTo, "never sent"), byText(sms(testTo, "never sent"), since, until))
 		if !errors.Is(err, twilio.ErrListIncomplete) || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want ErrListIncomplete", got, err)
 		}
@@ -222,7 +243,7 @@ func TestReconcile(t *testing.T) {
 				"next_page_uri":"/2010-04-01/Accounts/%s/Messages.json?Page=1&PageToken=PASMold","page":0,"page_size":20}`, testTo, testFrom, old, old, testSID))(w, r)
 		})
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL, ListLag: noLag})
-		got, err := n.Reconcile(ctx, sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute))
+		got, err := n.Reconcile(ctx, sms(testTo, "x"), byText(sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)))
 		if err != nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want not delivered", got, err)
 		}
@@ -246,7 +267,7 @@ func TestReconcile(t *testing.T) {
 			reply(http.StatusOK, `{"messages":[],"next_page_uri":null}`)(w, r)
 		})
 		n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL, ListLag: noLag})
-		got, err := n.Reconcile(ctx, sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute))
+		got, err := n.Reconcile(ctx, sms(testTo, "x"), byText(sms(testTo, "x"), time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)))
 		if err != nil || got.Delivered {
 			t.Fatalf("Reconcile = %+v, %v; want not delivered", got, err)
 		}
@@ -267,11 +288,11 @@ func TestReconcile(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		got, err := n.Reconcile(ctx, m, since, until)
+		got, err := n.Reconcile(ctx, m, byText(m, since, until))
 		if err != nil || !got.Delivered || got.Receipt.ProviderID != r.ProviderID {
 			t.Fatalf("Reconcile = %+v, %v; want delivered as %s", got, err, r.ProviderID)
 		}
-		got, err = other.Reconcile(ctx, m, since, until)
+		got, err = other.Reconcile(ctx, m, byText(m, since, until))
 		if err != nil || got.Delivered {
 			t.Fatalf("another service's Reconcile = %+v, %v; want not delivered", got, err)
 		}
@@ -327,7 +348,7 @@ func TestUnknownOutcomesReconciled(t *testing.T) {
 		t.Fatalf("double accepted %d messages, want 4", len(stored))
 	}
 	for i, a := range attempts {
-		got, err := n.Reconcile(ctx, a.m, a.since, a.until)
+		got, err := n.Reconcile(ctx, a.m, byText(a.m, a.since, a.until))
 		if err != nil {
 			t.Fatalf("reconcile %d: %v", i, err)
 		}
@@ -338,4 +359,9 @@ func TestUnknownOutcomesReconciled(t *testing.T) {
 			t.Errorf("reconcile %d = %+v, want not delivered", i, got)
 		}
 	}
+}
+
+// byText is the window [since, until] for a send of m's text.
+func byText(m ports.Message, since, until time.Time) ports.Window {
+	return ports.Window{Since: since, Until: until, Sent: func(text string) bool { return text == m.Text }}
 }

@@ -39,10 +39,17 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// MustClaim claims k and fails the test on error.
+// MustClaim claims k without a digest and fails the test on error.
 func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token string, ttl time.Duration) ports.Claim {
 	tb.Helper()
-	got, err := s.Claim(c, k, token, ttl)
+	return MustClaimDigest(tb, s, c, k, token, "", ttl)
+}
+
+// MustClaimDigest claims k to send the text digest and fails the test on
+// error.
+func MustClaimDigest(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token, digest string, ttl time.Duration) ports.Claim {
+	tb.Helper()
+	got, err := s.Claim(c, k, token, digest, ttl)
 	if err != nil {
 		tb.Fatalf("Claim(%q, %q): %v", k, token, err)
 	}
@@ -230,6 +237,64 @@ func leases(t *testing.T, h Harness) {
 		}
 	})
 	takeovers(t, h)
+	histories(t, h)
+}
+
+// histories checks that a claim's history (its first start and digest)
+// travels with it through every takeover, and starts afresh with a claim
+// of a free key.
+func histories(t *testing.T, h Harness) {
+	// sameMilli: a store keeps a claim's times to the millisecond.
+	sameMilli := func(a, b time.Time) bool { return a.Sub(b).Abs() < time.Millisecond }
+
+	t.Run("ClaimStartsAHistory", func(t *testing.T) {
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", time.Minute)
+		got := MustClaimDigest(t, s, c, k, "tok-b", "dgst-B1", time.Minute)
+		if got.State != ports.InFlight || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, got.Lease.Start) || got.Lease.Start.IsZero() {
+			t.Fatalf("a fresh claim, found: %+v, want in_flight with digest dgst-A1 and First equal to Start", got)
+		}
+	})
+
+	t.Run("TakeoverKeepsFirstStart", func(t *testing.T) {
+		// A claims and dies; B takes over and dies; C takes over and must
+		// see A's start and digest, not B's.
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		const lease = 50 * time.Millisecond
+		MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", lease)
+		a := MustClaim(t, s, c, k, "tok-probe", time.Minute).Lease
+		time.Sleep(2 * lease) // A's lease passes: the scenario
+		got := MustClaimDigest(t, s, c, k, "tok-b", "dgst-B1", lease)
+		if got.State != ports.TakenOver || got.Lease.Token != "tok-a" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
+			t.Fatalf("B's takeover: %+v, want taken_over from tok-a, first %v, digest dgst-A1", got, a.Start)
+		}
+		b := MustClaim(t, s, c, k, "tok-probe", time.Minute).Lease
+		if b.Token != "tok-b" || !b.Start.After(a.Start) || !sameMilli(b.First, a.Start) || b.Digest != "dgst-A1" {
+			t.Fatalf("B's claim: %+v, want tok-b's lease, started after A's, carrying A's first %v and digest dgst-A1", b, a.Start)
+		}
+		time.Sleep(2 * lease) // B's lease passes
+		got = MustClaimDigest(t, s, c, k, "tok-c", "dgst-C1", time.Minute)
+		if got.State != ports.TakenOver || got.Lease.Token != "tok-b" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
+			t.Fatalf("C's takeover of B's claim: %+v, want taken_over from tok-b, first %v (A's), digest dgst-A1", got, a.Start)
+		}
+	})
+
+	t.Run("ReleaseEndsTheHistory", func(t *testing.T) {
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", 50*time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+		MustClaimDigest(t, s, c, k, "tok-b", "dgst-B1", time.Minute)
+		if err := s.Release(c, k, "tok-b"); err != nil {
+			t.Fatal(err)
+		}
+		if got := MustClaimDigest(t, s, c, k, "tok-c", "dgst-C1", time.Minute); got.State != ports.Claimed {
+			t.Fatalf("claim after the release: %v, want claimed", got.State)
+		}
+		got := MustClaim(t, s, c, k, "tok-probe", time.Minute)
+		if got.Lease.Token != "tok-c" || got.Lease.Digest != "dgst-C1" || !sameMilli(got.Lease.First, got.Lease.Start) {
+			t.Fatalf("the new claim: %+v, want a history of its own (digest dgst-C1, First = Start)", got.Lease)
+		}
+	})
 }
 
 // takeovers checks that of many callers finding a passed lease, one takes
@@ -327,7 +392,7 @@ func races(t *testing.T, h Harness) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), time.Minute)
+				got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
 				if err != nil {
 					errs <- err
 					return
@@ -352,7 +417,7 @@ func races(t *testing.T, h Harness) {
 		s, k := h.New(t, time.Hour), key(t)
 		c, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := s.Claim(c, k, "tok", time.Minute); err == nil {
+		if _, err := s.Claim(c, k, "tok", "", time.Minute); err == nil {
 			t.Fatalf("Claim with a cancelled context: no error")
 		}
 	})
@@ -403,7 +468,7 @@ func claimConcurrently(t *testing.T, s ports.IdempotencyStore, c context.Context
 		go func() {
 			defer wg.Done()
 			<-start
-			got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), time.Minute)
+			got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
 			if err != nil {
 				errs <- err
 				return
