@@ -32,7 +32,7 @@ import (
 // is caught as well.
 const (
 	phoneInvalid  = "+31200101111" // Twilio answers 400, code 21211
-	phoneDown     = "+31200102222" // Twilio answers 503
+	phoneDown     = "+31200102222" // Twilio answers 429
 	phoneOK       = "+31200103333"
 	phonePoison   = "+31200104444"                      // in a record that does not decode
 	phoneOutage   = "+31200107777"                      // sent while Redis is down
@@ -394,7 +394,7 @@ func closedAddr(tb testing.TB) string {
 }
 
 // startTwilioDouble answers Twilio's Messages API: 400 with code 21211 for
-// phoneInvalid, 503 for phoneDown, 201 otherwise. Both errors quote the
+// phoneInvalid, 429 for phoneDown, 201 otherwise. Both errors quote the
 // number back, as Twilio's messages do, so masking is tested on them.
 func startTwilioDouble(tb testing.TB, token string) string {
 	tb.Helper()
@@ -413,8 +413,8 @@ func startTwilioDouble(tb testing.TB, token string) string {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"code":21211,"message":"The 'To' number %s is not a valid phone number.","more_info":"https://www.twilio.com/docs/errors/21211","status":400}`, to)
 		case phoneDown:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, `{"code":20503,"message":"Service unavailable while sending to %s","more_info":"","status":503}`, to)
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprintf(w, `{"code":20429,"message":"Too many requests while sending to %s","more_info":"","status":429}`, to)
 		default:
 			mu.Lock()
 			n++
