@@ -55,6 +55,10 @@ type Config struct {
 	UnknownPolicy UnknownPolicy
 	// Reconciled, when set, is told the result of every reconciliation.
 	Reconciled func(ch ports.Channel, r ports.ReconcileResult)
+	// OwedLost, when set, is told how many sent records were still owed to
+	// the store when Close gave up on them (called once, by Close, and only
+	// with n > 0).
+	OwedLost func(n int)
 
 	TTL time.Duration // lifetime of a sent record (48h)
 	// MaxEventAge is the age past which an event is stale: skipped, before
@@ -106,6 +110,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Reconciled == nil {
 		c.Reconciled = func(ports.Channel, ports.ReconcileResult) {}
+	}
+	if c.OwedLost == nil {
+		c.OwedLost = func(int) {}
 	}
 	if c.LedgerSize <= 0 {
 		c.LedgerSize = DefaultLedgerSize
@@ -682,11 +689,13 @@ func (s *Service) suppressOwed(ctx context.Context, log *slog.Logger, o owed) {
 	s.payIfOwed(ctx, log, o.key)
 }
 
-// drainBatch is how many owed records one look at the ledger takes, and
-// drainRetry how long the drain waits after a write the store refused.
+// drainBatch is how many owed records one look at the ledger takes,
+// drainRetry how long the drain waits after a write the store refused, and
+// finalRetry how long Close's final attempt waits after one.
 const (
 	drainBatch = 64
 	drainRetry = time.Second
+	finalRetry = 100 * time.Millisecond
 )
 
 // drainSoon makes sure a goroutine writes the ledger's owed records while
@@ -703,7 +712,7 @@ func (s *Service) drainSoon() {
 func (s *Service) drain() {
 	defer s.drains.Done()
 	for {
-		for s.payOldest() {
+		for s.payOldest(s.closed) {
 		}
 		if s.ledger.len() > 0 {
 			select {
@@ -724,12 +733,13 @@ func (s *Service) drain() {
 }
 
 // payOldest writes one batch of owed records and reports whether all were
-// written and more may be owed.
-func (s *Service) payOldest() bool {
+// written and more may be owed. It stops at the first write the store
+// refuses, and before each write once stop is closed (nil: never).
+func (s *Service) payOldest(stop <-chan struct{}) bool {
 	batch := s.ledger.oldest(drainBatch)
 	for _, o := range batch {
 		select {
-		case <-s.closed:
+		case <-stop:
 			return false
 		default:
 		}
@@ -740,12 +750,46 @@ func (s *Service) payOldest() bool {
 	return len(batch) > 0
 }
 
-// Close stops the writing of owed records in the background and waits for
-// it. Records still owed are lost with the process; a replay of theirs is
-// then protected by the store alone. Handle must not be called after Close.
-func (s *Service) Close() {
-	s.closeOnce.Do(func() { close(s.closed) })
+// Close is CloseBy with no time to spare: one pass at the owed records.
+func (s *Service) Close() { s.CloseBy(time.Time{}) }
+
+// CloseBy stops the writing of owed records in the background, waits for
+// it, and then makes a final attempt at the records still owed: oldest
+// first, each write bounded by the store timeout, a pass ending at the
+// first write the store refuses; passes repeat every finalRetry until
+// nothing is owed or deadline has passed. A deadline already past still
+// gets one pass, so CloseBy may end up to one store timeout after it.
+//
+// What is still owed then is lost with the process: a replay of it is
+// protected by the store alone, and is sent again if the store has no
+// record. CloseBy logs owed_records_lost (error level, with count), tells
+// Config.OwedLost, and returns the count. Handle must not be called after
+// Close or CloseBy; only the first call does anything, later ones return 0.
+func (s *Service) CloseBy(deadline time.Time) (lost int) {
+	first := false
+	s.closeOnce.Do(func() { close(s.closed); first = true })
 	s.drains.Wait()
+	if !first {
+		return 0
+	}
+	for {
+		for s.payOldest(nil) {
+		}
+		left := deadline.Sub(s.cfg.Now())
+		if s.ledger.len() == 0 || left <= 0 {
+			break
+		}
+		time.Sleep(min(finalRetry, left))
+	}
+	// oldest drops the entries past their TTL, whose records need no write.
+	lost = len(s.ledger.oldest(s.cfg.LedgerSize))
+	if lost > 0 {
+		s.cfg.Logger.Error("owed_records_lost",
+			slog.Int("count", lost),
+			slog.String("error", "the store did not take these sent records before shutdown; a replay of each is sent again unless the store holds its record"))
+		s.cfg.OwedLost(lost)
+	}
+	return lost
 }
 
 // release gives the key back after a failed send, so a retry or a replay
