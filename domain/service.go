@@ -165,15 +165,40 @@ func (c *Config) validate() error {
 }
 
 // CheckClaimTTL returns an error unless a claim's lease, claimTTL, outlives
-// a send and the store call that records it: otherwise another worker may
-// take the claim over and send again while the first send is still
-// running. It is the one statement of that rule.
+// everything it guards, at its slowest: otherwise another worker may take
+// the claim over and send again while the first send is still running, or
+// before its record lands. It is the one statement of that rule:
+//
+//	claimTTL > storeTimeout + sendTimeout + storeTimeout + LeaseClockSkew
+//
+// The lease is counted from before the claim leaves (its start is this
+// worker's clock then), so it first pays the claim's round trip (up to the
+// store timeout); then the send (up to the send timeout); then the record's
+// round trip, which may land on the server as late as the store timeout
+// after it left. Another worker judges the lease by its own clock, which
+// may run ahead by up to LeaseClockSkew.
 func CheckClaimTTL(claimTTL, sendTimeout, storeTimeout time.Duration) error {
-	if claimTTL <= sendTimeout+storeTimeout {
-		return fmt.Errorf("claim TTL %v must exceed the send timeout %v plus the store timeout %v, or a slow send loses its claim before it is recorded", claimTTL, sendTimeout, storeTimeout)
+	if need := MinClaimTTL(sendTimeout, storeTimeout); claimTTL <= need {
+		return fmt.Errorf("claim TTL %v must exceed %v: the claim's round trip (store timeout %v), the send (send timeout %v), the record's round trip (store timeout) and the clock skew allowed between workers (%v), or a slow send loses its claim before it is recorded",
+			claimTTL, need, storeTimeout, sendTimeout, LeaseClockSkew)
 	}
 	return nil
 }
+
+// MinClaimTTL is the bound CheckClaimTTL holds a claim TTL to (which it
+// must exceed): sendTimeout plus two store timeouts plus LeaseClockSkew.
+func MinClaimTTL(sendTimeout, storeTimeout time.Duration) time.Duration {
+	return sendTimeout + 2*storeTimeout + LeaseClockSkew
+}
+
+// LeaseClockSkew is how far apart the clocks of two workers may be for
+// their leases to hold: a worker whose clock runs ahead by more sees
+// another's lease end early by the difference. Hosts kept by NTP in one
+// network agree within a few milliseconds, and a cloud provider's time
+// service within less; 100 ms leaves room for a host whose time sync has
+// stumbled. Watch the hosts' clock offset (node_exporter's
+// node_timex_offset_seconds) if leases matter more than that.
+const LeaseClockSkew = 100 * time.Millisecond
 
 // DefaultLedgerSize is Config.LedgerSize's default: at about 200 bytes an
 // entry, a few megabytes, and minutes of a busy worker's sends during a
