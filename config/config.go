@@ -10,6 +10,8 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -201,6 +203,9 @@ func (c Config) LogValue() slog.Value {
 			slog.String("sasl_mechanism", k.SASLMechanism),
 			slog.String("sasl_username", k.SASLUsername),
 			slog.Any("sasl_password", k.SASLPassword),
+			slog.String("rebalance_strategy", k.RebalanceStrategy),
+			slog.String("group_instance_id", k.GroupInstanceID),
+			slog.String("session_timeout", k.SessionTimeout.String()),
 			slog.Int("max_in_flight", k.MaxInFlight),
 			slog.Int("max_record_bytes", k.MaxRecordBytes),
 			slog.Int64("max_buffered_bytes", k.MaxBufferedBytes),
@@ -229,6 +234,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("from_number", t.FromNumber),
 			slog.String("messaging_service_sid", t.MessagingServiceSID),
 			slog.String("api_url", t.APIURL),
+			slog.String("list_lag", t.ListLag.String()),
 		),
 		slog.Group("smtp",
 			slog.Bool("enabled", c.SMTPEnabled()),
@@ -247,6 +253,8 @@ func (c Config) LogValue() slog.Value {
 			slog.Any("headers", c.Tracing.Headers),
 			slog.Any("traces_headers", c.Tracing.TracesHeaders),
 		),
+		slog.String("max_event_age", c.MaxEventAge.String()),
+		slog.String("max_event_age_overrides", maxAgeOverrides(c.MaxEventAgeByType)),
 		slog.String("send_timeout", c.SendTimeout.String()),
 		slog.String("reconcile_timeout", c.ReconcileTimeout.String()),
 		slog.String("unknown_outcome_policy", c.UnknownOutcomePolicy),
@@ -256,6 +264,16 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 	)
+}
+
+// maxAgeOverrides writes MAX_EVENT_AGE_OVERRIDES as an operator would,
+// sorted by type: "shipment.delayed=12h0m0s,shipment.out_for_delivery=6h0m0s".
+func maxAgeOverrides(byType map[string]time.Duration) string {
+	parts := make([]string, 0, len(byType))
+	for _, typ := range slices.Sorted(maps.Keys(byType)) {
+		parts = append(parts, typ+"="+byType[typ].String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // Error is returned by Load when the environment is invalid. It lists every

@@ -76,12 +76,12 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	// Checked here, once both values are known; a zero means the value
 	// itself was bad and has been reported already.
 	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.Timeout > 0 && domain.CheckClaimTTL(i.ClaimTTL, c.SendTimeout, i.Timeout) != nil {
-		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
-			"): a claim must outlive a send and the write that records it, or another worker may claim the notification and send it again while the first send is still running")
+		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT + "+domain.LeaseClockSkew.String()+" ("+domain.MinClaimTTL(c.SendTimeout, i.Timeout).String()+
+			"): a claim must outlive its own round trip, the send, the round trip of the write that records it, and the clock skew between workers, or another worker may claim the notification and send it again before the first send is recorded")
 	}
-	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+i.Timeout {
-		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+i.Timeout).String()+
-			"): a send in hand at shutdown must be able to finish and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
+	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+2*i.Timeout {
+		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+2*i.Timeout).String()+
+			"): a send in hand at shutdown must be able to claim, send and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
 	}
 	if c.ReconcileTimeout > 0 && c.Twilio.ListLag > 0 && c.ReconcileTimeout <= c.Twilio.ListLag {
 		l.fail("RECONCILE_TIMEOUT", "must exceed TWILIO_LIST_LAG ("+c.Twilio.ListLag.String()+

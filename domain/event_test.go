@@ -92,7 +92,7 @@ func TestDecode_RecipientNotInErrors(t *testing.T) {
 		{"TenKilobytePhone", rec(`{"phone":"+1555` + strings.Repeat("1", 10<<10) + `"}`), "recipient.phone",
 			[]string{"+1555", "1111"}, "10245 bytes, not shown"},
 		{"ShortPhoneMasked", rec(`{"phone":"+1 555 01"}`), "recipient.phone",
-			[]string{"555"}, `"+1***01"`},
+			[]string{"555", "01"}, `"+1*******"`},
 		{"TenKilobyteEmail", rec(`{"email":"grace.hopper@` + strings.Repeat("navy", 10<<8) + `.mil"}`), "recipient.email",
 			[]string{"grace", "navynavy"}, "longer than 254 bytes (a value of 10257 bytes, not shown)"},
 		{"NameInEmailField", rec(`{"email":"Grace Hopper <grace@navy.mil>"}`), "recipient.email",

@@ -2,7 +2,9 @@ package domain_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -298,6 +300,66 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("owed record not written within 5s of the store answering")
+		}
+	})
+}
+
+// TestService_CloseBy: an SMS sent while the store is down leaves its
+// record owed. Close's final attempt writes it when the store answers
+// again before the deadline, and otherwise reports it lost.
+func TestService_CloseBy(t *testing.T) {
+	key := domain.NotificationKey("e1", ports.ChannelSMS)
+	sendOwed := func(t *testing.T) (*world, func()) {
+		t.Helper()
+		w := newWorld(t, domain.FailOpen)
+		up := w.storeDown()
+		if err := w.handle(t, event("e1", "sms")); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		if owed, _ := w.svc.Owed(); owed != 1 {
+			t.Fatalf("owed %d, want the SMS's record owed", owed)
+		}
+		return w, up
+	}
+
+	t.Run("StoreBackBeforeTheDeadline", func(t *testing.T) {
+		w, up := sendOwed(t)
+		// The store answers again while Close is already trying: only a
+		// retry within the deadline can write the record.
+		time.AfterFunc(300*time.Millisecond, up)
+		if lost := w.svc.CloseBy(time.Now().Add(30 * time.Second)); lost != 0 {
+			t.Errorf("CloseBy lost %d, want 0", lost)
+		}
+		if got := w.claimState(t, key); got != ports.AlreadySent {
+			t.Errorf("after Close, the store holds %v for %s, want the sent record", got, key)
+		}
+		if strings.Contains(w.logs.String(), "owed_records_lost") {
+			t.Errorf("owed_records_lost logged with nothing lost:\n%s", w.logs.String())
+		}
+	})
+
+	t.Run("StoreDownThroughTheDeadline", func(t *testing.T) {
+		w, _ := sendOwed(t)
+		if lost := w.svc.CloseBy(time.Now().Add(300 * time.Millisecond)); lost != 1 {
+			t.Errorf("CloseBy lost %d, want 1", lost)
+		}
+		var line struct {
+			Level string
+			Msg   string
+			Count int
+		}
+		for _, l := range strings.Split(w.logs.String(), "\n") {
+			if strings.Contains(l, `"msg":"owed_records_lost"`) {
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if line.Level != "ERROR" || line.Count != 1 {
+			t.Errorf("owed_records_lost line: %+v, want level ERROR, count 1; logs:\n%s", line, w.logs.String())
+		}
+		if lost := w.svc.CloseBy(time.Now().Add(time.Second)); lost != 0 {
+			t.Errorf("a second CloseBy lost %d, want 0: only the first one acts", lost)
 		}
 	})
 }

@@ -55,6 +55,10 @@ type Config struct {
 	UnknownPolicy UnknownPolicy
 	// Reconciled, when set, is told the result of every reconciliation.
 	Reconciled func(ch ports.Channel, r ports.ReconcileResult)
+	// OwedLost, when set, is told how many sent records were still owed to
+	// the store when Close gave up on them (called once, by Close, and only
+	// with n > 0).
+	OwedLost func(n int)
 
 	TTL time.Duration // lifetime of a sent record (48h)
 	// MaxEventAge is the age past which an event is stale: skipped, before
@@ -107,6 +111,9 @@ func (c *Config) setDefaults() {
 	if c.Reconciled == nil {
 		c.Reconciled = func(ports.Channel, ports.ReconcileResult) {}
 	}
+	if c.OwedLost == nil {
+		c.OwedLost = func(int) {}
+	}
 	if c.LedgerSize <= 0 {
 		c.LedgerSize = DefaultLedgerSize
 	}
@@ -158,15 +165,40 @@ func (c *Config) validate() error {
 }
 
 // CheckClaimTTL returns an error unless a claim's lease, claimTTL, outlives
-// a send and the store call that records it: otherwise another worker may
-// take the claim over and send again while the first send is still
-// running. It is the one statement of that rule.
+// everything it guards, at its slowest: otherwise another worker may take
+// the claim over and send again while the first send is still running, or
+// before its record lands. It is the one statement of that rule:
+//
+//	claimTTL > storeTimeout + sendTimeout + storeTimeout + LeaseClockSkew
+//
+// The lease is counted from before the claim leaves (its start is this
+// worker's clock then), so it first pays the claim's round trip (up to the
+// store timeout); then the send (up to the send timeout); then the record's
+// round trip, which may land on the server as late as the store timeout
+// after it left. Another worker judges the lease by its own clock, which
+// may run ahead by up to LeaseClockSkew.
 func CheckClaimTTL(claimTTL, sendTimeout, storeTimeout time.Duration) error {
-	if claimTTL <= sendTimeout+storeTimeout {
-		return fmt.Errorf("claim TTL %v must exceed the send timeout %v plus the store timeout %v, or a slow send loses its claim before it is recorded", claimTTL, sendTimeout, storeTimeout)
+	if need := MinClaimTTL(sendTimeout, storeTimeout); claimTTL <= need {
+		return fmt.Errorf("claim TTL %v must exceed %v: the claim's round trip (store timeout %v), the send (send timeout %v), the record's round trip (store timeout) and the clock skew allowed between workers (%v), or a slow send loses its claim before it is recorded",
+			claimTTL, need, storeTimeout, sendTimeout, LeaseClockSkew)
 	}
 	return nil
 }
+
+// MinClaimTTL is the bound CheckClaimTTL holds a claim TTL to (which it
+// must exceed): sendTimeout plus two store timeouts plus LeaseClockSkew.
+func MinClaimTTL(sendTimeout, storeTimeout time.Duration) time.Duration {
+	return sendTimeout + 2*storeTimeout + LeaseClockSkew
+}
+
+// LeaseClockSkew is how far apart the clocks of two workers may be for
+// their leases to hold: a worker whose clock runs ahead by more sees
+// another's lease end early by the difference. Hosts kept by NTP in one
+// network agree within a few milliseconds, and a cloud provider's time
+// service within less; 100 ms leaves room for a host whose time sync has
+// stumbled. Watch the hosts' clock offset (node_exporter's
+// node_timex_offset_seconds) if leases matter more than that.
+const LeaseClockSkew = 100 * time.Millisecond
 
 // DefaultLedgerSize is Config.LedgerSize's default: at about 200 bytes an
 // entry, a few megabytes, and minutes of a busy worker's sends during a
@@ -687,11 +719,13 @@ func (s *Service) suppressOwed(ctx context.Context, log *slog.Logger, o owed) {
 	s.payIfOwed(ctx, log, o.key)
 }
 
-// drainBatch is how many owed records one look at the ledger takes, and
-// drainRetry how long the drain waits after a write the store refused.
+// drainBatch is how many owed records one look at the ledger takes,
+// drainRetry how long the drain waits after a write the store refused, and
+// finalRetry how long Close's final attempt waits after one.
 const (
 	drainBatch = 64
 	drainRetry = time.Second
+	finalRetry = 100 * time.Millisecond
 )
 
 // drainSoon makes sure a goroutine writes the ledger's owed records while
@@ -708,7 +742,7 @@ func (s *Service) drainSoon() {
 func (s *Service) drain() {
 	defer s.drains.Done()
 	for {
-		for s.payOldest() {
+		for s.payOldest(s.closed) {
 		}
 		if s.ledger.len() > 0 {
 			select {
@@ -729,12 +763,13 @@ func (s *Service) drain() {
 }
 
 // payOldest writes one batch of owed records and reports whether all were
-// written and more may be owed.
-func (s *Service) payOldest() bool {
+// written and more may be owed. It stops at the first write the store
+// refuses, and before each write once stop is closed (nil: never).
+func (s *Service) payOldest(stop <-chan struct{}) bool {
 	batch := s.ledger.oldest(drainBatch)
 	for _, o := range batch {
 		select {
-		case <-s.closed:
+		case <-stop:
 			return false
 		default:
 		}
@@ -745,12 +780,46 @@ func (s *Service) payOldest() bool {
 	return len(batch) > 0
 }
 
-// Close stops the writing of owed records in the background and waits for
-// it. Records still owed are lost with the process; a replay of theirs is
-// then protected by the store alone. Handle must not be called after Close.
-func (s *Service) Close() {
-	s.closeOnce.Do(func() { close(s.closed) })
+// Close is CloseBy with no time to spare: one pass at the owed records.
+func (s *Service) Close() { s.CloseBy(time.Time{}) }
+
+// CloseBy stops the writing of owed records in the background, waits for
+// it, and then makes a final attempt at the records still owed: oldest
+// first, each write bounded by the store timeout, a pass ending at the
+// first write the store refuses; passes repeat every finalRetry until
+// nothing is owed or deadline has passed. A deadline already past still
+// gets one pass, so CloseBy may end up to one store timeout after it.
+//
+// What is still owed then is lost with the process: a replay of it is
+// protected by the store alone, and is sent again if the store has no
+// record. CloseBy logs owed_records_lost (error level, with count), tells
+// Config.OwedLost, and returns the count. Handle must not be called after
+// Close or CloseBy; only the first call does anything, later ones return 0.
+func (s *Service) CloseBy(deadline time.Time) (lost int) {
+	first := false
+	s.closeOnce.Do(func() { close(s.closed); first = true })
 	s.drains.Wait()
+	if !first {
+		return 0
+	}
+	for {
+		for s.payOldest(nil) {
+		}
+		left := deadline.Sub(s.cfg.Now())
+		if s.ledger.len() == 0 || left <= 0 {
+			break
+		}
+		time.Sleep(min(finalRetry, left))
+	}
+	// oldest drops the entries past their TTL, whose records need no write.
+	lost = len(s.ledger.oldest(s.cfg.LedgerSize))
+	if lost > 0 {
+		s.cfg.Logger.Error("owed_records_lost",
+			slog.Int("count", lost),
+			slog.String("error", "the store did not take these sent records before shutdown; a replay of each is sent again unless the store holds its record"))
+		s.cfg.OwedLost(lost)
+	}
+	return lost
 }
 
 // release gives the key back after a failed send, so a retry or a replay

@@ -29,9 +29,12 @@ func TestProviderFailures(t *testing.T) {
 	const retryMaxAttempts = "5"
 	w := rig.StartWorker(map[string]string{"RETRY_MAX_ATTEMPTS": retryMaxAttempts})
 
-	t.Run("TwilioUnavailableIsRetriedAndSentOnce", func(t *testing.T) {
-		ev := faultEvent{ID: "evt-twilio-503", Shipment: "SHP-twilio-503", Phone: faultPhone("t", 1), Channels: []string{"sms"}}
-		if err := rig.Twilio.Fail(ctx, double.Fault{To: ev.Phone, Status: 503, Count: 3}); err != nil {
+	t.Run("TwilioTooManyRequestsIsRetriedAndSentOnce", func(t *testing.T) {
+		// 429: Twilio did not process the request, a definite "not sent"
+		// (a 5xx is an unknown outcome, reconciled instead: see
+		// docs/reconciliation.md).
+		ev := faultEvent{ID: "evt-twilio-429", Shipment: "SHP-twilio-429", Phone: faultPhone("t", 1), Channels: []string{"sms"}}
+		if err := rig.Twilio.Fail(ctx, double.Fault{To: ev.Phone, Status: 429, Count: 3}); err != nil {
 			t.Fatal(err)
 		}
 		rig.Publish(ctx, ev)
@@ -50,7 +53,7 @@ func TestProviderFailures(t *testing.T) {
 				statuses = append(statuses, a.Status)
 			}
 		}
-		if want := []int{503, 503, 503, 201}; !slices.Equal(statuses, want) {
+		if want := []int{429, 429, 429, 201}; !slices.Equal(statuses, want) {
 			t.Fatalf("attempts at the double for %s answered %v, want %v", ev.Phone, statuses, want)
 		}
 		faultNotDeadLettered(ctx, t, rig, w, ev.Shipment)
@@ -141,8 +144,8 @@ func TestProviderFailures(t *testing.T) {
 	t.Run("TwilioOutageBeyondRetryBudgetIsDeadLettered", func(t *testing.T) {
 		const shipment = "SHP-twilio-exhausted"
 		bad := faultEvent{ID: "evt-twilio-exhausted", Shipment: shipment, Phone: faultPhone("t", 5), Channels: []string{"sms"}}
-		// 503 for good, for this number only: the retry budget runs out.
-		if err := rig.Twilio.Fail(ctx, double.Fault{To: bad.Phone, Status: 503}); err != nil {
+		// 429 for good, for this number only: the retry budget runs out.
+		if err := rig.Twilio.Fail(ctx, double.Fault{To: bad.Phone, Status: 429}); err != nil {
 			t.Fatal(err)
 		}
 		next := faultEvent{ID: "evt-twilio-exhausted-next", Shipment: shipment, Phone: faultPhone("t", 6), Channels: []string{"sms"}}

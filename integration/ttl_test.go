@@ -20,12 +20,13 @@ func TestIdempotencyTTL(t *testing.T) {
 	t.Parallel()
 	// A TTL well above the claim TTL, so a record written with the claim's
 	// lifetime (or none) cannot pass for it. The claim TTL must exceed the
-	// send timeout (config validation); 1s is ample for the double.
+	// send timeout, two store timeouts and the clock skew allowance (config
+	// validation): 2s over a send timeout of 1s, ample for the double.
 	const (
 		// Also the default MAX_EVENT_AGE: the first send must come within
 		// it of the event's occurred_at, group join included.
 		ttl      = 6 * time.Second
-		claimTTL = 1500 * time.Millisecond
+		claimTTL = 2 * time.Second
 		// The PTTL is read within milliseconds of the record's SET; the
 		// margin covers a slow, loaded machine.
 		margin = 500 * time.Millisecond

@@ -99,9 +99,9 @@ func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
 }
 
 // Fail scripts a provider failure; see double.Fault. For example, the next
-// three sends answer 503:
+// three sends answer 429:
 //
-//	tw.Fail(ctx, double.Fault{Status: 503, Count: 3})
+//	tw.Fail(ctx, double.Fault{Status: 429, Count: 3})
 //
 // and one number is invalid, for good:
 //

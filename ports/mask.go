@@ -4,7 +4,10 @@ import (
 	"net/mail"
 	"net/url"
 	"strings"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/nyaruka/phonenumbers"
 )
 
 // The masking functions keep enough of an address for an operator to tell two
@@ -12,26 +15,77 @@ import (
 // They are here, not in an adapter, because every adapter and the domain log
 // recipients and adapters must not import each other.
 
-// MaskPhone masks the middle of a phone number: an E.164 number keeps its
-// first 5 and last 4 characters ("+15551234567" -> "+1555***4567"). A number
-// too short for that to hide at least 3 characters keeps less; one of 6
-// characters or fewer is masked whole. It never returns its input unchanged
+// MaskPhone masks a phone number down to its country code and at most its
+// last 2 digits ("+15551234567" -> "+1********67"): enough to tell a
+// customer's country and two customers apart in one incident, too little to
+// find either. Each masked character becomes one "*", so the length shows.
+//
+// The country code is recognised by libphonenumber's list of calling codes
+// (1 to 3 digits; no code is a prefix of another). Input that does not
+// start with "+" and a known code keeps no head. The last 2 characters are
+// kept only when they are digits and at least 6 characters are masked;
+// anything shorter is masked whole. It never returns its input unchanged
 // unless the input is empty.
 func MaskPhone(phone string) string {
 	if phone == "" {
 		return ""
 	}
 	r := []rune(phone)
-	head, tail := 5, 4
-	if len(r) < head+tail+3 {
-		// Keeping 5+4 of a short number would reveal it almost whole.
-		head, tail = 2, 2
+	head := 0
+	if r[0] == '+' {
+		if n := callingCodeLen(r[1:]); n > 0 {
+			head = 1 + n
+		}
 	}
-	if len(r) < head+tail+3 {
-		return "***"
+	rest := len(r) - head
+	tail := 0
+	if rest >= phoneMaskedMin+phoneKeptMax && isDigit(r[len(r)-1]) && isDigit(r[len(r)-2]) {
+		tail = phoneKeptMax
 	}
-	return string(r[:head]) + "***" + string(r[len(r)-tail:])
+	if rest == 0 || (head == 0 && tail == 0) {
+		// Nothing to keep: mask every character, "+" included.
+		return strings.Repeat("*", max(len(r), 3))
+	}
+	return string(r[:head]) + strings.Repeat("*", rest-tail) + string(r[len(r)-tail:])
 }
+
+// phoneKeptMax is how many trailing digits MaskPhone keeps, and
+// phoneMaskedMin how many characters it must hide for it to keep them.
+const (
+	phoneKeptMax   = 2
+	phoneMaskedMin = 6
+)
+
+// callingCodeLen returns how many of the leading digits of r are a country
+// calling code, or 0 when none is.
+func callingCodeLen(r []rune) int {
+	code := 0
+	for n := 1; n <= 3 && n <= len(r); n++ {
+		if !isDigit(r[n-1]) {
+			return 0
+		}
+		code = code*10 + int(r[n-1]-'0')
+		if callingCodes()[code] {
+			return n
+		}
+	}
+	return 0
+}
+
+// callingCodes is libphonenumber's set of country calling codes,
+// geographic and global-network ones alike.
+var callingCodes = sync.OnceValue(func() map[int]bool {
+	codes := map[int]bool{}
+	for c := range phonenumbers.GetSupportedCallingCodes() {
+		codes[c] = true
+	}
+	for c := range phonenumbers.GetSupportedGlobalNetworkCallingCodes() {
+		codes[c] = true
+	}
+	return codes
+})
+
+func isDigit(c rune) bool { return c >= '0' && c <= '9' }
 
 // MaskEmail keeps the first character of the local part and the domain
 // ("ada@example.com" -> "a***@example.com"). A display name, if the input has

@@ -23,7 +23,7 @@ func TestSend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := `console-1 sms to=+1555***4567 event=evt-1 text="Your parcel SHP-1 arrives 14:00-16:00"` + "\n"
+		want := `console-1 sms to=+1********67 event=evt-1 text="Your parcel SHP-1 arrives 14:00-16:00"` + "\n"
 		if got := buf.String(); got != want {
 			t.Errorf("output:\n got %q\nwant %q", got, want)
 		}
@@ -122,7 +122,7 @@ func TestSendConcurrent(t *testing.T) {
 	ids := make(map[string]bool, len(lines))
 	for _, l := range lines {
 		id, rest, ok := strings.Cut(l, " ")
-		if !ok || !strings.HasPrefix(id, "console-") || !strings.HasPrefix(rest, "sms to=+1555***4567 event=g") {
+		if !ok || !strings.HasPrefix(id, "console-") || !strings.HasPrefix(rest, "sms to=+1********67 event=g") {
 			t.Fatalf("malformed line %q", l)
 		}
 		if ids[id] {

@@ -118,7 +118,10 @@ func mustRules(t *testing.T, path string) ruleGroups {
 }
 
 // Every alert names metrics the worker exports, carries a severity, and
-// links a section of the runbook that exists.
+// links a section of the runbook that exists. Severities are the
+// kubernetes-mixin's critical and warning; the alerts written before them
+// say page and ticket. A mixin-style alert also has a description and a
+// for, and aggregates by (namespace, job).
 func TestAlertRules_MetricsAndRunbookLinks(t *testing.T) {
 	names := exported(t)
 	anchors := runbookAnchors(t)
@@ -128,8 +131,14 @@ func TestAlertRules_MetricsAndRunbookLinks(t *testing.T) {
 		for _, r := range g.Rules {
 			n++
 			checkQuery(t, "alert "+r.Alert, r.Expr, names)
-			if s := r.Labels["severity"]; s != "page" && s != "ticket" {
-				t.Errorf("alert %s: severity %q, want page or ticket", r.Alert, s)
+			switch s := r.Labels["severity"]; s {
+			case "page", "ticket":
+			case "critical", "warning":
+				if r.Annotations["description"] == "" || r.For == "" || !strings.Contains(r.Expr, "by (namespace, job)") {
+					t.Errorf("alert %s: severity %s wants a description, a for, and an aggregation by (namespace, job)", r.Alert, s)
+				}
+			default:
+				t.Errorf("alert %s: severity %q, want critical or warning (or, before those, page or ticket)", r.Alert, s)
 			}
 			link, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookURL)
 			if !ok || !anchors[link] {

@@ -72,6 +72,7 @@ type Metrics struct {
 	abandoned        prometheus.Gauge
 	retries          *prometheus.CounterVec
 	buildInfo        *prometheus.GaugeVec
+	owedLost         prometheus.Counter
 
 	// storeState is the StoreStatus value, swapped by every store call.
 	storeState atomic.Value
@@ -141,6 +142,10 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "retries_total",
 			Help: "Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable, unavailable).",
 		}, []string{"topic", "kind"}),
+		owedLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "owed_records_lost_total",
+			Help: "Sent records still owed to the idempotency store when the worker shut down (after its final attempt at them): a replay of each is sent again unless the store holds its record.",
+		}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1: the worker's version, the VCS revision it was built from, and the Go version that built it.",
@@ -151,7 +156,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
 		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
-		m.retries, m.buildInfo, m.unknown, m.reconciliations,
+		m.retries, m.buildInfo, m.unknown, m.reconciliations, m.owedLost,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -200,6 +205,11 @@ func (m *Metrics) exposeZeros() {
 		m.storeDuration.WithLabelValues(op)
 	}
 }
+
+// OwedRecordsLost counts n sent records the worker shut down still owing
+// to the store (the domain's Config.OwedLost). It is incremented as the
+// process exits: a scrape sees it only if one comes before the exit.
+func (m *Metrics) OwedRecordsLost(n int) { m.owedLost.Add(float64(n)) }
 
 // TrackLedger exports what counts reports (the domain's Service.Owed): the
 // owed records, and the entries the full ledger dropped. A later call

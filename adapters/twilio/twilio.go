@@ -8,11 +8,11 @@
 // 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
 // senderCodes) are Unavailable, because the operator must fix them and they
 // must not dead-letter every SMS meanwhile; a request that was written and
-// got no answer, and a 502, 504 or 503 that is not Twilio's own (a gateway
-// answering in Twilio's place) wrap ports.ErrOutcomeUnknown, because Twilio
-// may have accepted the message; 408, 429, 21611 (the sender's queue is
-// full), Twilio's own 500 and 503, and failures before the request was
-// written (dial, DNS, TLS) are retryable. Only a 2xx counts as sent.
+// got no answer, and any 5xx (Twilio's JSON or a gateway's page) wrap
+// ports.ErrOutcomeUnknown, because Twilio may have accepted the message;
+// 408, 429, 21611 (the sender's queue is full), and failures before the
+// request was written (dial, DNS, TLS) are retryable. Only a 2xx counts as
+// sent.
 //
 // The Notifier is also a ports.Reconciler: it asks Twilio's Messages list
 // whether a message whose outcome was unknown was accepted (see Reconcile
@@ -235,15 +235,15 @@ func pooledTransport(maxConns int) *http.Transport {
 //   - Unavailable: 401 or 403, credentials or account.
 //   - unknown (errors.Is(err, ports.ErrOutcomeUnknown)): the request was
 //     written whole and no answer came (a timeout, ctx done, the connection
-//     reset or closed); or a 502 or 504, which a gateway answers in
-//     Twilio's place, whatever happened behind it; or a 503 that is not
-//     Twilio's JSON error (a proxy that may have forwarded the request:
-//     Envoy answers 503 when the upstream reset after taking it). Twilio may
-//     have accepted the message: ask Reconcile before sending it again.
-//   - retryable: 408, 429, Twilio's own 500 and 503 (its JSON error: it
-//     refused the request), any failure before the request was written
-//     (dial refused, DNS, TLS handshake: Twilio never saw it), a 4xx that
-//     is not Twilio's JSON (a proxy's page, not Twilio's verdict).
+//     reset or closed); or any 5xx, JSON or not: Twilio's own 500 and 503
+//     come after it may have created the message (its 20500 says a retried
+//     POST may send it twice), and a 502, 503 or 504 from a gateway says
+//     nothing of what happened behind it. Twilio may have accepted the
+//     message: ask Reconcile before sending it again.
+//   - retryable: 408, 429 (Twilio: a request answered 429 was not
+//     processed), any failure before the request was written (dial refused,
+//     DNS, TLS handshake: Twilio never saw it), a 4xx that is not Twilio's
+//     JSON (a proxy's page, not Twilio's verdict).
 //
 // A 2xx whose body cannot be decoded counts as sent, with an empty
 // ProviderID: Twilio has accepted the message, and a retry would send the
@@ -430,11 +430,10 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, wr
 
 	// Only the transport's status and trace say whether Twilio may have the
 	// message; twilio-go's own checks (status 0, nothing written) never do.
-	twilioVerdict := tre != nil && tre.Code != 0
-	switch {
-	case status == 0 && wrote,
-		status == http.StatusBadGateway || status == http.StatusGatewayTimeout,
-		status == http.StatusServiceUnavailable && !twilioVerdict:
+	// A 5xx, Twilio's own JSON or anyone else's page, is no refusal: the
+	// request reached a server, and Twilio documents that retrying a POST
+	// after its 500 may send the message twice (docs/reconciliation.md).
+	if (status == 0 && wrote) || status >= 500 {
 		return fmt.Errorf("%w: %w", e, ports.ErrOutcomeUnknown)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ import (
 // is caught as well.
 const (
 	phoneInvalid  = "+31200101111" // Twilio answers 400, code 21211
-	phoneDown     = "+31200102222" // Twilio answers 503
+	phoneDown     = "+31200102222" // Twilio answers 429
 	phoneOK       = "+31200103333"
 	phonePoison   = "+31200104444"                      // in a record that does not decode
 	phoneOutage   = "+31200107777"                      // sent while Redis is down
@@ -224,7 +225,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 				fmt.Fprintln(&b, s.Name, s.Status.Description, s.Attributes, s.Events)
 			}
 			assertNoLeak(t, "spans", b.String(), forbidden)
-			for _, want := range []string{"+3120***1111", "g***@example.com", "error.type"} {
+			for _, want := range []string{"+31*******11", "g***@example.com", "error.type"} {
 				if !strings.Contains(b.String(), want) {
 					t.Errorf("spans lack %s: were the failed sends traced?", want)
 				}
@@ -256,7 +257,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 		})
 		t.Run("AddressesAppearMasked", func(t *testing.T) {
 			for _, want := range []string{
-				"+3120***1111", "+3120***2222", "+3120***3333", "+3120***7777",
+				"+31*******11", "+31*******22", "+31*******33", "+31*******77",
 				"g***@example.com", "a***@example.com", "b***@example.com",
 				`"redis_url":"redis://:***@` + redisSrv.Addr() + `"`,
 				`"auth_token":"***"`, `"password":"***"`,
@@ -354,7 +355,9 @@ func MustReadHeaders(tb testing.TB, brokers []string, topic string, n int) []*kg
 	return got
 }
 
-// assertNoLeak fails for every line of text holding a forbidden string.
+// assertNoLeak fails for every line of text holding a forbidden string,
+// and for every line showing more of a customer's phone number than its
+// country code and 2 digits.
 func assertNoLeak(tb testing.TB, where, text string, forbidden map[string]string) {
 	tb.Helper()
 	for n, line := range strings.Split(text, "\n") {
@@ -363,8 +366,20 @@ func assertNoLeak(tb testing.TB, where, text string, forbidden map[string]string
 				tb.Errorf("%s, line %d: leaks the %s: %s", where, n+1, what, line)
 			}
 		}
+		for _, shown := range customerPhoneShown.FindAllStringSubmatch(line, -1) {
+			if digits := len(shown[1]) - strings.Count(shown[1], "*"); digits > 2 {
+				tb.Errorf("%s, line %d: %s shows %d digits of a customer's number past its country code, want at most 2: %s", where, n+1, shown[0], digits, line)
+			}
+		}
 	}
 }
+
+// customerCountryCode is the country code of every customer's number in
+// the leak test; customerPhoneShown matches what is shown of one (in clear,
+// masked, or URL-encoded).
+const customerCountryCode = "31"
+
+var customerPhoneShown = regexp.MustCompile(`(?:\+|%2B)` + customerCountryCode + `([0-9*]*)`)
 
 // closedAddr returns a 127.0.0.1 address nothing listens on.
 func closedAddr(tb testing.TB) string {
@@ -379,7 +394,7 @@ func closedAddr(tb testing.TB) string {
 }
 
 // startTwilioDouble answers Twilio's Messages API: 400 with code 21211 for
-// phoneInvalid, 503 for phoneDown, 201 otherwise. Both errors quote the
+// phoneInvalid, 429 for phoneDown, 201 otherwise. Both errors quote the
 // number back, as Twilio's messages do, so masking is tested on them.
 func startTwilioDouble(tb testing.TB, token string) string {
 	tb.Helper()
@@ -398,8 +413,8 @@ func startTwilioDouble(tb testing.TB, token string) string {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"code":21211,"message":"The 'To' number %s is not a valid phone number.","more_info":"https://www.twilio.com/docs/errors/21211","status":400}`, to)
 		case phoneDown:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, `{"code":20503,"message":"Service unavailable while sending to %s","more_info":"","status":503}`, to)
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprintf(w, `{"code":20429,"message":"Too many requests while sending to %s","more_info":"","status":429}`, to)
 		default:
 			mu.Lock()
 			n++

@@ -87,7 +87,7 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 		"IDEMPOTENCY_TIMEOUT":    storeTimeout.String(),
 		"HTTP_ADDR":              "",
 		"SEND_TIMEOUT":           "2s",
-		"SHUTDOWN_TIMEOUT":       "5s",
+		"SHUTDOWN_TIMEOUT":       "8s", // at least SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT, race detector included
 	})
 	sms := &countingNotifier{next: console.New(io.Discard), perKey: map[string]int{}}
 	var duplicates atomic.Int64

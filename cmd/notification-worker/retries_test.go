@@ -32,6 +32,8 @@ type retryPeers struct {
 	prefix  string
 	topic   string
 	brokers []string
+	// stop cancels the worker's Run, as SIGTERM does, and returns its error.
+	stop func() error
 }
 
 // startRetryPeers starts the peers and a worker on them. twilioHook, when
@@ -77,7 +79,7 @@ func startRetryPeers(t *testing.T, script smtptest.Script, twilioHook func(), en
 	}
 	p.m = &Main{Config: MustLoadConfig(t, vars), Stdout: &logtest.Buffer{}}
 	MustOpen(t, p.m)
-	MustRun(t, p.m)
+	p.stop = MustRun(t, p.m)
 	return p
 }
 

@@ -67,6 +67,9 @@ type Main struct {
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
 	running  atomic.Bool     // Run is consuming
+	// stopping is when Run's context was done (SIGTERM): the start of the
+	// shutdown SHUTDOWN_TIMEOUT bounds. Zero until then.
+	stopping atomic.Pointer[time.Time]
 	closers  []func()
 }
 
@@ -219,13 +222,16 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		ReconcileFor:      cfg.ReconcileTimeout,
 		UnknownPolicy:     domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
 		Reconciled:        m.metrics.Reconciled,
+		OwedLost:          m.metrics.OwedRecordsLost,
 		Logger:            m.logger,
 		Observer:          observers(m.metrics, m.Deps.Observer),
 	})
 	if err != nil {
 		return nil, err
 	}
-	m.closers = append(m.closers, svc.Close)
+	// The final attempt at the owed records takes what is left of
+	// SHUTDOWN_TIMEOUT after the consumer let its records finish.
+	m.closers = append(m.closers, func() { svc.CloseBy(m.shutdownDeadline()) })
 	m.metrics.TrackLedger(svc.Owed)
 	return svc, nil
 }
@@ -339,10 +345,25 @@ func (m *Main) Run(ctx context.Context) error {
 		return errors.New("worker: Run before Open")
 	}
 	m.running.Store(true)
+	stopWatch := context.AfterFunc(ctx, func() {
+		now := time.Now()
+		m.stopping.Store(&now)
+	})
+	defer stopWatch()
 	err := m.consumer.Run(ctx, m.handler)
 	m.running.Store(false)
 	m.logger.Info("worker_stopped")
 	return err
+}
+
+// shutdownDeadline is when SHUTDOWN_TIMEOUT ends: counted from when Run's
+// context was done, or from now when it never was (Run failed, or never ran).
+func (m *Main) shutdownDeadline() time.Time {
+	from := time.Now()
+	if t := m.stopping.Load(); t != nil {
+		from = *t
+	}
+	return from.Add(m.Config.ShutdownTimeout)
 }
 
 // Ready reports whether the worker has joined its group and holds partitions.
