@@ -263,6 +263,9 @@ func (c Config) LogValue() slog.Value {
 // one variable per restart.
 type Error struct {
 	Problems []Problem
+	// LogFormat is LOG_FORMAT as given, "" when it was unset or bad: the
+	// format the caller should report the error in ("json" by default).
+	LogFormat string
 }
 
 // Error returns every problem in one line:
@@ -284,7 +287,9 @@ func (e *Error) Error() string {
 // default, if it was unset and the problem lies in how it combines with
 // another); for a secret it is "***", never the value.
 type Problem struct {
-	Var, Value, Reason string
+	Var    string `json:"variable"`
+	Value  string `json:"value,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // String returns `VAR="value": reason`, or `VAR: reason` when there is no

@@ -363,6 +363,12 @@ func emailShaped(v string) bool {
 // were not valid UTF-8 somewhere upstream.
 const badText = "not valid UTF-8 text (holds U+FFFD or a lone surrogate escape)"
 
+// CheckEventID returns the *InvalidEventError Decode returns for an
+// event_id that is not valid: empty, longer than MaxIDBytes, or holding
+// spaces, control or format characters. A tool that takes an event_id
+// from a person checks it here, so it accepts what the worker accepts.
+func CheckEventID(id string) error { return checkID("event_id", id) }
+
 // checkID checks an identifier: it goes into idempotency keys, log fields,
 // headers and messages, so it must be short, on one line, and printable. A
 // format character (a bidi override, a zero-width space) is refused too: it
