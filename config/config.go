@@ -66,6 +66,7 @@ type Config struct {
 		Brokers             []string      // KAFKA_BROKERS
 		Topic               string        // KAFKA_TOPIC
 		GroupID             string        // KAFKA_GROUP_ID
+		ClientID            string        // KAFKA_CLIENT_ID, HOSTNAME by default
 		DLQTopic            string        // KAFKA_DLQ_TOPIC
 		TLS                 bool          // KAFKA_TLS
 		TLSCAFile           string        // KAFKA_TLS_CA_FILE
@@ -146,8 +147,13 @@ type Config struct {
 	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
 	TemplatesDir         string        // TEMPLATES_DIR; empty: embedded templates only
 	HTTPAddr             string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
-	LogLevel             slog.Level    // LOG_LEVEL
-	LogFormat            string        // LOG_FORMAT: "json" or "text"
+	// DebugAddr is DEBUG_ADDR with a missing host made 127.0.0.1; empty:
+	// no debug server.
+	DebugAddr string
+	// Hostname is HOSTNAME, the pod's name in Kubernetes.
+	Hostname  string
+	LogLevel  slog.Level // LOG_LEVEL
+	LogFormat string     // LOG_FORMAT: "json" or "text"
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
@@ -195,6 +201,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("brokers", strings.Join(k.Brokers, ",")),
 			slog.String("topic", k.Topic),
 			slog.String("group_id", k.GroupID),
+			slog.String("client_id", k.ClientID),
 			slog.String("dlq_topic", k.DLQTopic),
 			slog.Bool("tls", k.TLS),
 			slog.String("tls_ca_file", k.TLSCAFile),
@@ -253,6 +260,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),
+		slog.String("debug_addr", c.DebugAddr),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 	)

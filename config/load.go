@@ -84,6 +84,7 @@ func load(lookup func(string) (string, bool)) (*loader, Config) {
 	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
 	c.TemplatesDir = l.str("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
+	c.DebugAddr = l.debugAddr("DEBUG_ADDR")
 	c.LogLevel = l.level("LOG_LEVEL")
 	c.LogFormat = l.oneOf("LOG_FORMAT", false, "json", "text")
 
@@ -114,6 +115,8 @@ func (l *loader) kafka(c *Config) {
 	k.Brokers = l.hostPorts("KAFKA_BROKERS")
 	k.Topic = l.topic("KAFKA_TOPIC")
 	k.GroupID = l.str("KAFKA_GROUP_ID")
+	c.Hostname = l.str("HOSTNAME")
+	k.ClientID = l.str("KAFKA_CLIENT_ID")
 	// The DLQ default derives from KAFKA_TOPIC; when that is bad, the one
 	// problem is reported once, against the variable the operator set.
 	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
@@ -612,6 +615,25 @@ func (l *loader) listenAddr(name string) string {
 	if !validHostPort(v, true) {
 		l.fail(name, "want [host]:port, such as :8080, or off")
 		return ""
+	}
+	return v
+}
+
+// debugAddr parses DEBUG_ADDR: "" is off; an address without a host
+// listens on loopback only, since what it serves (profiles, goroutine
+// dumps with their arguments) is for an operator's port-forward, not the
+// network.
+func (l *loader) debugAddr(name string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	if !validHostPort(v, true) {
+		l.fail(name, "want [host]:port, such as :6060 (loopback) or 0.0.0.0:6060, or empty for off")
+		return ""
+	}
+	if host, port, _ := net.SplitHostPort(v); host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
 	}
 	return v
 }

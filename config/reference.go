@@ -37,6 +37,8 @@ var Reference = []Var{
 	{Name: "KAFKA_BROKERS", Meaning: "Comma-separated `host:port` list of Kafka brokers; required with `EVENT_SOURCE=kafka`, empty with `EVENT_SOURCE=embedded` (which takes neither TLS nor SASL)."},
 	{Name: "KAFKA_TOPIC", Default: "shipment-events", Meaning: "Topic the shipment events are consumed from."},
 	{Name: "KAFKA_GROUP_ID", Default: "notification-worker", Meaning: "Consumer group; every replica of the worker must share it."},
+	{Name: "KAFKA_CLIENT_ID", Default: "${HOSTNAME}", Meaning: "Kafka `client.id` of every connection, so that broker logs, metrics and client quotas tell the pods apart. Default: the pod's name (`HOSTNAME`)."},
+	{Name: "HOSTNAME", Default: "notification-worker", Meaning: "Set by Kubernetes to the pod's name (by Docker to the container id); not for an operator to set. Read only as the default of `KAFKA_CLIENT_ID`."},
 	{Name: "KAFKA_DLQ_TOPIC", Default: "${KAFKA_TOPIC}.dlq", Meaning: "Dead letter topic for poison records and records out of retries. Must differ from `KAFKA_TOPIC`."},
 	{Name: "KAFKA_REBALANCE_STRATEGY", Default: "cooperative-sticky", Meaning: "`cooperative-sticky`: a rebalance moves only the partitions that change hands, the others keep being consumed. `range`: eager, every rebalance stops every partition. `cooperative-sticky,range`: the first step of moving a group from `range` (docs/runbook.md); members with `range` and with `cooperative-sticky` cannot share a group."},
 	{Name: "KAFKA_GROUP_INSTANCE_ID", Meaning: "Static group membership: an id unique in the group and stable across restarts of one replica (in Kubernetes, a StatefulSet's pod name). A restart back within `KAFKA_SESSION_TIMEOUT` gets its partitions back with no rebalance; the member does not leave the group at shutdown. Empty: a dynamic member, which leaves at shutdown."},
@@ -91,6 +93,7 @@ var Reference = []Var{
 	{Name: "SHUTDOWN_TIMEOUT", Default: "30s", Meaning: "After SIGTERM (or a rebalance), how long in-flight sends may take to finish before the worker exits. At least `SEND_TIMEOUT` + `IDEMPOTENCY_TIMEOUT`, so a send in hand can finish and be recorded."},
 	{Name: "TEMPLATES_DIR", Meaning: "Directory of templates overriding the embedded ones. Empty: embedded templates only."},
 	{Name: "HTTP_ADDR", Default: ":8080", Meaning: "Listen address of `/healthz`, `/readyz` and `/metrics`. `off` disables the HTTP server."},
+	{Name: "DEBUG_ADDR", Meaning: "Listen address of a debug server serving Go's `net/http/pprof` under `/debug/pprof/` (goroutine dumps, CPU and heap profiles: the image has no shell for `kill -QUIT`), on its own listener, never on `HTTP_ADDR`. Empty: off. Without a host (`:6060`) it listens on loopback only (127.0.0.1), reached with `kubectl port-forward`; give a host to listen elsewhere."},
 	{Name: "LOG_LEVEL", Default: "info", Meaning: "`debug`, `info`, `warn` or `error`."},
 	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
 }

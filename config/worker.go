@@ -50,17 +50,20 @@ func (l *loader) adapters(c *Config) {
 		l.fail("EVENT_SOURCE", "contradicts KAFKA_BROKERS, which is set; unset one of them")
 	}
 
+	// A provider whose variables are set but bad (reported already) is
+	// taken as meant: its notifier is not also reported as unconfigured.
 	notifiers := []struct {
 		name, provider, providerVar string
-		configured                  bool
+		configured, meant           bool
 		pick                        *string
 	}{
-		{"SMS_NOTIFIER", "twilio", "TWILIO_ACCOUNT_SID", c.TwilioEnabled(), &a.SMS},
-		{"EMAIL_NOTIFIER", "smtp", "SMTP_HOST", c.SMTPEnabled(), &a.Email},
+		{"SMS_NOTIFIER", "twilio", "TWILIO_ACCOUNT_SID", c.TwilioEnabled(),
+			l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID") != "", &a.SMS},
+		{"EMAIL_NOTIFIER", "smtp", "SMTP_HOST", c.SMTPEnabled(), l.firstSet("SMTP_HOST", "SMTP_FROM") != "", &a.Email},
 	}
 	realProvider := false
 	for _, n := range notifiers {
-		realProvider = realProvider || *n.pick == n.provider || *n.pick == "" && n.configured
+		realProvider = realProvider || *n.pick == n.provider || *n.pick == "" && n.meant
 	}
 
 	redisSet := c.Idempotency.RedisURL != "" || l.set("REDIS_URL")
@@ -84,6 +87,8 @@ func (l *loader) adapters(c *Config) {
 		case l.bad(n.name):
 		case v == "" && n.configured:
 			*n.pick = n.provider
+		case !n.configured && n.meant:
+			// Half-configured or bad: reported against its variables.
 		case v == "" && shared:
 			l.fail(n.name, fmt.Sprintf("unset, and %s is unset while the store is redis: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, n.provider, n.provider, n.name))
 		case v == "":

@@ -70,7 +70,7 @@ func runPublish(ctx context.Context, cio cmdIO, args []string) error {
 		return err
 	}
 	pub, err := kafka.NewPublisher(kafka.Config{
-		Brokers: cfg.Kafka.Brokers, TLS: tlsCfg, SASLMechanism: cfg.Kafka.SASLMechanism,
+		Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID, TLS: tlsCfg, SASLMechanism: cfg.Kafka.SASLMechanism,
 		SASLUsername: cfg.Kafka.SASLUsername, SASLPassword: cfg.Kafka.SASLPassword.Reveal(),
 	})
 	if err != nil {

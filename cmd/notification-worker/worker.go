@@ -403,6 +403,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		Brokers:             brokers,
 		Topic:               k.Topic,
 		GroupID:             k.GroupID,
+		ClientID:            k.ClientID,
 		DLQTopic:            k.DLQTopic,
 		MaxInFlight:         k.MaxInFlight,
 		MaxBufferedBytes:    k.MaxBufferedBytes,
