@@ -66,6 +66,7 @@ type Main struct {
 	consumer *kafka.Consumer
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
+	debug    string          // the debug server's address; "" when DEBUG_ADDR is empty
 	running  atomic.Bool     // Run is consuming
 	closers  []func()
 }
@@ -99,7 +100,8 @@ type Deps struct {
 
 // Open builds every adapter and the domain service, each store and notifier
 // measured by the metrics, and serves /healthz, /readyz and /metrics on
-// Config.HTTPAddr (unless it is empty). /readyz answers 503 until Run has
+// Config.HTTPAddr (unless it is empty), and net/http/pprof on
+// Config.DebugAddr (only when it is set). /readyz answers 503 until Run has
 // joined the group. On error, what was built so far is closed by Close; a
 // port in use is such an error.
 func (m *Main) Open(ctx context.Context) error {
@@ -137,6 +139,9 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	if err := m.openHTTP(); err != nil {
+		return err
+	}
+	if err := m.openDebug(); err != nil {
 		return err
 	}
 	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
