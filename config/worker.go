@@ -5,6 +5,8 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
 )
 
 // LoadWorker is Load for the worker itself: it checks each variable as Load
@@ -20,6 +22,7 @@ func LoadWorker(lookup func(string) (string, bool)) (Config, error) {
 	l, c := load(lookup)
 	l.adapters(&c)
 	l.redisRing(&c)
+	l.notifierConfigs(&c)
 	if len(l.problems) > 0 {
 		return Config{}, &Error{Problems: l.problems, LogFormat: c.LogFormat}
 	}
@@ -132,12 +135,73 @@ func (l *loader) redisRing(c *Config) {
 	}
 }
 
-// bad reports whether a problem has been recorded against name.
-func (l *loader) bad(name string) bool {
+// bad reports whether a problem has been recorded against any of names.
+func (l *loader) bad(names ...string) bool {
 	for _, p := range l.problems {
-		if p.Var == name {
-			return true
+		for _, n := range names {
+			if p.Var == n {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// TwilioConfig is the Twilio adapter's configuration, as the worker builds
+// it when SMS_NOTIFIER resolves to twilio.
+func (c Config) TwilioConfig() twilio.Config {
+	return twilio.Config{
+		AccountSID:          c.Twilio.AccountSID,
+		AuthToken:           c.Twilio.AuthToken.Reveal(),
+		From:                c.Twilio.FromNumber,
+		MessagingServiceSID: c.Twilio.MessagingServiceSID,
+		APIURL:              c.Twilio.APIURL,
+		Timeout:             c.SendTimeout,
+		ListLag:             c.Twilio.ListLag,
+		// At most one SMS per record in flight: a connection each.
+		MaxConns: c.Kafka.MaxInFlight,
+	}
+}
+
+// SMTPConfig is the SMTP adapter's configuration, as the worker builds it
+// when EMAIL_NOTIFIER resolves to smtp. It sets no Timeout: the domain
+// bounds every send with SEND_TIMEOUT.
+func (c Config) SMTPConfig() smtp.Config {
+	s := c.SMTP
+	return smtp.Config{
+		Host:      s.Host,
+		Port:      s.Port,
+		Username:  s.Username,
+		Password:  s.Password.Reveal(),
+		From:      s.From,
+		TLSPolicy: s.TLSPolicy,
+	}
+}
+
+// notifierConfigs asks each notifier adapter the worker will build whether
+// it takes its configuration (its Config's Validate, what its New checks),
+// so that a rule only the adapter knows stops the worker here, with every
+// other problem, rather than alone at start-up. It is reported against the
+// variable that chose the adapter. A provider whose variables were already
+// reported is not asked: its problems are named.
+func (l *loader) notifierConfigs(c *Config) {
+	for _, n := range []struct {
+		name, adapter string
+		vars          []string
+		validate      func() error
+	}{
+		{"SMS_NOTIFIER", "twilio", []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID", "TWILIO_API_URL", "TWILIO_LIST_LAG", "SEND_TIMEOUT", "MAX_IN_FLIGHT"}, c.TwilioConfig().Validate},
+		{"EMAIL_NOTIFIER", "smtp", []string{"SMTP_HOST", "SMTP_PORT", "SMTP_USERNAME", "SMTP_PASSWORD", "SMTP_FROM", "SMTP_TLS_POLICY"}, c.SMTPConfig().Validate},
+	} {
+		chosen := c.Adapters.SMS
+		if n.name == "EMAIL_NOTIFIER" {
+			chosen = c.Adapters.Email
+		}
+		if chosen != n.adapter || l.bad(n.vars...) {
+			continue
+		}
+		if err := n.validate(); err != nil {
+			l.problems = append(l.problems, Problem{Var: n.name, Value: n.adapter, Reason: "the " + n.adapter + " adapter refuses its configuration: " + err.Error()})
+		}
+	}
 }

@@ -153,32 +153,8 @@ func storeConfig(c config.Config) (redis.Config, error) {
 	}, nil
 }
 
-func (m *Main) openTwilio() (ports.Notifier, error) {
-	cfg := m.Config
-	return twilio.New(twilio.Config{
-		AccountSID:          cfg.Twilio.AccountSID,
-		AuthToken:           cfg.Twilio.AuthToken.Reveal(),
-		From:                cfg.Twilio.FromNumber,
-		MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
-		APIURL:              cfg.Twilio.APIURL,
-		Timeout:             cfg.SendTimeout,
-		ListLag:             cfg.Twilio.ListLag,
-		// At most one SMS per record in flight: a connection each.
-		MaxConns: cfg.Kafka.MaxInFlight,
-	})
-}
+func (m *Main) openTwilio() (ports.Notifier, error) { return twilio.New(m.Config.TwilioConfig()) }
 
-func (m *Main) openSMTP() (ports.Notifier, error) {
-	s := m.Config.SMTP
-	return smtp.New(smtp.Config{
-		Host:      s.Host,
-		Port:      s.Port,
-		Username:  s.Username,
-		Password:  s.Password.Reveal(),
-		From:      s.From,
-		TLSPolicy: s.TLSPolicy,
-		// No Timeout: the domain bounds every send with SEND_TIMEOUT.
-	})
-}
+func (m *Main) openSMTP() (ports.Notifier, error) { return smtp.New(m.Config.SMTPConfig()) }
 
 func (m *Main) openConsole() (ports.Notifier, error) { return console.New(m.Stdout), nil }
