@@ -88,7 +88,7 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 		"IDEMPOTENCY_KEY_PREFIX": prefix,
 		"MAX_IN_FLIGHT":          "1024",
 		"IDEMPOTENCY_TIMEOUT":    storeTimeout.String(),
-		"HTTP_ADDR":              "",
+		"HTTP_ADDR":              "off",
 		"SEND_TIMEOUT":           "2s",
 		"SHUTDOWN_TIMEOUT":       "5s",
 	})
@@ -217,7 +217,7 @@ func TestMain_RefusesAnUnboundedRedisQueue(t *testing.T) {
 		"EMAIL_NOTIFIER":               "console",
 		"MAX_IN_FLIGHT":                "4096",
 		"IDEMPOTENCY_BREAKER_COOLDOWN": "1s",
-		"HTTP_ADDR":                    "",
+		"HTTP_ADDR":                    "off",
 	}))
 	var cerr *config.Error
 	if !errors.As(err, &cerr) {

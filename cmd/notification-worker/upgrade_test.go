@@ -38,7 +38,7 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 		"SMS_NOTIFIER":           "console", // given below; explicit beside redis
 		"EMAIL_NOTIFIER":         "console",
 		"IDEMPOTENCY_KEY_PREFIX": prefix,
-		"HTTP_ADDR":              "",
+		"HTTP_ADDR":              "off",
 		"SEND_TIMEOUT":           "2s",
 		"SHUTDOWN_TIMEOUT":       "5s",
 	}
