@@ -52,6 +52,9 @@ const storeOpenCircuit = "open-circuit"
 // stops the endpoints and releases what Open built. The demo and the
 // end-to-end tests use it as main does.
 type Main struct {
+	// Config comes from config.LoadWorker, which resolved the adapter of
+	// every port and checked the whole; Open refuses one whose Adapters
+	// are not resolved.
 	Config config.Config
 	// Stdout receives the JSON logs and the console notifier's lines.
 	Stdout io.Writer
