@@ -44,7 +44,7 @@ var Reference = []Var{
 	{Name: "KAFKA_GROUP_INSTANCE_ID", Meaning: "Static group membership: an id unique in the group and stable across restarts of one replica (in Kubernetes, a StatefulSet's pod name). A restart back within `KAFKA_SESSION_TIMEOUT` gets its partitions back with no rebalance; the member does not leave the group at shutdown. Empty: a dynamic member, which leaves at shutdown."},
 	{Name: "KAFKA_SESSION_TIMEOUT", Default: "10s", Meaning: "How long the group waits for a silent member before giving its partitions away (6s to 30m, within the broker's group session bounds). With `KAFKA_GROUP_INSTANCE_ID` it is also the longest a restart may take without a rebalance, and how long a crashed member's partitions stand still."},
 	{Name: "KAFKA_TLS", Default: "false", Meaning: "Connect to the brokers over TLS."},
-	{Name: "KAFKA_TLS_CA_FILE", Meaning: "PEM file of the CA that signed the brokers' certificates. Empty: the system roots. Needs `KAFKA_TLS=true`."},
+	{Name: "KAFKA_TLS_CA_FILE", Meaning: "PEM file of the CA that signed the brokers' certificates, read at start (a file that cannot be read or holds no certificate is refused with the other variables). Empty: the system roots. Needs `KAFKA_TLS=true`."},
 	{Name: "KAFKA_SASL_MECHANISM", Meaning: "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`. Empty: no SASL. Needs `KAFKA_SASL_USERNAME` and `KAFKA_SASL_PASSWORD`."},
 	{Name: "KAFKA_SASL_USERNAME", Meaning: "SASL user name."},
 	{Name: "KAFKA_SASL_PASSWORD", Meaning: "SASL password.", Secret: true},

@@ -1,7 +1,11 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/redis"
@@ -16,6 +20,9 @@ import (
 // unsafe, and settings an adapter would refuse when the worker builds it.
 // The returned *Error lists every problem of both kinds at once.
 //
+// Unlike Load it reads a file: KAFKA_TLS_CA_FILE, which must hold a PEM
+// certificate.
+//
 // The commands that run no worker (key, publish, the demo) call Load: they
 // need some of the settings, not a worker's whole set.
 func LoadWorker(lookup func(string) (string, bool)) (Config, error) {
@@ -23,6 +30,11 @@ func LoadWorker(lookup func(string) (string, bool)) (Config, error) {
 	l.adapters(&c)
 	l.redisRing(&c)
 	l.notifierConfigs(&c)
+	if c.Kafka.TLS && c.Kafka.TLSCAFile != "" && !l.bad("KAFKA_TLS_CA_FILE") {
+		if _, err := c.kafkaTLS(); err != nil {
+			l.fail("KAFKA_TLS_CA_FILE", "want a readable PEM file of the CA: "+err.Error())
+		}
+	}
 	if len(l.problems) > 0 {
 		return Config{}, &Error{Problems: l.problems, LogFormat: c.LogFormat}
 	}
@@ -204,4 +216,35 @@ func (l *loader) notifierConfigs(c *Config) {
 			l.problems = append(l.problems, Problem{Var: n.name, Value: n.adapter, Reason: "the " + n.adapter + " adapter refuses its configuration: " + err.Error()})
 		}
 	}
+}
+
+// KafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask
+// for, or nil for plaintext. It reads the CA file, and fails, naming
+// KAFKA_TLS_CA_FILE, when it cannot be read or holds no PEM certificate;
+// LoadWorker has checked that once.
+func (c Config) KafkaTLS() (*tls.Config, error) {
+	t, err := c.kafkaTLS()
+	if err != nil {
+		return nil, fmt.Errorf("KAFKA_TLS_CA_FILE %s: %w", c.Kafka.TLSCAFile, err)
+	}
+	return t, nil
+}
+
+func (c Config) kafkaTLS() (*tls.Config, error) {
+	if !c.Kafka.TLS {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f := c.Kafka.TLSCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("holds no PEM certificate")
+		}
+		t.RootCAs = pool
+	}
+	return t, nil
 }

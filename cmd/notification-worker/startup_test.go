@@ -65,6 +65,15 @@ func TestRun_BadEnvironmentExits2NamingEveryVariable(t *testing.T) {
 		{"NoBrokersAndConsoleBesideRedis",
 			map[string]string{"REDIS_URL": "redis://127.0.0.1:1", "SMTP_PORT": "smtp"},
 			[]string{"KAFKA_BROKERS", "SMS_NOTIFIER", "EMAIL_NOTIFIER", "SMTP_PORT"}},
+		{"MissingKafkaCAFileAndABadValue",
+			map[string]string{
+				"KAFKA_BROKERS": "127.0.0.1:1", "KAFKA_TLS": "true", "KAFKA_TLS_CA_FILE": "/nonexistent/ca.pem",
+				"SMTP_PORT": "smtp",
+			},
+			[]string{"KAFKA_TLS_CA_FILE", "SMTP_PORT"}},
+		{"KafkaCAFileWithoutACertificate",
+			map[string]string{"KAFKA_BROKERS": "127.0.0.1:1", "KAFKA_TLS": "true", "KAFKA_TLS_CA_FILE": "startup_test.go"},
+			[]string{"KAFKA_TLS_CA_FILE"}},
 		{"UnboundedRedisQueueAndABadValue",
 			merged(providersEnv, map[string]string{
 				"KAFKA_BROKERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1?write_timeout=72h",

@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -436,25 +433,8 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 }
 
 // kafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask for,
-// or nil for plaintext.
-func kafkaTLS(cfg config.Config) (*tls.Config, error) {
-	if !cfg.Kafka.TLS {
-		return nil, nil
-	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f := cfg.Kafka.TLSCAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("KAFKA_TLS_CA_FILE: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("KAFKA_TLS_CA_FILE %s: no PEM certificate in it", f)
-		}
-		t.RootCAs = pool
-	}
-	return t, nil
-}
+// or nil for plaintext (see config.Config.KafkaTLS).
+func kafkaTLS(cfg config.Config) (*tls.Config, error) { return cfg.KafkaTLS() }
 
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
