@@ -261,6 +261,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("debug_addr", c.DebugAddr),
+		slog.String("hostname", c.Hostname),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 	)
