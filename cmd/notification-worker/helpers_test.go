@@ -40,7 +40,7 @@ func MustLoadConfig(tb testing.TB, env map[string]string) config.Config {
 	tb.Helper()
 	cfg, err := config.LoadWorker(lookupIn(env))
 	if err != nil {
-		tb.Fatalf("config.Load: %v", err)
+		tb.Fatalf("config.LoadWorker: %v", err)
 	}
 	return cfg
 }
