@@ -68,6 +68,7 @@ type Config struct {
 		Brokers             []string      // KAFKA_BROKERS
 		Topic               string        // KAFKA_TOPIC
 		GroupID             string        // KAFKA_GROUP_ID
+		ClientID            string        // KAFKA_CLIENT_ID, HOSTNAME by default
 		DLQTopic            string        // KAFKA_DLQ_TOPIC
 		TLS                 bool          // KAFKA_TLS
 		TLSCAFile           string        // KAFKA_TLS_CA_FILE
@@ -148,8 +149,13 @@ type Config struct {
 	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
 	TemplatesDir         string        // TEMPLATES_DIR; empty: embedded templates only
 	HTTPAddr             string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
-	LogLevel             slog.Level    // LOG_LEVEL
-	LogFormat            string        // LOG_FORMAT: "json" or "text"
+	// DebugAddr is DEBUG_ADDR with a missing host made 127.0.0.1; empty:
+	// no debug server.
+	DebugAddr string
+	// Hostname is HOSTNAME, the pod's name in Kubernetes.
+	Hostname  string
+	LogLevel  slog.Level // LOG_LEVEL
+	LogFormat string     // LOG_FORMAT: "json" or "text"
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
@@ -197,6 +203,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("brokers", strings.Join(k.Brokers, ",")),
 			slog.String("topic", k.Topic),
 			slog.String("group_id", k.GroupID),
+			slog.String("client_id", k.ClientID),
 			slog.String("dlq_topic", k.DLQTopic),
 			slog.Bool("tls", k.TLS),
 			slog.String("tls_ca_file", k.TLSCAFile),
@@ -261,6 +268,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),
+		slog.String("debug_addr", c.DebugAddr),
+		slog.String("hostname", c.Hostname),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 	)
@@ -281,6 +290,9 @@ func maxAgeOverrides(byType map[string]time.Duration) string {
 // one variable per restart.
 type Error struct {
 	Problems []Problem
+	// LogFormat is LOG_FORMAT as given, "" when it was unset or bad: the
+	// format the caller should report the error in ("json" by default).
+	LogFormat string
 }
 
 // Error returns every problem in one line:
@@ -302,7 +314,9 @@ func (e *Error) Error() string {
 // default, if it was unset and the problem lies in how it combines with
 // another); for a secret it is "***", never the value.
 type Problem struct {
-	Var, Value, Reason string
+	Var    string `json:"variable"`
+	Value  string `json:"value,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // String returns `VAR="value": reason`, or `VAR: reason` when there is no

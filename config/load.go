@@ -31,9 +31,23 @@ import (
 //
 // On invalid input Load returns a *Error listing every problem it found,
 // and a zero Config.
+//
+// Load leaves Config.Adapters as given and does not check how the adapters
+// combine: LoadWorker does, for the worker.
 func Load(lookup func(string) (string, bool)) (Config, error) {
+	l, c := load(lookup)
+	if len(l.problems) > 0 {
+		return Config{}, &Error{Problems: l.problems, LogFormat: c.LogFormat}
+	}
+	return c, nil
+}
+
+// load reads and checks every variable, for Load and LoadWorker; the
+// loader holds the problems found.
+func load(lookup func(string) (string, bool)) (*loader, Config) {
 	l := &loader{lookup: lookup}
 	var c Config
+	l.placeholders()
 
 	ad := &c.Adapters
 	ad.EventSource = l.oneOf("EVENT_SOURCE", false, "kafka", "embedded")
@@ -70,6 +84,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
 	c.TemplatesDir = l.str("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
+	c.DebugAddr = l.debugAddr("DEBUG_ADDR")
 	c.LogLevel = l.level("LOG_LEVEL")
 	c.LogFormat = l.oneOf("LOG_FORMAT", false, "json", "text")
 
@@ -91,11 +106,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+
 			"): a sent record must suppress replays for longer than a send may take")
 	}
-
-	if len(l.problems) > 0 {
-		return Config{}, &Error{Problems: l.problems}
-	}
-	return c, nil
+	return l, c
 }
 
 // kafka reads the Kafka variables into c.Kafka.
@@ -104,6 +115,8 @@ func (l *loader) kafka(c *Config) {
 	k.Brokers = l.hostPorts("KAFKA_BROKERS")
 	k.Topic = l.topic("KAFKA_TOPIC")
 	k.GroupID = l.str("KAFKA_GROUP_ID")
+	c.Hostname = l.str("HOSTNAME")
+	k.ClientID = l.str("KAFKA_CLIENT_ID")
 	// The DLQ default derives from KAFKA_TOPIC; when that is bad, the one
 	// problem is reported once, against the variable the operator set.
 	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
@@ -345,8 +358,9 @@ func (l *loader) smtpComplete() {
 // loader reads variables through lookup and collects problems, so that one
 // Load reports every bad variable rather than the first.
 type loader struct {
-	lookup   func(string) (string, bool)
-	problems []Problem
+	lookup    func(string) (string, bool)
+	problems  []Problem
+	placeheld map[string]bool // variables holding the placeholder
 }
 
 // explicit returns the value the environment gives name, trimmed unless
@@ -399,8 +413,31 @@ func (l *loader) requiredWith(name string, required ...string) {
 	}
 }
 
+// placeholder marks a value a manifest ships for the operator to replace
+// (deploy/k8s writes REPLACE_ME). Such a value can parse (REPLACE_ME:9092
+// is a host:port), so it is refused by name, wherever it stands.
+const placeholder = "REPLACE_ME"
+
+// placeholders reports each variable whose value holds the placeholder.
+// fail reports nothing more against such a variable: what else is wrong
+// with it is the placeholder.
+func (l *loader) placeholders() {
+	for _, v := range Reference {
+		if strings.Contains(l.explicit(v.Name), placeholder) {
+			l.fail(v.Name, "holds the placeholder "+placeholder+": set the real value")
+			if l.placeheld == nil {
+				l.placeheld = map[string]bool{}
+			}
+			l.placeheld[v.Name] = true
+		}
+	}
+}
+
 // fail records a problem with name's effective value, masked if secret.
 func (l *loader) fail(name, reason string) {
+	if l.placeheld[name] {
+		return
+	}
 	v := l.value(name)
 	if mustVar(name).Secret && v != "" {
 		v = masked
@@ -578,6 +615,25 @@ func (l *loader) listenAddr(name string) string {
 	if !validHostPort(v, true) {
 		l.fail(name, "want [host]:port, such as :8080, or off")
 		return ""
+	}
+	return v
+}
+
+// debugAddr parses DEBUG_ADDR: "" is off; an address without a host
+// listens on loopback only, since what it serves (profiles, goroutine
+// dumps with their arguments) is for an operator's port-forward, not the
+// network.
+func (l *loader) debugAddr(name string) string {
+	v := l.value(name)
+	if v == "" {
+		return ""
+	}
+	if !validHostPort(v, true) {
+		l.fail(name, "want [host]:port, such as :6060 (loopback) or 0.0.0.0:6060, or empty for off")
+		return ""
+	}
+	if host, port, _ := net.SplitHostPort(v); host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
 	}
 	return v
 }

@@ -451,3 +451,17 @@ func TestAbusePanickingNotifier(t *testing.T) {
 		}
 	})
 }
+
+// A recipient field the worker does not know is refused, naming it: it may
+// be an address ("mobile" for "phone") that would otherwise be dropped
+// silently, its channel never notified. Fields beside the recipient stay
+// open for producers.
+func TestDecode_UnknownRecipientField(t *testing.T) {
+	t.Run("Refused", func(t *testing.T) {
+		mustReject(t, rec(`,"recipient":{"name":"Ada","mobile":"+31201234567","email":"ada@example.com"}`),
+			"recipient.mobile", "unknown field: want one of name, phone, email")
+	})
+	t.Run("TopLevelOpen", func(t *testing.T) {
+		mustDecode(t, rec(`,"producer":"billing"`))
+	})
+}

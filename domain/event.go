@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -198,17 +199,24 @@ var (
 )
 
 // checkKeys refuses a record whose top-level, recipient or data object
-// repeats a key, or spells a field's name in another case. value is valid
-// JSON (json.Unmarshal accepted it).
+// repeats a key, or spells a field's name in another case, and a recipient
+// with a field not in recipientFields. value is valid JSON (json.Unmarshal
+// accepted it).
+//
+// The top level stays open: producers may add fields of their own (a trace
+// context, say), which the worker ignores. The recipient is closed: each of
+// its fields is an address or a name, and an address the worker does not
+// know ("mobile" for "phone") would otherwise be dropped without a word,
+// and its channel never notified.
 func checkKeys(value []byte) error {
-	return checkObject("", value, eventFields)
+	return checkObject("", value, eventFields, false)
 }
 
 // checkObject checks the members of the object raw (anything else is left
 // alone: the typed decode already judged it). fields are the names
 // encoding/json matches case-insensitively; nil for a map, whose keys it
-// matches exactly.
-func checkObject(path string, raw json.RawMessage, fields []string) error {
+// matches exactly. closed refuses a key not among fields.
+func checkObject(path string, raw json.RawMessage, fields []string, closed bool) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil
@@ -234,11 +242,14 @@ func checkObject(path string, raw json.RawMessage, fields []string) error {
 				return invalid(field, "", fmt.Sprintf("field names are case-sensitive: want %q", f))
 			}
 		}
+		if closed && !slices.Contains(fields, key) {
+			return invalid(field, "", "unknown field: want one of "+strings.Join(fields, ", "))
+		}
 		switch {
 		case path == "" && key == "recipient":
-			err = checkObject(field, v, recipientFields)
+			err = checkObject(field, v, recipientFields, true)
 		case path == "" && key == "data":
-			err = checkObject(field, v, nil)
+			err = checkObject(field, v, nil, false)
 		}
 		if err != nil {
 			return err
@@ -362,6 +373,12 @@ func emailShaped(v string) bool {
 // badText is the reason for text holding U+FFFD, the mark of bytes that
 // were not valid UTF-8 somewhere upstream.
 const badText = "not valid UTF-8 text (holds U+FFFD or a lone surrogate escape)"
+
+// CheckEventID returns the *InvalidEventError Decode returns for an
+// event_id that is not valid: empty, longer than MaxIDBytes, or holding
+// spaces, control or format characters. A tool that takes an event_id
+// from a person checks it here, so it accepts what the worker accepts.
+func CheckEventID(id string) error { return checkID("event_id", id) }
 
 // checkID checks an identifier: it goes into idempotency keys, log fields,
 // headers and messages, so it must be short, on one line, and printable. A

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ const (
 	DefaultSessionTimeout      = 10 * time.Second
 	DefaultHeartbeatInterval   = 3 * time.Second
 	DefaultLagInterval         = 5 * time.Second
+	DefaultClientID            = "notification-worker"
 )
 
 // Rebalance strategies accepted in Config.RebalanceStrategy.
@@ -64,6 +66,10 @@ type Config struct {
 	GroupID string
 	// DLQTopic receives records that cannot be handled; default Topic+".dlq".
 	DLQTopic string
+	// ClientID is the client.id of every connection (the consumer group's,
+	// the dead letter producer's, the Publisher's): brokers log it and
+	// apply client quotas by it. Default DefaultClientID.
+	ClientID string
 
 	// MaxInFlight bounds the handler's calls made through the record's
 	// ports.Delivery.Call (policy.Slot makes them), across all partitions;
@@ -271,7 +277,7 @@ func (cfg Config) validate(consumer bool) error {
 // the dead letter producer and the Publisher.
 func (cfg Config) saramaConfig() *sarama.Config {
 	sc := sarama.NewConfig()
-	sc.ClientID = "notification-worker"
+	sc.ClientID = cmp.Or(cfg.ClientID, DefaultClientID)
 	// The protocol versions Sarama speaks: the lowest that gives every
 	// feature the worker uses or is built to switch on (cooperative-sticky
 	// assignment needs 2.4; static membership 2.3; record headers for dead

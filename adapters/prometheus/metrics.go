@@ -12,8 +12,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/harborlight/notification-worker/internal/buildinfo"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -252,19 +251,9 @@ func (m *Metrics) KnowTopic(topic string) {
 // one, as in tests), go_version the toolchain's. It replaces the series
 // New exported: there is one build_info series at a time.
 func (m *Metrics) SetVersion(version string) {
-	if version == "" {
-		version = "unknown"
-	}
-	revision := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && s.Value != "" {
-				revision = s.Value
-			}
-		}
-	}
+	bi := buildinfo.Read(version)
 	m.buildInfo.Reset()
-	m.buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	m.buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
 }
 
 // WatchBreaker makes store_breaker_open read open at every scrape: pass

@@ -105,49 +105,12 @@ type Notifier struct {
 // New validates cfg, applies defaults and returns a Notifier. It does not
 // connect. Its error names every invalid field at once, never the password.
 func New(cfg Config) (*Notifier, error) {
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
+	cfg = cfg.withDefaults()
+	v, err := cfg.check()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.TLSPolicy == "" {
-		cfg.TLSPolicy = DefaultTLSPolicy
-	}
-
-	var bad []string
-	if cfg.Host == "" {
-		bad = append(bad, "Host is required")
-	}
-	if cfg.Port < 1 || cfg.Port > 65535 {
-		bad = append(bad, fmt.Sprintf("Port %d must be 1-65535", cfg.Port))
-	}
-	if cfg.Username == "" && cfg.Password != "" {
-		bad = append(bad, "Password is set but Username is empty")
-	}
-	from, err := mail.ParseAddress(cfg.From)
-	var domain string
-	if err == nil {
-		domain = from.Address[strings.LastIndexByte(from.Address, '@')+1:]
-	}
-	if err != nil || domain == "" {
-		bad = append(bad, fmt.Sprintf("From %q must be an email address, optionally with a name", cfg.From))
-	}
-	policies := map[string]gomail.TLSPolicy{
-		"mandatory":     gomail.TLSMandatory,
-		"opportunistic": gomail.TLSOpportunistic,
-		"none":          gomail.NoTLS,
-	}
-	policy, ok := policies[cfg.TLSPolicy]
-	if !ok {
-		bad = append(bad, fmt.Sprintf("TLSPolicy %q must be mandatory, opportunistic or none", cfg.TLSPolicy))
-	}
-	if cfg.Timeout < 0 {
-		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
-	}
-	if strings.ContainsAny(cfg.HELO, "\r\n ") {
-		bad = append(bad, fmt.Sprintf("HELO %q must be one host name", cfg.HELO))
-	}
-	if len(bad) > 0 {
-		return nil, fmt.Errorf("smtp: invalid config: %s", strings.Join(bad, "; "))
-	}
+	from, domain, policy := v.from, v.domain, v.policy
 	return &Notifier{
 		host:    cfg.Host,
 		port:    cfg.Port,
@@ -505,4 +468,72 @@ func (n *Notifier) message(m ports.Message, rcpt *mail.Address) (*gomail.Msg, st
 		msg.SetBodyString(gomail.TypeTextHTML, m.HTML)
 	}
 	return msg, id
+}
+
+// Validate returns the error New would return for cfg, without building
+// anything: every invalid field at once, never the password. Zero fields
+// take their defaults first, as in New.
+func (cfg Config) Validate() error {
+	_, err := cfg.withDefaults().check()
+	return err
+}
+
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	if cfg.TLSPolicy == "" {
+		cfg.TLSPolicy = DefaultTLSPolicy
+	}
+	return cfg
+}
+
+// checked is what check parses out of a valid Config.
+type checked struct {
+	from   *mail.Address
+	domain string
+	policy gomail.TLSPolicy
+}
+
+// check reports every invalid field of cfg at once, never the password,
+// and returns what it parsed.
+func (cfg Config) check() (checked, error) {
+	var bad []string
+	if cfg.Host == "" {
+		bad = append(bad, "Host is required")
+	}
+	if cfg.Port < 1 || cfg.Port > 65535 {
+		bad = append(bad, fmt.Sprintf("Port %d must be 1-65535", cfg.Port))
+	}
+	if cfg.Username == "" && cfg.Password != "" {
+		bad = append(bad, "Password is set but Username is empty")
+	}
+	from, err := mail.ParseAddress(cfg.From)
+	var domain string
+	if err == nil {
+		domain = from.Address[strings.LastIndexByte(from.Address, '@')+1:]
+	}
+	if err != nil || domain == "" {
+		bad = append(bad, fmt.Sprintf("From %q must be an email address, optionally with a name", cfg.From))
+	}
+	policies := map[string]gomail.TLSPolicy{
+		"mandatory":     gomail.TLSMandatory,
+		"opportunistic": gomail.TLSOpportunistic,
+		"none":          gomail.NoTLS,
+	}
+	policy, ok := policies[cfg.TLSPolicy]
+	if !ok {
+		bad = append(bad, fmt.Sprintf("TLSPolicy %q must be mandatory, opportunistic or none", cfg.TLSPolicy))
+	}
+	if cfg.Timeout < 0 {
+		bad = append(bad, fmt.Sprintf("Timeout %v must be positive", cfg.Timeout))
+	}
+	if strings.ContainsAny(cfg.HELO, "\r\n ") {
+		bad = append(bad, fmt.Sprintf("HELO %q must be one host name", cfg.HELO))
+	}
+	if len(bad) > 0 {
+		return checked{}, fmt.Errorf("smtp: invalid config: %s", strings.Join(bad, "; "))
+	}
+	return checked{from: from, domain: domain, policy: policy}, nil
 }

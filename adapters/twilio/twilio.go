@@ -151,22 +151,7 @@ var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
 // clients built. It does not contact Twilio. Its error names every missing
 // or invalid field at once, and never contains the auth token.
 func New(cfg Config) (*Notifier, error) {
-	if cfg.APIURL == "" {
-		cfg.APIURL = DefaultAPIURL
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
-	if cfg.ListLag == 0 {
-		cfg.ListLag = DefaultListLag
-	}
-	if cfg.ClockSkew == 0 {
-		cfg.ClockSkew = DefaultClockSkew
-	}
-
+	cfg = cfg.withDefaults()
 	u, err := cfg.validate()
 	if err != nil {
 		return nil, err
@@ -501,6 +486,34 @@ func (n *Notifier) redirected(raw string) string {
 	}
 	u.Scheme, u.Host, u.Path, u.RawPath = n.apiURL.Scheme, n.apiURL.Host, n.apiURL.Path+path, ""
 	return u.String()
+}
+
+// Validate returns the error New would return for cfg, without building
+// anything: every missing or invalid field at once, never the auth token.
+// Zero fields take their defaults first, as in New.
+func (cfg Config) Validate() error {
+	_, err := cfg.withDefaults().validate()
+	return err
+}
+
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.APIURL == "" {
+		cfg.APIURL = DefaultAPIURL
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ListLag == 0 {
+		cfg.ListLag = DefaultListLag
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = DefaultClockSkew
+	}
+	return cfg
 }
 
 // validate reports every missing or invalid field of cfg at once, never

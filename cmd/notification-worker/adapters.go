@@ -39,8 +39,8 @@ var (
 	}
 )
 
-// choice is the adapter named for each port. A port the Deps give is
-// "given" and built by no registry entry.
+// choice is the adapter built for each port: the one config.LoadWorker
+// resolved, or "given" for a port the Deps give.
 type choice struct {
 	Source, Store, SMS, Email string
 	// consoleShared lists the variables that chose a console notifier
@@ -50,69 +50,34 @@ type choice struct {
 
 const given = "given"
 
-// choose resolves the adapters cfg names, with their defaults, for the
-// ports d does not give. It returns a *config.Error naming every variable
-// whose choice is half-configured (twilio without Twilio's variables) or
-// contradictory (an in-process broker with KAFKA_BROKERS set); and, since a
-// console notifier's sent records in a shared store would suppress the real
-// notification for IDEMPOTENCY_TTL once its provider is configured, a
-// console notifier chosen by default beside the redis store.
+// choose returns the adapters cfg names for the ports d does not give.
+// cfg comes from config.LoadWorker, which resolved and checked the choice;
+// an adapter name missing from the registry is a caller's error (a Config
+// from config.Load, whose Adapters are left as given).
 func choose(cfg config.Config, d Deps) (choice, error) {
 	a := cfg.Adapters
-	var bad []config.Problem
-	fail := func(name, value, reason string) {
-		bad = append(bad, config.Problem{Var: name, Value: value, Reason: reason})
-	}
 	c := choice{Source: a.EventSource, Store: a.Store, SMS: a.SMS, Email: a.Email}
-
-	switch {
-	case c.Source == "kafka" && len(cfg.Kafka.Brokers) == 0:
-		fail("KAFKA_BROKERS", "", "required with EVENT_SOURCE=kafka (the default); for an in-process broker that keeps nothing across a restart, set EVENT_SOURCE=embedded")
-	case c.Source == "embedded" && len(cfg.Kafka.Brokers) > 0:
-		fail("EVENT_SOURCE", c.Source, "contradicts KAFKA_BROKERS, which is set; unset one of them")
-	}
-
-	redisSet := cfg.Idempotency.RedisURL != ""
-	switch {
-	case d.Store != nil:
+	if d.Store != nil {
 		c.Store = given
-	case c.Store == "":
-		c.Store = map[bool]string{true: "redis", false: "memory"}[redisSet]
-	case c.Store == "redis" && !redisSet:
-		fail("REDIS_URL", "", "required with IDEMPOTENCY_STORE=redis")
-	case c.Store == "memory" && redisSet:
-		fail("IDEMPOTENCY_STORE", c.Store, "contradicts REDIS_URL, which is set; unset one of them")
 	}
-	shared := c.Store == "redis"
-
-	for _, n := range []struct {
-		ch                          ports.Channel
-		name, provider, providerVar string
-		configured                  bool
-		pick                        *string
-	}{
-		{ports.ChannelSMS, "SMS_NOTIFIER", "twilio", "TWILIO_ACCOUNT_SID", cfg.TwilioEnabled(), &c.SMS},
-		{ports.ChannelEmail, "EMAIL_NOTIFIER", "smtp", "SMTP_HOST", cfg.SMTPEnabled(), &c.Email},
-	} {
-		switch v := *n.pick; {
-		case d.Notifiers[n.ch] != nil:
-			*n.pick = given
-		case v == "" && n.configured:
-			*n.pick = n.provider
-		case v == "" && shared:
-			fail(n.name, "", fmt.Sprintf("unset, and %s is unset while the store is redis: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, n.provider, n.provider, n.name))
-		case v == "":
-			*n.pick = "console"
-		case v == n.provider && !n.configured:
-			fail(n.providerVar, "", fmt.Sprintf("required with %s=%s", n.name, n.provider))
-		case v == "console" && n.configured:
-			fail(n.name, v, fmt.Sprintf("contradicts %s, which is set; unset one of them", n.providerVar))
-		case v == "console" && shared:
-			c.consoleShared = append(c.consoleShared, n.name)
-		}
+	if d.Notifiers[ports.ChannelSMS] != nil {
+		c.SMS = given
 	}
-	if len(bad) > 0 {
-		return choice{}, &config.Error{Problems: bad}
+	if d.Notifiers[ports.ChannelEmail] != nil {
+		c.Email = given
+	}
+	if c.Store == "redis" && c.SMS == "console" {
+		c.consoleShared = append(c.consoleShared, "SMS_NOTIFIER")
+	}
+	if c.Store == "redis" && c.Email == "console" {
+		c.consoleShared = append(c.consoleShared, "EMAIL_NOTIFIER")
+	}
+	_, source := eventSources[c.Source]
+	_, store := stores[c.Store]
+	_, sms := smsNotifiers[c.SMS]
+	_, email := emailNotifiers[c.Email]
+	if !source || !store && c.Store != given || !sms && c.SMS != given || !email && c.Email != given {
+		return choice{}, fmt.Errorf("adapters %+v are not all resolved: the worker's Config comes from config.LoadWorker", a)
 	}
 	return c, nil
 }
@@ -188,32 +153,8 @@ func storeConfig(c config.Config) (redis.Config, error) {
 	}, nil
 }
 
-func (m *Main) openTwilio() (ports.Notifier, error) {
-	cfg := m.Config
-	return twilio.New(twilio.Config{
-		AccountSID:          cfg.Twilio.AccountSID,
-		AuthToken:           cfg.Twilio.AuthToken.Reveal(),
-		From:                cfg.Twilio.FromNumber,
-		MessagingServiceSID: cfg.Twilio.MessagingServiceSID,
-		APIURL:              cfg.Twilio.APIURL,
-		Timeout:             cfg.SendTimeout,
-		ListLag:             cfg.Twilio.ListLag,
-		// At most one SMS per record in flight: a connection each.
-		MaxConns: cfg.Kafka.MaxInFlight,
-	})
-}
+func (m *Main) openTwilio() (ports.Notifier, error) { return twilio.New(m.Config.TwilioConfig()) }
 
-func (m *Main) openSMTP() (ports.Notifier, error) {
-	s := m.Config.SMTP
-	return smtp.New(smtp.Config{
-		Host:      s.Host,
-		Port:      s.Port,
-		Username:  s.Username,
-		Password:  s.Password.Reveal(),
-		From:      s.From,
-		TLSPolicy: s.TLSPolicy,
-		// No Timeout: the domain bounds every send with SEND_TIMEOUT.
-	})
-}
+func (m *Main) openSMTP() (ports.Notifier, error) { return smtp.New(m.Config.SMTPConfig()) }
 
 func (m *Main) openConsole() (ports.Notifier, error) { return console.New(m.Stdout), nil }

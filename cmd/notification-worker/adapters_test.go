@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 
@@ -13,17 +11,14 @@ import (
 	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
-// mustRefuse opens a worker on env and checks that Open fails with a
-// configuration error naming every one of vars.
+// mustRefuse loads env as the worker does and checks that it is refused
+// with a configuration error naming every one of vars.
 func mustRefuse(t *testing.T, env map[string]string, vars ...string) {
 	t.Helper()
-	m := &Main{Config: MustLoadConfig(t, env), Stdout: io.Discard}
-	m.Config.HTTPAddr = ""
-	t.Cleanup(m.Close)
-	err := m.Open(context.Background())
+	_, err := config.LoadWorker(lookupIn(env))
 	var cerr *config.Error
 	if !errors.As(err, &cerr) {
-		t.Fatalf("Open = %v, want a *config.Error", err)
+		t.Fatalf("LoadWorker = %v, want a *config.Error", err)
 	}
 	for _, v := range vars {
 		if !strings.Contains(err.Error(), v) {

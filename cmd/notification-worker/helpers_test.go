@@ -29,13 +29,18 @@ func uniqueName(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
-// MustLoadConfig runs config.Load on env alone (not the process's
+// lookupIn answers as os.LookupEnv would with env as the environment.
+func lookupIn(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+// MustLoadConfig runs config.LoadWorker on env alone (not the process's
 // environment), failing the test on error.
 func MustLoadConfig(tb testing.TB, env map[string]string) config.Config {
 	tb.Helper()
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, err := config.LoadWorker(lookupIn(env))
 	if err != nil {
-		tb.Fatalf("config.Load: %v", err)
+		tb.Fatalf("config.LoadWorker: %v", err)
 	}
 	return cfg
 }

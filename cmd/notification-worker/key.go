@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/config"
@@ -11,26 +15,52 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
+// keyTimeout bounds key --redis: connecting, and reading every key.
+const keyTimeout = 30 * time.Second
+
 // runKey prints, for each event_id in args, the Redis keys of its
 // notifications on every channel: the compact and the readable key, under
-// the prefixes cfg configures. It reads no Redis: an operator passes the key
-// to redis-cli (docs/runbook.md says how to read the value).
-func runKey(cfg config.Config, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
+// the prefixes the environment configures. With --redis it also reads them
+// from the Redis the environment names (REDIS_URL) and decodes what each
+// holds. An event_id the worker would refuse is refused here too.
+func runKey(ctx context.Context, cio cmdIO, args []string) error {
+	fs := flag.NewFlagSet("key", flag.ContinueOnError)
+	read := fs.Bool("redis", false, "read each key from REDIS_URL and decode what it holds: a sent record's time, fingerprint and provider id, or a claim's token and lease")
+	if err := parseFlags(fs, "key [--redis] EVENT_ID...", args, cio.stdout); err != nil {
+		return err
+	}
+	ids := fs.Args()
+	if len(ids) == 0 {
 		return &usageError{"key: want at least one event_id"}
+	}
+	var bad []error
+	for _, id := range ids {
+		if err := domain.CheckEventID(id); err != nil {
+			bad = append(bad, err)
+		}
+	}
+	if len(bad) > 0 {
+		return &usageError{"key: " + errors.Join(bad...).Error()}
+	}
+	cfg, err := config.Load(cio.lookup)
+	if err != nil {
+		return err
 	}
 	rcfg, err := storeConfig(cfg)
 	if err != nil {
 		return err
 	}
+	if *read {
+		return readKeys(ctx, cfg, rcfg, ids, cio.stdout)
+	}
 	both := "only these"
 	if rcfg.ReadBoth {
 		both = "both"
 	}
-	fmt.Fprintf(stdout, "# IDEMPOTENCY_KEY_FORMAT=%s: the worker writes %s keys and reads %s\n", rcfg.Format, rcfg.Format, both)
-	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(cio.stdout, "# IDEMPOTENCY_KEY_FORMAT=%s: the worker writes %s keys and reads %s\n", rcfg.Format, rcfg.Format, both)
+	w := tabwriter.NewWriter(cio.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "EVENT_ID\tCHANNEL\tCOMPACT_KEY\tREADABLE_KEY")
-	for _, id := range args {
+	for _, id := range ids {
 		for _, ch := range []ports.Channel{ports.ChannelSMS, ports.ChannelEmail} {
 			k := domain.NotificationKey(id, ch)
 			compact, readable := rcfg.Key(k), rcfg.OtherKey(k)
@@ -41,4 +71,91 @@ func runKey(cfg config.Config, args []string, stdout io.Writer) error {
 		}
 	}
 	return w.Flush()
+}
+
+// readKeys prints what Redis holds under every key of ids' notifications,
+// one line a key, decoded. It needs REDIS_URL.
+func readKeys(ctx context.Context, cfg config.Config, rcfg redis.Config, ids []string, stdout io.Writer) error {
+	if cfg.Idempotency.RedisURL == "" {
+		return &config.Error{Problems: []config.Problem{{Var: "REDIS_URL", Reason: "required with key --redis"}}, LogFormat: "text"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, keyTimeout)
+	defer cancel()
+	rs, err := redis.New(rcfg)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	now := time.Now()
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "EVENT_ID\tCHANNEL\tFORMAT\tKEY\tTTL\tHOLDS")
+	for _, id := range ids {
+		for _, ch := range []ports.Channel{ports.ChannelSMS, ports.ChannelEmail} {
+			found, err := rs.Inspect(ctx, domain.NotificationKey(id, ch))
+			if err != nil {
+				return err
+			}
+			for _, f := range found {
+				ttl := "-"
+				switch {
+				case f.Exists && f.TTL >= 0:
+					ttl = f.TTL.Round(time.Second).String()
+				case f.Exists:
+					ttl = "none"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", id, ch, f.Format, f.Key, ttl, describe(f, now))
+			}
+		}
+	}
+	return w.Flush()
+}
+
+// describe says what f holds, as the worker reads it.
+func describe(f redis.Found, now time.Time) string {
+	c := f.Claim
+	switch {
+	case !f.Exists:
+		return "nothing"
+	case !f.Decoded:
+		return fmt.Sprintf("a value no worker writes: %.64q", f.Raw)
+	case c.State == ports.AlreadySent:
+		r := c.Receipt
+		s := "sent at " + r.SentAt.UTC().Format(time.RFC3339)
+		if r.Fingerprint != "" {
+			s += ", fingerprint " + r.Fingerprint
+		} else {
+			s += ", no fingerprint"
+		}
+		if r.ProviderID != "" {
+			s += ", provider id " + r.ProviderID
+		}
+		return s
+	}
+	l := c.Lease
+	s := "claim, token " + l.Token
+	switch {
+	case l.Until.IsZero():
+		return s + ", lease without an end (a release before leases: live while the key lives)"
+	case l.Until.After(now):
+		return fmt.Sprintf("%s, leased from %s until %s (live)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s, leased from %s until %s (expired: abandoned, the next claim takes it over)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))
+}
+
+// parseFlags parses args into fs. On -h, -help or --help it prints the
+// command's synopsis and flags to stdout and returns flag.ErrHelp; a bad
+// flag is a *usageError.
+func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, "usage: notification-worker %s\n", synopsis)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	}
+	if err != nil {
+		return &usageError{fs.Name() + ": " + err.Error()}
+	}
+	return nil
 }

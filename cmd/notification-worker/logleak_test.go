@@ -283,6 +283,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"TWILIO_AUTH_TOKEN":    secrets["twilio token"],
 			"TWILIO_FROM_NUMBER":   twilioFrom,
 			"REDIS_URL":            "",
+			"IDEMPOTENCY_STORE":    "memory",
 			"HTTP_ADDR":            "off",
 			"LOG_FORMAT":           "json",
 		}

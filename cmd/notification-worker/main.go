@@ -2,8 +2,10 @@
 // each customer notification once, however often the event is replayed.
 //
 //	notification-worker            run the worker (configured by environment)
+//	notification-worker version    the release, VCS revision and Go version
 //	notification-worker demo       the 2026-04-02 incident, replayed on an embedded broker
 //	notification-worker publish    publish events (JSON lines, or -sample N) to KAFKA_BROKERS
+//	notification-worker key        an event's Redis keys, and with --redis what they hold
 //
 // main only handles signals and exit codes; the work is in Main.
 package main
@@ -11,6 +13,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/internal/buildinfo"
 	"github.com/harborlight/notification-worker/internal/memlimit"
 )
 
@@ -35,58 +39,130 @@ func main() {
 }
 
 // run returns the process exit code: 0 success, 1 a failure at run time,
-// 2 bad usage or configuration.
+// 2 bad usage or configuration. Each command reads the configuration it
+// needs itself, after its arguments, so help and version need none.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := "worker"
+	name := "worker"
 	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
+		name, args = args[0], args[1:]
 	}
-	cfg, err := config.Load(os.LookupEnv)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	switch cmd {
-	case "worker", "run":
-		err = runWorker(ctx, cfg, stdout)
-	case "demo":
-		err = runDemo(ctx, cfg, stdout)
-	case "publish":
-		err = runPublish(ctx, cfg, args, stdin, stdout)
-	case "redrive":
-		err = runRedrive(ctx, cfg, args, stdout, stderr)
-	case "key":
-		err = runKey(cfg, args, stdout)
-	case "help", "-h", "--help":
+	if name == "help" || name == "-h" || name == "--help" {
 		fmt.Fprintln(stdout, usage)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "unknown command %q\n%s\n", cmd, usage)
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "unknown command %q\n%s\n", name, usage)
 		return 2
 	}
+	err := cmd(ctx, cmdIO{stdin: stdin, stdout: stdout, stderr: stderr, lookup: os.LookupEnv}, args)
 	var usageErr *usageError
+	var configErr *config.Error
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &usageErr):
 		fmt.Fprintf(stderr, "%v\n%s\n", err, usage)
+		return 2
+	case errors.As(err, &configErr):
+		reportConfigError(stderr, configErr)
 		return 2
 	}
 	fmt.Fprintln(stderr, "notification-worker:", err)
 	return 1
 }
 
+// A command runs one subcommand on the arguments after its name. It reads
+// the configuration it needs through io.lookup. It returns flag.ErrHelp once
+// it has printed its help (exit 0), a *usageError for bad arguments or a
+// *config.Error for a bad environment (exit 2), any other error for a
+// failure at run time (exit 1).
+type command func(ctx context.Context, io cmdIO, args []string) error
+
+// cmdIO is what a command reads and writes besides its arguments.
+type cmdIO struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	lookup         func(string) (string, bool) // os.LookupEnv
+}
+
+// commands are the subcommands by name; "worker" is also what runs with
+// none. help, -h and --help are run's own.
+var commands = map[string]command{
+	"worker":  runWorkerCommand,
+	"run":     runWorkerCommand,
+	"version": runVersion,
+	"demo":    runDemoCommand,
+	"publish": runPublish,
+	"key":     runKey,
+	"redrive": runRedrive,
+}
+
 const usage = `usage:
   notification-worker [worker]        run the worker, configured by environment (see README)
+  notification-worker version         print the release, VCS revision and Go version
   notification-worker demo            replay the 2026-04-02 incident on an embedded broker
   notification-worker publish [flags] [file]
                                       publish events to KAFKA_BROKERS: JSON lines from file
                                       or stdin, or -sample N generated sample events
-  notification-worker key EVENT_ID...  print the Redis keys of each event's notifications`
+  notification-worker redrive [flags] put dead letters back on the topic they came from,
+                                      with key, headers and original timestamp
+  notification-worker key [--redis] EVENT_ID...
+                                      print the Redis keys of each event's notifications;
+                                      with --redis, read them and decode what they hold
+  notification-worker help            this text; "COMMAND -h" for a command's flags`
 
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
+
+// reportConfigError writes err to w as one line: a JSON log line
+// (msg config_invalid, with each problem) unless LOG_FORMAT is text, so a
+// log pipeline reads a refusal to start as it reads every other line.
+func reportConfigError(w io.Writer, err *config.Error) {
+	if err.LogFormat == "text" {
+		fmt.Fprintln(w, err)
+		return
+	}
+	slog.New(slog.NewJSONHandler(w, nil)).Error("config_invalid",
+		slog.String("error", err.Error()), slog.Any("problems", err.Problems))
+}
+
+// runVersion prints what notification_worker_build_info carries.
+func runVersion(_ context.Context, cio cmdIO, args []string) error {
+	if len(args) > 0 {
+		return &usageError{"version: takes no arguments"}
+	}
+	bi := buildinfo.Read(version)
+	fmt.Fprintf(cio.stdout, "notification-worker %s\nrevision %s\n%s\n", bi.Version, bi.Revision, bi.GoVersion)
+	return nil
+}
+
+// runWorkerCommand runs the worker on the environment, checked whole
+// first (config.LoadWorker).
+func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
+	if len(args) > 0 {
+		return &usageError{fmt.Sprintf("worker: takes no arguments (got %q); it is configured by environment", args)}
+	}
+	cfg, err := config.LoadWorker(cio.lookup)
+	if err != nil {
+		return err
+	}
+	return runWorker(ctx, cfg, cio.stdout)
+}
+
+// runDemoCommand runs the demo, which needs no broker nor store: it
+// checks the variables it reads (config.Load), not a worker's whole set.
+func runDemoCommand(ctx context.Context, cio cmdIO, args []string) error {
+	if len(args) > 0 {
+		return &usageError{"demo: takes no arguments"}
+	}
+	cfg, err := config.Load(cio.lookup)
+	if err != nil {
+		return err
+	}
+	return runDemo(ctx, cfg, cio.stdout)
+}
 
 func runWorker(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	// Before anything allocates much: the collector should know the

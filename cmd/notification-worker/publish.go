@@ -21,14 +21,21 @@ const maxLineBytes = 4 << 20
 // shipment_id, for trying a stack by hand: JSON lines from a file or stdin,
 // or -sample N generated events. Lines are sent as they are, valid or not,
 // so it can feed the dead letter path too.
-func runPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout io.Writer) error {
+func runPublish(ctx context.Context, cio cmdIO, args []string) error {
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	topic := fs.String("topic", cfg.Kafka.Topic, "topic to publish to")
+	topic := fs.String("topic", "", "topic to publish to (default KAFKA_TOPIC)")
 	sample := fs.Int("sample", 0, "publish N generated sample events instead of reading input")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{"publish: " + err.Error()}
+	if err := parseFlags(fs, "publish [-topic T] [-sample N] [file]\n\nPublishes JSON lines from file (or stdin, or -) to KAFKA_BROKERS, keyed by shipment_id.", args, cio.stdout); err != nil {
+		return err
 	}
+	cfg, err := config.Load(cio.lookup)
+	if err != nil {
+		return err
+	}
+	if *topic == "" {
+		*topic = cfg.Kafka.Topic
+	}
+	stdin, stdout := cio.stdin, cio.stdout
 	if len(cfg.Kafka.Brokers) == 0 {
 		return &usageError{"publish: KAFKA_BROKERS is empty: an embedded broker would vanish with this process (try `make run` for the embedded demo)"}
 	}
@@ -50,7 +57,6 @@ func runPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 			defer f.Close()
 			in = f
 		}
-		var err error
 		if msgs, err = readLines(in); err != nil {
 			return err
 		}
@@ -64,7 +70,7 @@ func runPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 		return err
 	}
 	pub, err := kafka.NewPublisher(kafka.Config{
-		Brokers: cfg.Kafka.Brokers, TLS: tlsCfg, SASLMechanism: cfg.Kafka.SASLMechanism,
+		Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID, TLS: tlsCfg, SASLMechanism: cfg.Kafka.SASLMechanism,
 		SASLUsername: cfg.Kafka.SASLUsername, SASLPassword: cfg.Kafka.SASLPassword.Reveal(),
 	})
 	if err != nil {

@@ -41,7 +41,8 @@ flags:`
 // runRedrive is the redrive command (see redriveUsage): the flags are
 // checked here, the Kafka work is kafka.Redrive's. Progress goes to stderr,
 // the summary to stdout.
-func runRedrive(ctx context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
+func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
+	stdout, stderr := cio.stdout, cio.stderr
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	since := fs.String("since", "", "start at the dead letters written at or after this time, not before the group's offsets: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
@@ -60,6 +61,10 @@ func runRedrive(ctx context.Context, cfg config.Config, args []string, stdout, s
 	}
 	if fs.NArg() > 0 {
 		return &usageError{fmt.Sprintf("redrive: unexpected argument %q", fs.Arg(0))}
+	}
+	cfg, err := config.Load(cio.lookup)
+	if err != nil {
+		return err
 	}
 
 	rcfg, err := redriveConfig(cfg, *since, *from, *reason, *group, time.Now())

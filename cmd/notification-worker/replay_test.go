@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -82,10 +83,12 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 		"KAFKA_TOPIC":            topic,
 		"KAFKA_GROUP_ID":         uniqueName("group"),
 		"REDIS_URL":              redisSrv.URL(),
+		"SMS_NOTIFIER":           "console", // given below; explicit beside redis
+		"EMAIL_NOTIFIER":         "console",
 		"IDEMPOTENCY_KEY_PREFIX": prefix,
 		"MAX_IN_FLIGHT":          "1024",
 		"IDEMPOTENCY_TIMEOUT":    storeTimeout.String(),
-		"HTTP_ADDR":              "",
+		"HTTP_ADDR":              "off",
 		"SEND_TIMEOUT":           "2s",
 		"SHUTDOWN_TIMEOUT":       "8s", // at least SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT, race detector included
 	})
@@ -204,27 +207,25 @@ func isSentRecord(v string) bool {
 
 // TestMain_RefusesAnUnboundedRedisQueue: a combination whose calls could
 // pile up beyond the largest ring the Redis store makes (a write_timeout of
-// days keeps an unanswered command that long) is refused at Open, naming
-// what to change, before any connection to Redis.
+// days keeps an unanswered command that long) is refused with the rest of
+// the configuration, naming what to change, before any connection to Redis.
 func TestMain_RefusesAnUnboundedRedisQueue(t *testing.T) {
-	cfg := MustLoadConfig(t, map[string]string{
+	_, err := config.LoadWorker(lookupIn(map[string]string{
 		"KAFKA_BROKERS":                "127.0.0.1:1",
 		"REDIS_URL":                    "redis://127.0.0.1:1?write_timeout=72h",
 		"SMS_NOTIFIER":                 "console",
 		"EMAIL_NOTIFIER":               "console",
 		"MAX_IN_FLIGHT":                "4096",
 		"IDEMPOTENCY_BREAKER_COOLDOWN": "1s",
-		"HTTP_ADDR":                    "",
-	})
-	m := &Main{Config: cfg, Stdout: io.Discard}
-	t.Cleanup(m.Close)
-	err := m.Open(context.Background())
-	if err == nil {
-		t.Fatal("Open succeeded")
+		"HTTP_ADDR":                    "off",
+	}))
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("LoadWorker = %v, want a *config.Error", err)
 	}
-	for _, want := range []string{"MAX_IN_FLIGHT=4096", "IDEMPOTENCY_BREAKER_COOLDOWN=1s", "write_timeout"} {
+	for _, want := range []string{`MAX_IN_FLIGHT="4096"`, "IDEMPOTENCY_BREAKER_COOLDOWN=1s", "write_timeout"} {
 		if !strings.Contains(err.Error(), want) {
-			t.Errorf("Open: %v; want it to name %s", err, want)
+			t.Errorf("LoadWorker: %v; want it to name %s", err, want)
 		}
 	}
 }

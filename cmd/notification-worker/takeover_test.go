@@ -77,6 +77,8 @@ func (r *takeoverRig) worker(t *testing.T, env map[string]string) (out *logtest.
 		"KAFKA_TOPIC":            r.topic,
 		"KAFKA_GROUP_ID":         r.group,
 		"REDIS_URL":              r.redis.URL(),
+		"SMS_NOTIFIER":           "console",
+		"EMAIL_NOTIFIER":         "console",
 		"IDEMPOTENCY_KEY_PREFIX": r.prefix,
 		"HTTP_ADDR":              "",
 		"SEND_TIMEOUT":           "1s",

@@ -30,16 +30,19 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 	raw := redisSrv.MustClient(t, 0)
 	topic, prefix := uniqueName("upgrade"), uniqueName("idem")+":"
 	emb := MustStartEmbedded(t, topic)
-	cfg := MustLoadConfig(t, map[string]string{
+	env := map[string]string{
 		"KAFKA_BROKERS":          emb.Brokers()[0],
 		"KAFKA_TOPIC":            topic,
 		"KAFKA_GROUP_ID":         uniqueName("group"),
 		"REDIS_URL":              redisSrv.URL(),
+		"SMS_NOTIFIER":           "console", // given below; explicit beside redis
+		"EMAIL_NOTIFIER":         "console",
 		"IDEMPOTENCY_KEY_PREFIX": prefix,
-		"HTTP_ADDR":              "",
+		"HTTP_ADDR":              "off",
 		"SEND_TIMEOUT":           "2s",
 		"SHUTDOWN_TIMEOUT":       "5s",
-	})
+	}
+	cfg := MustLoadConfig(t, env)
 	events := smsEvents(sentBefore + fresh)
 	// The forms the release before wrote: without a fingerprint, with one,
 	// and an opted-out recipient's record.
@@ -89,7 +92,7 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 	for _, ev := range events[sentBefore:] {
 		ids = append(ids, ev.EventID)
 	}
-	if err := runKey(cfg, ids, &keys); err != nil {
+	if err := runKey(context.Background(), cmdIO{stdout: &keys, lookup: lookupIn(env)}, ids); err != nil {
 		t.Fatalf("key: %v", err)
 	}
 	printed := map[string]string{}

@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -52,6 +49,9 @@ const storeOpenCircuit = "open-circuit"
 // stops the endpoints and releases what Open built. The demo and the
 // end-to-end tests use it as main does.
 type Main struct {
+	// Config comes from config.LoadWorker, which resolved the adapter of
+	// every port and checked the whole; Open refuses one whose Adapters
+	// are not resolved.
 	Config config.Config
 	// Stdout receives the JSON logs and the console notifier's lines.
 	Stdout io.Writer
@@ -66,6 +66,7 @@ type Main struct {
 	consumer *kafka.Consumer
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
+	debug    string          // the debug server's address; "" when DEBUG_ADDR is empty
 	running  atomic.Bool     // Run is consuming
 	// stopping is when Run's context was done (SIGTERM): the start of the
 	// shutdown SHUTDOWN_TIMEOUT bounds. Zero until then.
@@ -102,7 +103,8 @@ type Deps struct {
 
 // Open builds every adapter and the domain service, each store and notifier
 // measured by the metrics, and serves /healthz, /readyz and /metrics on
-// Config.HTTPAddr (unless it is empty). /readyz answers 503 until Run has
+// Config.HTTPAddr (unless it is empty), and net/http/pprof on
+// Config.DebugAddr (only when it is set). /readyz answers 503 until Run has
 // joined the group. On error, what was built so far is closed by Close; a
 // port in use is such an error.
 func (m *Main) Open(ctx context.Context) error {
@@ -140,6 +142,9 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	if err := m.openHTTP(); err != nil {
+		return err
+	}
+	if err := m.openDebug(); err != nil {
 		return err
 	}
 	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
@@ -424,6 +429,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		Brokers:             brokers,
 		Topic:               k.Topic,
 		GroupID:             k.GroupID,
+		ClientID:            k.ClientID,
 		DLQTopic:            k.DLQTopic,
 		MaxInFlight:         k.MaxInFlight,
 		MaxBufferedBytes:    k.MaxBufferedBytes,
@@ -448,25 +454,8 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 }
 
 // kafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask for,
-// or nil for plaintext.
-func kafkaTLS(cfg config.Config) (*tls.Config, error) {
-	if !cfg.Kafka.TLS {
-		return nil, nil
-	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f := cfg.Kafka.TLSCAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("KAFKA_TLS_CA_FILE: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("KAFKA_TLS_CA_FILE %s: no PEM certificate in it", f)
-		}
-		t.RootCAs = pool
-	}
-	return t, nil
-}
+// or nil for plaintext (see config.Config.KafkaTLS).
+func kafkaTLS(cfg config.Config) (*tls.Config, error) { return cfg.KafkaTLS() }
 
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}

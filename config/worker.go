@@ -1,0 +1,250 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/harborlight/notification-worker/adapters/breaker"
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
+)
+
+// LoadWorker is Load for the worker itself: it checks each variable as Load
+// does and, in the same pass, how they combine into a running worker. It
+// resolves the adapter each port gets (Config.Adapters: no field is left
+// empty) and refuses a choice that is half-configured, contradictory or
+// unsafe, and settings an adapter would refuse when the worker builds it.
+// The returned *Error lists every problem of both kinds at once.
+//
+// Unlike Load it reads a file: KAFKA_TLS_CA_FILE, which must hold a PEM
+// certificate.
+//
+// The commands that run no worker (key, publish, the demo) call Load: they
+// need some of the settings, not a worker's whole set.
+func LoadWorker(lookup func(string) (string, bool)) (Config, error) {
+	l, c := load(lookup)
+	l.adapters(&c)
+	l.redisRing(&c)
+	l.notifierConfigs(&c)
+	if c.Kafka.TLS && c.Kafka.TLSCAFile != "" && !l.bad("KAFKA_TLS_CA_FILE") {
+		if _, err := c.kafkaTLS(); err != nil {
+			l.fail("KAFKA_TLS_CA_FILE", "want a readable PEM file of the CA: "+err.Error())
+		}
+	}
+	if len(l.problems) > 0 {
+		return Config{}, &Error{Problems: l.problems, LogFormat: c.LogFormat}
+	}
+	return c, nil
+}
+
+// adapters resolves c.Adapters as the worker will build them:
+//
+//   - EVENT_SOURCE=kafka needs KAFKA_BROKERS; embedded refuses them.
+//   - IDEMPOTENCY_STORE empty is redis when REDIS_URL is set, and memory
+//     only when no real provider is configured (the development run): with
+//     Twilio or SMTP configured, an in-memory store would resend on every
+//     restart what the replay brings, so REDIS_URL is then required. An
+//     empty Secret value passes a Kubernetes secretKeyRef, which makes this
+//     a configuration an operator can reach by accident.
+//   - A notifier left empty is its provider when configured, else console;
+//     console beside the redis store is refused unless chosen explicitly,
+//     since its sent records would suppress the real notifications for
+//     IDEMPOTENCY_TTL once the provider is configured.
+//
+// Values already reported bad by load are left alone ("" in c).
+func (l *loader) adapters(c *Config) {
+	a := &c.Adapters
+	switch brokers := l.set("KAFKA_BROKERS"); {
+	case a.EventSource == "kafka" && !brokers:
+		l.fail("KAFKA_BROKERS", "required with EVENT_SOURCE=kafka (the default); for an in-process broker that keeps nothing across a restart, set EVENT_SOURCE=embedded")
+	case a.EventSource == "embedded" && brokers:
+		l.fail("EVENT_SOURCE", "contradicts KAFKA_BROKERS, which is set; unset one of them")
+	}
+
+	// A provider whose variables are set but bad (reported already) is
+	// taken as meant: its notifier is not also reported as unconfigured.
+	notifiers := []struct {
+		name, provider, providerVar string
+		configured, meant           bool
+		pick                        *string
+	}{
+		{"SMS_NOTIFIER", "twilio", "TWILIO_ACCOUNT_SID", c.TwilioEnabled(),
+			l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID") != "", &a.SMS},
+		{"EMAIL_NOTIFIER", "smtp", "SMTP_HOST", c.SMTPEnabled(), l.firstSet("SMTP_HOST", "SMTP_FROM") != "", &a.Email},
+	}
+	realProvider := false
+	for _, n := range notifiers {
+		realProvider = realProvider || *n.pick == n.provider || *n.pick == "" && n.meant
+	}
+
+	redisSet := c.Idempotency.RedisURL != "" || l.set("REDIS_URL")
+	switch {
+	case l.bad("IDEMPOTENCY_STORE"):
+	case a.Store == "" && redisSet:
+		a.Store = "redis"
+	case a.Store == "" && realProvider:
+		l.fail("REDIS_URL", "required: a real provider is configured (TWILIO_* or SMTP_*), and the in-memory store forgets every sent record on restart, so each replay would send again; set REDIS_URL (check that its Secret is not empty), or IDEMPOTENCY_STORE=memory for a test lab")
+	case a.Store == "":
+		a.Store = "memory"
+	case a.Store == "redis" && !redisSet:
+		l.fail("REDIS_URL", "required with IDEMPOTENCY_STORE=redis")
+	case a.Store == "memory" && redisSet:
+		l.fail("IDEMPOTENCY_STORE", "contradicts REDIS_URL, which is set; unset one of them")
+	}
+	shared := a.Store == "redis" || a.Store == "" && redisSet
+
+	for _, n := range notifiers {
+		switch v := *n.pick; {
+		case l.bad(n.name):
+		case v == "" && n.configured:
+			*n.pick = n.provider
+		case !n.configured && n.meant:
+			// Half-configured or bad: reported against its variables.
+		case v == "" && shared:
+			l.fail(n.name, fmt.Sprintf("unset, and %s is unset while the store is redis: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, n.provider, n.provider, n.name))
+		case v == "":
+			*n.pick = "console"
+		case v == n.provider && !n.configured:
+			l.fail(n.providerVar, fmt.Sprintf("required with %s=%s", n.name, n.provider))
+		case v == "console" && n.configured:
+			l.fail(n.name, fmt.Sprintf("contradicts %s, which is set; unset one of them", n.providerVar))
+		}
+	}
+}
+
+// redisRing refuses, for the redis store, a combination whose unanswered
+// calls could outgrow the largest ring the store makes: the circuit
+// breaker bounds them (MAX_IN_FLIGHT handlers and the ledger's writer,
+// IDEMPOTENCY_BREAKER_FAILURES, IDEMPOTENCY_BREAKER_COOLDOWN) over the time
+// the URL's write_timeout lets rueidis keep a command unanswered. It asks
+// the adapters themselves (redis.Config, breaker.ForCallers), as the worker
+// does when it builds them, so the rule is written once.
+func (l *loader) redisRing(c *Config) {
+	i, k := c.Idempotency, c.Kafka
+	if c.Adapters.Store != "redis" || i.RedisURL == "" || k.MaxInFlight == 0 || i.BreakerFailures == 0 || i.BreakerCooldown == 0 {
+		return // not the redis store, or a value already reported bad
+	}
+	rcfg := redis.Config{URL: i.RedisURL.Reveal(), ReadBoth: i.ReadBothFormats}
+	unansweredFor, err := rcfg.UnansweredFor()
+	if err != nil {
+		l.fail("REDIS_URL", "the Redis store refuses it: "+err.Error())
+		return
+	}
+	most, err := rcfg.MaxCalls()
+	if err != nil {
+		l.fail("REDIS_URL", "the Redis store refuses it: "+err.Error())
+		return
+	}
+	_, maxUnanswered := breaker.ForCallers(breaker.Config{Failures: i.BreakerFailures, Cooldown: i.BreakerCooldown},
+		k.MaxInFlight+1, unansweredFor)
+	if maxUnanswered > most {
+		l.fail("MAX_IN_FLIGHT", fmt.Sprintf("with IDEMPOTENCY_BREAKER_COOLDOWN=%v and REDIS_URL's write_timeout (a command may wait %v for its answer) up to %d calls could await Redis; the store holds at most %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
+			i.BreakerCooldown, unansweredFor, maxUnanswered, most))
+	}
+}
+
+// bad reports whether a problem has been recorded against any of names.
+func (l *loader) bad(names ...string) bool {
+	for _, p := range l.problems {
+		for _, n := range names {
+			if p.Var == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TwilioConfig is the Twilio adapter's configuration, as the worker builds
+// it when SMS_NOTIFIER resolves to twilio.
+func (c Config) TwilioConfig() twilio.Config {
+	return twilio.Config{
+		AccountSID:          c.Twilio.AccountSID,
+		AuthToken:           c.Twilio.AuthToken.Reveal(),
+		From:                c.Twilio.FromNumber,
+		MessagingServiceSID: c.Twilio.MessagingServiceSID,
+		APIURL:              c.Twilio.APIURL,
+		Timeout:             c.SendTimeout,
+		ListLag:             c.Twilio.ListLag,
+		// At most one SMS per record in flight: a connection each.
+		MaxConns: c.Kafka.MaxInFlight,
+	}
+}
+
+// SMTPConfig is the SMTP adapter's configuration, as the worker builds it
+// when EMAIL_NOTIFIER resolves to smtp. It sets no Timeout: the domain
+// bounds every send with SEND_TIMEOUT.
+func (c Config) SMTPConfig() smtp.Config {
+	s := c.SMTP
+	return smtp.Config{
+		Host:      s.Host,
+		Port:      s.Port,
+		Username:  s.Username,
+		Password:  s.Password.Reveal(),
+		From:      s.From,
+		TLSPolicy: s.TLSPolicy,
+	}
+}
+
+// notifierConfigs asks each notifier adapter the worker will build whether
+// it takes its configuration (its Config's Validate, what its New checks),
+// so that a rule only the adapter knows stops the worker here, with every
+// other problem, rather than alone at start-up. It is reported against the
+// variable that chose the adapter. A provider whose variables were already
+// reported is not asked: its problems are named.
+func (l *loader) notifierConfigs(c *Config) {
+	for _, n := range []struct {
+		name, adapter string
+		vars          []string
+		validate      func() error
+	}{
+		{"SMS_NOTIFIER", "twilio", []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID", "TWILIO_API_URL", "TWILIO_LIST_LAG", "SEND_TIMEOUT", "MAX_IN_FLIGHT"}, c.TwilioConfig().Validate},
+		{"EMAIL_NOTIFIER", "smtp", []string{"SMTP_HOST", "SMTP_PORT", "SMTP_USERNAME", "SMTP_PASSWORD", "SMTP_FROM", "SMTP_TLS_POLICY"}, c.SMTPConfig().Validate},
+	} {
+		chosen := c.Adapters.SMS
+		if n.name == "EMAIL_NOTIFIER" {
+			chosen = c.Adapters.Email
+		}
+		if chosen != n.adapter || l.bad(n.vars...) {
+			continue
+		}
+		if err := n.validate(); err != nil {
+			l.problems = append(l.problems, Problem{Var: n.name, Value: n.adapter, Reason: "the " + n.adapter + " adapter refuses its configuration: " + err.Error()})
+		}
+	}
+}
+
+// KafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask
+// for, or nil for plaintext. It reads the CA file, and fails, naming
+// KAFKA_TLS_CA_FILE, when it cannot be read or holds no PEM certificate;
+// LoadWorker has checked that once.
+func (c Config) KafkaTLS() (*tls.Config, error) {
+	t, err := c.kafkaTLS()
+	if err != nil {
+		return nil, fmt.Errorf("KAFKA_TLS_CA_FILE %s: %w", c.Kafka.TLSCAFile, err)
+	}
+	return t, nil
+}
+
+func (c Config) kafkaTLS() (*tls.Config, error) {
+	if !c.Kafka.TLS {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f := c.Kafka.TLSCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("holds no PEM certificate")
+		}
+		t.RootCAs = pool
+	}
+	return t, nil
+}
