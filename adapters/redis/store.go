@@ -570,6 +570,11 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 	bctx, cancel := s.bound(ctx)
 	res := s.client.DoMulti(bctx, s.claimCmd(k, mine.encode(), px), s.client.B().Get().Key(other).Build())
 	cancel()
+	if abandoned(res[0], now) {
+		if o, err := otherDecides(other, res[1], now); err != nil || o.State != 0 {
+			return o, err
+		}
+	}
 	c, err := s.claimed(ctx, k, res[0], mine, px, now)
 	if err != nil {
 		return c, err
@@ -595,6 +600,49 @@ func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, 
 		return c, nil
 	}
 	return s.takeOver(ctx, k, old, mine.inherit(c.Lease).encode(), px, c.Lease)
+}
+
+// abandoned reports whether res, the answer to a claim's SET, is an
+// abandoned claim: one that the claim would take over.
+func abandoned(res rueidis.RedisResult, now time.Time) bool {
+	v, err := res.ToString()
+	if err != nil {
+		return false
+	}
+	c, ok := decodeValue(v)
+	return ok && c.State == ports.InFlight && !c.Lease.Until.IsZero() && !now.Before(c.Lease.Until)
+}
+
+// otherDecides returns what decides a Claim whose own key holds an
+// abandoned claim, before that claim is taken over, given res, what the
+// other format's key other held: a sent record or a live claim there is
+// what Claim reports, and an error or a value not ours is Claim's error.
+// An empty key, or an abandoned claim there too, leaves the decision to
+// the takeover of our own key: otherDecides then returns a zero Claim
+// (State 0) and nil.
+//
+// Taking our own key's abandoned claim over first, and releasing ours
+// afterwards because the other key holds a live claim, would delete the
+// abandoned claim and its history: the worker behind that live claim,
+// which came to take the same abandoned claim over from the other side,
+// would then find it gone and release its own, and the next Claim would
+// find both keys free and send without asking the provider.
+func otherDecides(other string, res rueidis.RedisResult, now time.Time) (ports.Claim, error) {
+	v, err := res.ToString()
+	if rueidis.IsRedisNil(err) {
+		return ports.Claim{}, nil
+	}
+	if err != nil {
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, err)
+	}
+	o, ok := decodeValue(v)
+	switch {
+	case !ok:
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
+	case o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
+		return ports.Claim{}, nil
+	}
+	return o, nil
 }
 
 // other weighs res, what the other format's key other held when the
