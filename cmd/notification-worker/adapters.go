@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
@@ -157,7 +158,16 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, most)
 	}
 	rcfg.MaxUnanswered = maxUnanswered
+	rcfg.Health.Logger, rcfg.Health.Events = m.logger, m.metrics
 	rs, err := redis.New(rcfg)
+	var evicting *redis.EvictionPolicyError
+	if errors.As(err, &evicting) {
+		// The operator's choice to make: a configuration error (exit 2).
+		return nil, &config.Error{Problems: []config.Problem{{
+			Var: "IDEMPOTENCY_ALLOW_EVICTION", Value: "false",
+			Reason: "the Redis primary " + evicting.Node + " has " + evicting.Reason(),
+		}}}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +195,7 @@ func storeConfig(c config.Config) (redis.Config, error) {
 		ReadBoth:      i.ReadBothFormats,
 		Timeout:       i.Timeout,
 		KeepAbandoned: i.TTL,
+		Health:        redis.HealthConfig{AllowEviction: i.AllowEviction},
 	}, nil
 }
 

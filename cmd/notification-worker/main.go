@@ -63,11 +63,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	var usageErr *usageError
+	var configErr *config.Error
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &usageErr):
 		fmt.Fprintf(stderr, "%v\n%s\n", err, usage)
+		return 2
+	case errors.As(err, &configErr):
+		// Found once the adapters are chosen or connected: a half-set
+		// adapter choice, a Redis that can evict sent records.
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	fmt.Fprintln(stderr, "notification-worker:", err)
