@@ -128,8 +128,16 @@ func TestAlertRules_MetricsAndRunbookLinks(t *testing.T) {
 		for _, r := range g.Rules {
 			n++
 			checkQuery(t, "alert "+r.Alert, r.Expr, names)
-			if s := r.Labels["severity"]; s != "page" && s != "ticket" {
-				t.Errorf("alert %s: severity %q, want page or ticket", r.Alert, s)
+			switch s := r.Labels["severity"]; s {
+			case "page", "ticket":
+			case "critical", "warning":
+				// The kubernetes-mixin style of the newer rules: a
+				// description besides the summary, and a for.
+				if r.Annotations["description"] == "" || r.For == "" {
+					t.Errorf("alert %s: severity %q wants a description annotation and a for", r.Alert, s)
+				}
+			default:
+				t.Errorf("alert %s: severity %q, want critical or warning (page or ticket in the older rules)", r.Alert, s)
 			}
 			link, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookURL)
 			if !ok || !anchors[link] {
