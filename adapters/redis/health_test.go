@@ -288,3 +288,34 @@ func TestHealth_Reset(t *testing.T) {
 		})
 	}
 }
+
+// On Redis Cluster every primary holds a marker key: one primary restarted
+// without its data is a reset, named in the log.
+func TestHealth_ResetOfOneClusterPrimary(t *testing.T) {
+	c := redistest.MustStartCluster(t, 3)
+	cfg, ev, logs := watched(c.URL(), noTick)
+	s := MustStore(t, cfg)
+	c.Nodes[2].Kill(t)
+	c.Nodes[2].Restart(t)
+	// Until the cluster serves the restarted node's slots again, a look
+	// fails (and is logged) and changes nothing.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.Look()
+		if _, resets := ev.counts(); resets > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reset reported within 30s of the restart: %s", logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	lines := logs.Events(t, "idempotency_store_reset")
+	if _, resets := ev.counts(); resets != 1 || len(lines) != 1 {
+		t.Fatalf("%d resets counted, %d logged; want 1", resets, len(lines))
+	}
+	restarted, _ := lines[0]["restarted"].([]any)
+	if len(restarted) != 1 || restarted[0] != c.Nodes[2].Addr() {
+		t.Fatalf("idempotency_store_reset names %v as restarted, want [%s]", lines[0]["restarted"], c.Nodes[2].Addr())
+	}
+}
