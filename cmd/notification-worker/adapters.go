@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/console"
@@ -159,6 +160,7 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	}
 	rcfg.MaxUnanswered = maxUnanswered
 	rcfg.Health.Logger, rcfg.Health.Events = m.logger, m.metrics
+	rcfg.Health.Interval = redisHealthInterval
 	rs, err := redis.New(rcfg)
 	var evicting *redis.EvictionPolicyError
 	if errors.As(err, &evicting) {
@@ -179,6 +181,10 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
 	return b, nil
 }
+
+// redisHealthInterval is how often the Redis store looks for evictions and
+// a reset: zero, the store's default (a minute). Tests shorten it.
+var redisHealthInterval time.Duration
 
 // storeConfig is the Redis store's configuration from the worker's.
 func storeConfig(c config.Config) (redis.Config, error) {
