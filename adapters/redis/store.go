@@ -277,9 +277,13 @@ func (c Config) otherPrefix() string {
 }
 
 // New connects to the server in cfg.URL and returns a Store. It fails if the
-// URL or Config is invalid, or if the server cannot be reached (and
-// authenticated) within the dial timeout. Errors never carry the password. Client-side caching is off: the store
-// never reads a key twice, and CLIENT TRACKING would need extra ACL rights.
+// URL or Config is invalid, if the server cannot be reached (and
+// authenticated) within the dial timeout, if its self-check or the first
+// look at the server's health fails (INFO refused, a marker key not
+// written), and with an *EvictionPolicyError when a primary can evict the
+// store's keys and cfg.Health.AllowEviction is false (health.go). Errors
+// never carry the password. Client-side caching is off: the store never
+// reads a key twice, and CLIENT TRACKING would need extra ACL rights.
 func New(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Format != Compact && cfg.Format != Readable {
