@@ -13,6 +13,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -317,5 +318,32 @@ func TestHealth_ResetOfOneClusterPrimary(t *testing.T) {
 	restarted, _ := lines[0]["restarted"].([]any)
 	if len(restarted) != 1 || restarted[0] != c.Nodes[2].Addr() {
 		t.Fatalf("idempotency_store_reset names %v as restarted, want [%s]", lines[0]["restarted"], c.Nodes[2].Addr())
+	}
+}
+
+// A marker key is never a notification's key, in either format, so no
+// claim or record ever reads or overwrites one, and no marker ever makes a
+// notification look sent or claimed: readable keys are the prefix, a
+// channel and a colon, and no channel is "store-marker"; compact keys are
+// the prefix and 13 characters, shorter than any marker.
+func TestHealth_MarkersAreNoNotificationKeys(t *testing.T) {
+	for _, format := range []redis.Format{redis.Compact, redis.Readable} {
+		cfg := redis.Config{Format: format}
+		for _, marker := range cfg.MarkerKeys() {
+			for _, ch := range ports.Channels {
+				for _, id := range []string{"", "x", "{la2}", "e1b2c3d4-0000-4000-8000-000000000000", strings.Repeat("z", 300)} {
+					k := domain.NotificationKey(id, ch)
+					if cfg.Key(k) == marker || cfg.OtherKey(k) == marker {
+						t.Fatalf("%v: the key of event %q on %s is the marker %s", format, id, ch, marker)
+					}
+				}
+				if format == redis.Readable && strings.HasPrefix(marker, redis.DefaultKeyPrefix+string(ch)+":") {
+					t.Fatalf("marker %s has the form of a readable %s key", marker, ch)
+				}
+			}
+			if format == redis.Compact && len(marker) == len(cfg.Key(domain.NotificationKey("e1", ports.ChannelSMS))) {
+				t.Fatalf("marker %s is as long as a compact key", marker)
+			}
+		}
 	}
 }
