@@ -100,6 +100,7 @@ type Config struct {
 		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
+		AllowEviction   bool          // IDEMPOTENCY_ALLOW_EVICTION
 	}
 	// MaxEventAge and MaxEventAgeByType: MAX_EVENT_AGE, and
 	// MAX_EVENT_AGE_OVERRIDES by event type (nil when unset).
@@ -233,6 +234,7 @@ func (c Config) LogValue() slog.Value {
 			slog.Int("breaker_failures", i.BreakerFailures),
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
 			slog.Int("ledger_size", i.LedgerSize),
+			slog.Bool("allow_eviction", i.AllowEviction),
 		),
 		slog.Group("twilio",
 			slog.Bool("enabled", c.TwilioEnabled()),

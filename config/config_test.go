@@ -104,6 +104,7 @@ var fullEnv = map[string]string{
 	"IDEMPOTENCY_BREAKER_FAILURES":   "7",
 	"IDEMPOTENCY_BREAKER_COOLDOWN":   "3s",
 	"IDEMPOTENCY_LEDGER_SIZE":        "2500",
+	"IDEMPOTENCY_ALLOW_EVICTION":     "true",
 	"MAX_EVENT_AGE":                  "36h",
 	"MAX_EVENT_AGE_OVERRIDES":        "shipment.out_for_delivery=6h, shipment.delayed=12h",
 	"TWILIO_ACCOUNT_SID":             "AC0123456789abcdef0123456789abcdef",
@@ -176,6 +177,7 @@ var fields = map[string]field{
 	"IDEMPOTENCY_BREAKER_FAILURES":   {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 7},
 	"IDEMPOTENCY_BREAKER_COOLDOWN":   {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
 	"IDEMPOTENCY_LEDGER_SIZE":        {func(c config.Config) any { return c.Idempotency.LedgerSize }, 2500},
+	"IDEMPOTENCY_ALLOW_EVICTION":     {func(c config.Config) any { return c.Idempotency.AllowEviction }, true},
 	"MAX_EVENT_AGE":                  {func(c config.Config) any { return c.MaxEventAge }, 36 * time.Hour},
 	"MAX_EVENT_AGE_OVERRIDES": {func(c config.Config) any { return c.MaxEventAgeByType }, map[string]time.Duration{
 		"shipment.out_for_delivery": 6 * time.Hour, "shipment.delayed": 12 * time.Hour}},
@@ -280,6 +282,7 @@ func TestLoad_Defaults(t *testing.T) {
 		{"IDEMPOTENCY_BREAKER_FAILURES", c.Idempotency.BreakerFailures, 5},
 		{"IDEMPOTENCY_BREAKER_COOLDOWN", c.Idempotency.BreakerCooldown, time.Second},
 		{"IDEMPOTENCY_LEDGER_SIZE", c.Idempotency.LedgerSize, 10000},
+		{"IDEMPOTENCY_ALLOW_EVICTION", c.Idempotency.AllowEviction, false},
 		{"MAX_EVENT_AGE", c.MaxEventAge, 48 * time.Hour},
 		{"MAX_EVENT_AGE_OVERRIDES", c.MaxEventAgeByType, map[string]time.Duration(nil)},
 		{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID, ""},

@@ -181,6 +181,7 @@ func (l *loader) idempotency(c *Config) {
 	}
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
 	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
+	i.AllowEviction = l.boolean("IDEMPOTENCY_ALLOW_EVICTION")
 }
 
 // eventAge reads MAX_EVENT_AGE and its overrides, once c.Idempotency is

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,14 +202,15 @@ func (r *faultRig) WaitSMS(ctx context.Context, phones []string, timeout time.Du
 	return got
 }
 
-// Values returns the value of every key under the rig's prefix (SCAN and
-// GET; a key that expires in between is left out).
+// Values returns the value of every notification's key under the rig's
+// prefix (SCAN and GET; a key that expires in between is left out).
 func (r *faultRig) Values(ctx context.Context) map[string]string {
 	r.t.Helper()
 	keys, err := r.Redis.Keys(ctx, r.Prefix+"*")
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	keys = withoutMarkers(r.Prefix, keys)
 	out := make(map[string]string, len(keys))
 	for _, k := range keys {
 		v, ok, err := r.Redis.Get(ctx, k)
@@ -494,6 +496,13 @@ func faultReadyStore(addr string) (string, error) {
 // worker whose compact key prefix is prefix (the harness's default format).
 func storeKey(prefix, channel, eventID string) string {
 	return redis.Config{CompactPrefix: prefix}.Key(domain.NotificationKey(eventID, ports.Channel(channel)))
+}
+
+// withoutMarkers returns keys without the marker keys of a worker whose
+// compact key prefix is prefix: the notifications' keys among them.
+func withoutMarkers(prefix string, keys []string) []string {
+	markers := redis.Config{CompactPrefix: prefix}.MarkerKeys()
+	return slices.DeleteFunc(keys, func(k string) bool { return slices.Contains(markers, k) })
 }
 
 // isSentRecord reports whether v is a sent record, in any format.

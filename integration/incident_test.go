@@ -101,6 +101,7 @@ func runIncident(t *testing.T, start workerStarter, name string, hooks incidentH
 		if err != nil {
 			t.Fatal(err)
 		}
+		keys = withoutMarkers(p.KeyPrefix, keys)
 		if len(keys) != len(want) {
 			sort.Strings(keys)
 			t.Errorf("%d keys under %s, want one per notification (%d): %v", len(keys), p.KeyPrefix, len(want), keys)

@@ -72,6 +72,8 @@ type Metrics struct {
 	retries          *prometheus.CounterVec
 	buildInfo        *prometheus.GaugeVec
 	owedLost         prometheus.Counter
+	redisEvicted     prometheus.Counter
+	storeResets      prometheus.Counter
 
 	// storeState is the StoreStatus value, swapped by every store call.
 	storeState atomic.Value
@@ -145,6 +147,14 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "owed_records_lost_total",
 			Help: "Sent records still owed to the idempotency store when the worker shut down (after its final attempt at them): a replay of each is sent again unless the store holds its record.",
 		}),
+		redisEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "redis_evicted_keys_total",
+			Help: "Keys the idempotency store's Redis evicted (INFO evicted_keys on every primary, read every minute) since this worker started watching: anyone's keys, Redis does not say whose; with an evicting maxmemory-policy (accepted by IDEMPOTENCY_ALLOW_EVICTION), sent records among them.",
+		}),
+		storeResets: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "idempotency_store_resets_total",
+			Help: "Times this worker found the idempotency store's Redis restarted without its data (a primary's new run_id, and the store's marker keys gone): replays of notifications sent before it within IDEMPOTENCY_TTL are sent again.",
+		}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1: the worker's version, the VCS revision it was built from, and the Go version that built it.",
@@ -156,6 +166,7 @@ func New() *Metrics {
 		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
 		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
 		m.retries, m.buildInfo, m.unknown, m.reconciliations, m.owedLost,
+		m.redisEvicted, m.storeResets,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -266,6 +277,14 @@ func (m *Metrics) WatchBreaker(open func() bool) { m.breakerOpen.Store(&open) }
 func (m *Metrics) RecordRetried(topic string, kind ports.Kind) {
 	m.retries.WithLabelValues(topic, kind.String()).Inc()
 }
+
+// RedisKeysEvicted counts n keys the store's Redis evicted (the Redis
+// store's health events).
+func (m *Metrics) RedisKeysEvicted(n int64) { m.redisEvicted.Add(float64(n)) }
+
+// IdempotencyStoreReset counts one reset of the store's Redis (the Redis
+// store's health events).
+func (m *Metrics) IdempotencyStoreReset() { m.storeResets.Inc() }
 
 // Observe implements ports.Observer: it counts how a notification ended.
 func (m *Metrics) Observe(ch ports.Channel, o ports.Outcome) {

@@ -234,3 +234,19 @@ func TestMetrics_InstrumentNotifier(t *testing.T) {
 		}
 	})
 }
+
+// The Redis store's health events: exported at 0 from the start, so an
+// alert's increase() sees the first eviction or reset.
+func TestMetrics_RedisHealth(t *testing.T) {
+	m := prometheus.New()
+	s := mustScrape(t, m)
+	s.Want(t, "notification_worker_redis_evicted_keys_total", 0)
+	s.Want(t, "notification_worker_idempotency_store_resets_total", 0)
+
+	m.RedisKeysEvicted(2640)
+	m.RedisKeysEvicted(5)
+	m.IdempotencyStoreReset()
+	s = mustScrape(t, m)
+	s.Want(t, "notification_worker_redis_evicted_keys_total", 2645)
+	s.Want(t, "notification_worker_idempotency_store_resets_total", 1)
+}

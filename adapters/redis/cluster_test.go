@@ -86,7 +86,7 @@ func TestCluster(t *testing.T) {
 
 	// The package comment's standalone ACL; ACLs are per node, so every
 	// node gets the user.
-	standaloneACL := []string{"~acl:*", "+@connection", "+select", "+set", "+get", "+del", "+evalsha", "+eval", "+ping"}
+	standaloneACL := []string{"~acl:*", "+@connection", "+select", "+set", "+get", "+del", "+evalsha", "+eval", "+ping", "+info"}
 	setUser := func(t *testing.T, name string, rules ...string) string {
 		t.Helper()
 		for i, node := range nodes {
@@ -208,11 +208,24 @@ func TestCluster(t *testing.T) {
 	})
 }
 
-// mustSpread claims 300 keys through s and checks every node holds some of
-// them and the nodes hold all of them between them, then releases them and
-// checks they are gone from every node.
+// mustSpread checks every node holds at least one of the store's marker
+// keys (so a reset of any primary loses one), claims 300 keys through s and
+// checks every node holds some of them and the nodes hold all of them
+// between them, then releases them and checks they are gone from every
+// node.
 func mustSpread(t *testing.T, c *redistest.Cluster, nodes []rueidis.Client, s *redis.Store, ctx context.Context, prefix string) {
 	t.Helper()
+	markers, all := make([]int, len(nodes)), 0
+	for i, node := range nodes {
+		markers[i] = countKeys(t, node, prefix+"*")
+		if markers[i] == 0 {
+			t.Errorf("node %d (%s) holds none of the store's marker keys", i, c.Nodes[i].Addr())
+		}
+		all += markers[i]
+	}
+	if want := len(redis.Config{CompactPrefix: prefix}.MarkerKeys()); all != want {
+		t.Fatalf("nodes hold %d keys before any claim, want the %d marker keys", all, want)
+	}
 	const n = 300
 	keys := make([]string, n)
 	for i := range keys {
@@ -223,7 +236,7 @@ func mustSpread(t *testing.T, c *redistest.Cluster, nodes []rueidis.Client, s *r
 	}
 	total := 0
 	for i, node := range nodes {
-		got := countKeys(t, node, prefix+"*")
+		got := countKeys(t, node, prefix+"*") - markers[i]
 		lo, hi := c.Slots(i)
 		t.Logf("node %d (%s, slots %d-%d): %d of %d keys", i, c.Nodes[i].Addr(), lo, hi, got, n)
 		if got == 0 {
@@ -240,7 +253,7 @@ func mustSpread(t *testing.T, c *redistest.Cluster, nodes []rueidis.Client, s *r
 		}
 	}
 	for i, node := range nodes {
-		if got := countKeys(t, node, prefix+"*"); got != 0 {
+		if got := countKeys(t, node, prefix+"*") - markers[i]; got != 0 {
 			t.Errorf("node %d still holds %d keys after Release", i, got)
 		}
 	}

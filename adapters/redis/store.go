@@ -60,12 +60,24 @@
 //
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
 // (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
-// (Release and the takeovers), and PING, plus CLUSTER SLOTS or SHARDS on
-// Cluster (see above); the scripts themselves run GET, SET and DEL, which
-// ACL checks too.
-// A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
-// +set +get +del +evalsha +eval +ping" is enough on a standalone server
-// (tested); New's self-check fails when the other prefix is not readable.
+// (Release and the takeovers), PING, and INFO (the store's watch over the
+// server, below), plus CLUSTER SLOTS or SHARDS on Cluster (see above); the
+// scripts themselves run GET, SET and DEL, which ACL checks too. A user
+// restricted to "~<prefix>* ~<other prefix>* +@connection +select +set
+// +get +del +evalsha +eval +ping +info" is enough on a standalone server
+// (tested); New's self-check fails when the other prefix is not readable,
+// and New fails when INFO is refused. INFO, not CONFIG GET, is what the
+// store reads the server's settings with: an ACL user rarely has CONFIG.
+//
+// # Eviction and resets
+//
+// A sent record must stay in Redis for its TTL: evicted, or lost in a
+// restart without persistence, it no longer suppresses a replay. At New and
+// every HealthConfig.Interval, the store reads INFO from every primary
+// (on Cluster, every primary in the slot map): New refuses a server whose
+// maxmemory-policy can evict its keys, unless told to accept it; evictions
+// while running are logged and reported; and a primary that restarted
+// without the store's marker keys is reported as a reset (health.go).
 package redis
 
 import (
@@ -225,6 +237,9 @@ type Config struct {
 	// host. Setting it with a redis:// URL is an error: it would silently
 	// connect in plain text.
 	TLSConfig *tls.Config
+	// Health configures the store's watch over the server: eviction and
+	// resets (health.go).
+	Health HealthConfig
 }
 
 // MaxRing is the most slots New gives a connection's ring: Config.MaxUnanswered
@@ -244,6 +259,7 @@ type Store struct {
 	cfg     Config // with defaults applied
 	timeout time.Duration
 	keep    time.Duration // Config.KeepAbandoned
+	health  *health       // set by New (health.go)
 }
 
 // withDefaults returns c with its zero fields set to their defaults.
@@ -280,9 +296,13 @@ func (c Config) otherPrefix() string {
 }
 
 // New connects to the server in cfg.URL and returns a Store. It fails if the
-// URL or Config is invalid, or if the server cannot be reached (and
-// authenticated) within the dial timeout. Errors never carry the password. Client-side caching is off: the store
-// never reads a key twice, and CLIENT TRACKING would need extra ACL rights.
+// URL or Config is invalid, if the server cannot be reached (and
+// authenticated) within the dial timeout, if its self-check or the first
+// look at the server's health fails (INFO refused, a marker key not
+// written), and with an *EvictionPolicyError when a primary can evict the
+// store's keys and cfg.Health.AllowEviction is false (health.go). Errors
+// never carry the password. Client-side caching is off: the store never
+// reads a key twice, and CLIENT TRACKING would need extra ACL rights.
 func New(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Format != Compact && cfg.Format != Readable {
@@ -325,6 +345,10 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{client: client, cfg: cfg, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
+	}
+	if err := s.startHealth(cfg.Health, unansweredFor(opt)); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
@@ -500,8 +524,12 @@ func firstError(errs []error) error {
 	return nil
 }
 
-// Close closes the connections. Calls made after Close return an error.
-func (s *Store) Close() { s.client.Close() }
+// Close stops the store's watch over the server (health.go) and closes the
+// connections. Calls made after Close return an error.
+func (s *Store) Close() {
+	s.stopHealth()
+	s.client.Close()
+}
 
 // Ping checks that every server the store talks to answers within the
 // timeout, each on the connection that carries the store's commands, for
@@ -881,12 +909,13 @@ func errWriteTimeout(d time.Duration) error {
 	return fmt.Errorf("redis: write_timeout %v in the URL must be positive", d)
 }
 
-// ownCommands bounds the commands the client sends by itself that may be
-// unanswered on a connection at once: one keep-alive PING at a time, and
-// the slot-map reads of a Redis Cluster, one per clusterRefreshInterval for
-// as long as a command may stay unanswered.
+// ownCommands bounds the commands sent by the client by itself, or by the
+// store besides its callers' calls, that may be unanswered on a connection
+// at once: one keep-alive PING at a time, the slot-map reads of a Redis
+// Cluster, one per clusterRefreshInterval for as long as a command may stay
+// unanswered, and one look at the server's health (health.go).
 func ownCommands(opt rueidis.ClientOption) int {
-	return 1 + int(unansweredFor(opt)/clusterRefreshInterval) + 1
+	return 1 + int(unansweredFor(opt)/clusterRefreshInterval) + 1 + healthCommands
 }
 
 // ringScale returns the RingScaleEachConn whose ring (2^scale slots) holds

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/console"
@@ -122,7 +124,17 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, most)
 	}
 	rcfg.MaxUnanswered = maxUnanswered
+	rcfg.Health.Logger, rcfg.Health.Events = m.logger, m.metrics
+	rcfg.Health.Interval = redisHealthInterval
 	rs, err := redis.New(rcfg)
+	var evicting *redis.EvictionPolicyError
+	if errors.As(err, &evicting) {
+		// The operator's choice to make: a configuration error (exit 2).
+		return nil, &config.Error{Problems: []config.Problem{{
+			Var: "IDEMPOTENCY_ALLOW_EVICTION", Value: "false",
+			Reason: "the Redis primary " + evicting.Node + " has " + evicting.Reason(),
+		}}, LogFormat: m.Config.LogFormat}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +146,10 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
 	return b, nil
 }
+
+// redisHealthInterval is how often the Redis store looks for evictions and
+// a reset: zero, the store's default (a minute). Tests shorten it.
+var redisHealthInterval time.Duration
 
 // storeConfig is the Redis store's configuration from the worker's.
 func storeConfig(c config.Config) (redis.Config, error) {
@@ -150,6 +166,7 @@ func storeConfig(c config.Config) (redis.Config, error) {
 		ReadBoth:      i.ReadBothFormats,
 		Timeout:       i.Timeout,
 		KeepAbandoned: i.TTL,
+		Health:        redis.HealthConfig{AllowEviction: i.AllowEviction},
 	}, nil
 }
 

@@ -80,6 +80,29 @@ func TestOpen_ExplicitAdapters(t *testing.T) {
 		}
 		mustStartWith(t, out.String(), map[string]string{"event_source": "kafka", "store": "redis", "sms": "console", "email": "console"})
 	})
+	t.Run("EvictingRedisRefused", func(t *testing.T) {
+		// A sent record Redis evicts no longer suppresses a replay: a
+		// configuration error unless the operator accepts it by name.
+		srv := redistest.MustStart(t, "--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru")
+		mustRefuse(t, map[string]string{
+			"KAFKA_BROKERS": "127.0.0.1:1", "REDIS_URL": "redis://" + srv.Addr(),
+			"SMS_NOTIFIER": "console", "EMAIL_NOTIFIER": "console",
+		}, "IDEMPOTENCY_ALLOW_EVICTION=true", "volatile-lru", srv.Addr())
+	})
+	t.Run("EvictingRedisAcceptedByName", func(t *testing.T) {
+		srv := redistest.MustStart(t, "--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru")
+		var out logtest.Buffer
+		m := &Main{Config: MustLoadConfig(t, map[string]string{
+			"KAFKA_BROKERS": "127.0.0.1:1", "REDIS_URL": "redis://" + srv.Addr(),
+			"SMS_NOTIFIER": "console", "EMAIL_NOTIFIER": "console", "HTTP_ADDR": "127.0.0.1:0",
+			"IDEMPOTENCY_ALLOW_EVICTION": "true",
+		}), Stdout: &out}
+		MustOpen(t, m)
+		got := out.Events(t, "idempotency_eviction_allowed")
+		if len(got) != 1 || got[0]["level"] != "WARN" || got[0]["maxmemory_policy"] != "allkeys-lru" {
+			t.Fatalf("idempotency_eviction_allowed lines %v, want one at WARN naming allkeys-lru", got)
+		}
+	})
 	t.Run("EmbeddedByName", func(t *testing.T) {
 		var out logtest.Buffer
 		m := &Main{Config: MustLoadConfig(t, map[string]string{"EVENT_SOURCE": "embedded", "HTTP_ADDR": "127.0.0.1:0"}), Stdout: &out}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
@@ -18,7 +19,8 @@ import (
 // machine's environment holds.
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"KAFKA_BROKERS", "REDIS_URL", "TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN",
-		"TWILIO_FROM_NUMBER", "SMTP_HOST", "SMTP_FROM", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "KAFKA_TOPIC"} {
+		"TWILIO_FROM_NUMBER", "SMTP_HOST", "SMTP_FROM", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT", "KAFKA_TOPIC",
+		"SMS_NOTIFIER", "EMAIL_NOTIFIER", "IDEMPOTENCY_STORE", "IDEMPOTENCY_ALLOW_EVICTION"} {
 		t.Setenv(v, "")
 	}
 }
@@ -42,6 +44,30 @@ func TestRun(t *testing.T) {
 		code, _, stderr := runCmd(t, "")
 		if code != 2 || !strings.Contains(stderr, "IDEMPOTENCY_TTL") || !strings.Contains(stderr, "SMTP_PORT") {
 			t.Fatalf("exit %d, stderr %q; want 2 naming IDEMPOTENCY_TTL and SMTP_PORT", code, stderr)
+		}
+	})
+
+	t.Run("RefusedAdapterChoiceExits2", func(t *testing.T) {
+		// Found by Open, not by config.Load: still bad configuration.
+		clearEnv(t)
+		t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+		t.Setenv("REDIS_URL", "redis://127.0.0.1:1")
+		if code, _, stderr := runCmd(t, ""); code != 2 || !strings.Contains(stderr, "SMS_NOTIFIER") {
+			t.Fatalf("exit %d, stderr %q; want 2 naming SMS_NOTIFIER", code, stderr)
+		}
+	})
+
+	t.Run("EvictingRedisExits2NamingThePolicy", func(t *testing.T) {
+		clearEnv(t)
+		srv := redistest.MustStart(t, "--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru")
+		t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+		t.Setenv("REDIS_URL", srv.URL())
+		t.Setenv("SMS_NOTIFIER", "console")
+		t.Setenv("EMAIL_NOTIFIER", "console")
+		t.Setenv("HTTP_ADDR", "127.0.0.1:0")
+		code, _, stderr := runCmd(t, "")
+		if code != 2 || !strings.Contains(stderr, "allkeys-lru") || !strings.Contains(stderr, "IDEMPOTENCY_ALLOW_EVICTION=true") {
+			t.Fatalf("exit %d, stderr %q; want 2 naming allkeys-lru and IDEMPOTENCY_ALLOW_EVICTION=true", code, stderr)
 		}
 	})
 

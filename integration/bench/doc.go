@@ -6,7 +6,8 @@
 // with the throughput they cost, the cost of tracing (off, over a no-op
 // provider, on), throughput against Little's law at MaxInFlight 1024, and
 // the worker process itself: its peak RSS under a GiB backlog and its CPU
-// per record.
+// per record; a rate-limit co-tenant's latency on the worker's Redis, alone
+// and beside the worker at its peak, and the cost of AOF persistence.
 //
 // Everything runs through the real pieces (the Sarama consumer on the
 // embedded kfake broker, the domain service, the real stores, a real

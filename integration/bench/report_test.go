@@ -141,6 +141,7 @@ func (r *registry) print(w io.Writer) {
 	r.printRSS(w)
 	r.printLittle(w)
 	r.printCPU(w)
+	r.printCoTenant(w)
 	fmt.Fprintln(w)
 }
 
