@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -83,11 +85,24 @@ func TestOpen_ExplicitAdapters(t *testing.T) {
 	t.Run("EvictingRedisRefused", func(t *testing.T) {
 		// A sent record Redis evicts no longer suppresses a replay: a
 		// configuration error unless the operator accepts it by name.
+		// The policy is the server's, read when the store connects: Open
+		// refuses it, with the same *config.Error as LoadWorker's.
 		srv := redistest.MustStart(t, "--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru")
-		mustRefuse(t, map[string]string{
+		m := &Main{Config: MustLoadConfig(t, map[string]string{
 			"KAFKA_BROKERS": "127.0.0.1:1", "REDIS_URL": "redis://" + srv.Addr(),
-			"SMS_NOTIFIER": "console", "EMAIL_NOTIFIER": "console",
-		}, "IDEMPOTENCY_ALLOW_EVICTION=true", "volatile-lru", srv.Addr())
+			"SMS_NOTIFIER": "console", "EMAIL_NOTIFIER": "console", "HTTP_ADDR": "127.0.0.1:0",
+		}), Stdout: io.Discard}
+		t.Cleanup(m.Close)
+		err := m.Open(context.Background())
+		var cerr *config.Error
+		if !errors.As(err, &cerr) {
+			t.Fatalf("Open = %v, want a *config.Error", err)
+		}
+		for _, v := range []string{"IDEMPOTENCY_ALLOW_EVICTION=true", "volatile-lru", srv.Addr()} {
+			if !strings.Contains(err.Error(), v) {
+				t.Errorf("error %q does not name %s", err, v)
+			}
+		}
 	})
 	t.Run("EvictingRedisAcceptedByName", func(t *testing.T) {
 		srv := redistest.MustStart(t, "--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru")
