@@ -30,6 +30,24 @@ const (
 // metric given a series (as a running worker's are).
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
+	names := map[string]bool{}
+	for _, f := range gatherAll(t) {
+		names[f.GetName()] = true
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[f.GetName()+s] = true
+			}
+		}
+	}
+	return names
+}
+
+// gatherAll returns every metric family the worker's registry exports,
+// with every labelled metric given a series, as a running worker's are: a
+// vector with no series is not gathered at all, so a new labelled metric
+// that New does not export at 0 needs its series made here.
+func gatherAll(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
 	m := prometheus.New()
 	m.KnowTopic("shipment-events")
 	m.ConsumerLag("shipment-events", 0, 0)
@@ -41,16 +59,7 @@ func exported(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatalf("Gather: %v", err)
 	}
-	names := map[string]bool{}
-	for _, f := range families {
-		names[f.GetName()] = true
-		if f.GetType() == dto.MetricType_HISTOGRAM {
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				names[f.GetName()+s] = true
-			}
-		}
-	}
-	return names
+	return families
 }
 
 type nopNotifier struct{}
