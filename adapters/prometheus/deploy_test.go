@@ -126,8 +126,15 @@ func mustRules(t *testing.T, path string) ruleGroups {
 	return doc.ruleGroups
 }
 
-// Every alert names metrics the worker exports, carries a severity, and
-// links a section of the runbook that exists.
+// aggregatedByNamespaceJob matches an aggregation that keeps the labels
+// locating the problem: by (namespace, job, ...).
+var aggregatedByNamespaceJob = regexp.MustCompile(`\bby\s*\(\s*namespace\s*,\s*job\b`)
+
+// Every alert names metrics the worker exports, is written as the
+// kubernetes-mixin writes alerts (severity critical or warning, a summary
+// and a description, a for:, an expression aggregated by namespace and job
+// unless it is an absent()), and links a section of the runbook that
+// exists.
 func TestAlertRules_MetricsAndRunbookLinks(t *testing.T) {
 	names := exported(t)
 	anchors := runbookAnchors(t)
@@ -137,8 +144,19 @@ func TestAlertRules_MetricsAndRunbookLinks(t *testing.T) {
 		for _, r := range g.Rules {
 			n++
 			checkQuery(t, "alert "+r.Alert, r.Expr, names)
-			if s := r.Labels["severity"]; s != "page" && s != "ticket" {
-				t.Errorf("alert %s: severity %q, want page or ticket", r.Alert, s)
+			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
+				t.Errorf("alert %s: severity %q, want critical or warning", r.Alert, s)
+			}
+			if r.For == "" {
+				t.Errorf("alert %s: no for:, so one bad scrape fires it", r.Alert)
+			}
+			for _, a := range []string{"summary", "description"} {
+				if strings.TrimSpace(r.Annotations[a]) == "" {
+					t.Errorf("alert %s: no %s annotation", r.Alert, a)
+				}
+			}
+			if !strings.HasPrefix(strings.TrimSpace(r.Expr), "absent(") && !aggregatedByNamespaceJob.MatchString(r.Expr) {
+				t.Errorf("alert %s: the expression is not aggregated by (namespace, job, ...): %s", r.Alert, r.Expr)
 			}
 			link, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookURL)
 			if !ok || !anchors[link] {
