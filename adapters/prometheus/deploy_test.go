@@ -177,14 +177,25 @@ func TestAlertRules_PrometheusRuleMatchesRulesFile(t *testing.T) {
 	}
 }
 
-// Every query of the dashboard names metrics the worker exports, and every
-// panel the runbook names (as **Title** panel) is on the dashboard.
+// dashboardSelector is the selector every metric of a dashboard query
+// carries: the namespace and the pods the dashboard's variables pick.
+var dashboardSelector = regexp.MustCompile(`\b(?:notification_worker|process|go)_[a-z0-9_]+\{namespace="\$namespace", pod=~"\$pod"`)
+
+// Every query of the dashboard names metrics the worker exports, each
+// filtered by the namespace and pod variables (so two namespaces, or the
+// pods of a rollout, are not mixed), and every panel the runbook names (as
+// **Title** panel) is on the dashboard.
 func TestDashboard_QueriesAndRunbookPanels(t *testing.T) {
 	b, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dash struct {
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Title   string `json:"title"`
 			Targets []struct {
@@ -195,6 +206,15 @@ func TestDashboard_QueriesAndRunbookPanels(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("%s: %v", dashboardFile, err)
 	}
+	variables := map[string]bool{}
+	for _, v := range dash.Templating.List {
+		variables[v.Name] = true
+	}
+	for _, v := range []string{"datasource", "namespace", "pod"} {
+		if !variables[v] {
+			t.Errorf("%s has no %s variable", dashboardFile, v)
+		}
+	}
 	names := exported(t)
 	titles := map[string]bool{}
 	for _, p := range dash.Panels {
@@ -204,6 +224,15 @@ func TestDashboard_QueriesAndRunbookPanels(t *testing.T) {
 		}
 		for _, q := range p.Targets {
 			checkQuery(t, "panel "+p.Title, q.Expr, names)
+			bare := labelLists.ReplaceAllStringFunc(q.Expr, func(m string) string {
+				if strings.HasPrefix(m, "{") {
+					return m // a selector: keep it, it is what is checked
+				}
+				return ""
+			})
+			if n, filtered := len(metricName.FindAllString(labelLists.ReplaceAllString(q.Expr, ""), -1)), len(dashboardSelector.FindAllString(bare, -1)); n != filtered {
+				t.Errorf("panel %q: %d of its %d metrics are not filtered by {namespace=\"$namespace\", pod=~\"$pod\"}: %s", p.Title, n-filtered, n, q.Expr)
+			}
 		}
 	}
 	runbook, err := os.ReadFile(runbookFile)
