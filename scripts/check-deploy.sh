@@ -17,7 +17,7 @@
 #      against the Prometheus Operator's CRDs, which its Go module ships
 #      (fetched the same way), made strict by scripts/checkdeploy too.
 #   3. deploy/k8s/kustomization.yaml: lists every manifest but the example
-#      Secret, and `kubectl kustomize` output validates too (when kubectl is
+#      Secret and the optional KEDA ScaledObject, and `kubectl kustomize` output validates too (when kubectl is
 #      installed; it is optional).
 #   4. terminationGracePeriodSeconds exceeds SHUTDOWN_TIMEOUT, and the
 #      NetworkPolicy lets the worker reach configmap.yaml's SMTP_PORT.
@@ -134,10 +134,12 @@ listed=$(awk '/^resources:/ {on=1; next} on && /^[^[:space:]-]/ {on=0} on && /^[
 for f in $listed; do
   [ -f "deploy/k8s/$f" ] || die "kustomization.yaml lists $f, which does not exist"
   [ "$f" != secret.example.yaml ] || die "kustomization.yaml must not list secret.example.yaml: its placeholder values would reach the cluster"
+  [ "$f" != keda-scaledobject.yaml ] || die "kustomization.yaml must not list keda-scaledobject.yaml: it is optional, and needs KEDA's CRDs"
 done
 for f in deploy/k8s/*.yaml; do
   b=$(basename "$f")
-  case $b in kustomization.yaml | secret.example.yaml) continue ;; esac
+  # keda-scaledobject.yaml: an optional, commented example (docs/runbook.md, "Scaling").
+  case $b in kustomization.yaml | secret.example.yaml | keda-scaledobject.yaml) continue ;; esac
   grep -qx "$b" <<<"$listed" || die "deploy/k8s/$b is not listed in kustomization.yaml: it would never be applied"
 done
 if command -v kubectl >/dev/null 2>&1; then
