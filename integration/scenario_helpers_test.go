@@ -98,12 +98,12 @@ func (p *peerStack) env(extra ...map[string]string) map[string]string {
 }
 
 // startWorker starts a worker on this stack, logs what runs, and waits
-// until it holds partitions (GET /readyz answers 200).
+// until it holds partitions (GET /readyz answers 200, consumer "assigned").
 func (p *peerStack) startWorker(t *testing.T, start workerStarter, label string, extra ...map[string]string) *integration.Worker {
 	t.Helper()
 	w := start(t, p.env(extra...))
 	t.Logf("worker %s: %s, HTTP on %s", label, w.Impl, w.HTTPAddr)
-	if err := w.WaitReady(60 * time.Second); err != nil {
+	if err := w.WaitAssigned(60 * time.Second); err != nil {
 		t.Fatalf("worker %s: %v", label, err)
 	}
 	return w

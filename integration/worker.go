@@ -294,9 +294,21 @@ func (w *Worker) WaitLog(msg string, count int, timeout time.Duration) ([]map[st
 	}
 }
 
-// WaitReady waits until GET /readyz answers 200: the worker joined its group
-// and its dependencies answer. It gives up early when the worker exits.
+// WaitReady waits until GET /readyz answers 200: the worker joined its
+// group, with or without partitions. It gives up early when the worker exits.
 func (w *Worker) WaitReady(timeout time.Duration) error {
+	return w.waitReadyz(timeout, func(string) bool { return true })
+}
+
+// WaitAssigned waits until GET /readyz answers 200 with the consumer
+// "assigned": the worker holds partitions, so a rebalance its join started
+// has finished. It gives up early when the worker exits.
+func (w *Worker) WaitAssigned(timeout time.Duration) error {
+	return w.waitReadyz(timeout, func(body string) bool { return strings.Contains(body, `"consumer":"assigned"`) })
+}
+
+// waitReadyz polls /readyz until it answers 200 with a body ok accepts.
+func (w *Worker) waitReadyz(timeout time.Duration, ok func(body string) bool) error {
 	deadline := time.Now().Add(timeout)
 	hc := &http.Client{Timeout: time.Second}
 	var last string
@@ -305,7 +317,7 @@ func (w *Worker) WaitReady(timeout time.Duration) error {
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && ok(string(body)) {
 				return nil
 			}
 			last = resp.Status + ": " + strings.TrimSpace(string(body))

@@ -247,11 +247,15 @@ build_worker() {
   # VERSION (from `make image`, else git describe) is linked in as the
   # worker's version: its start-up line and build_info metric show it.
   local version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=auto -ldflags="-s -w -X main.version=$version" \
-    -o bin/notification-worker-linux-amd64 ./cmd/notification-worker
+  # For the engine's own architecture (amd64 or arm64), which the legacy
+  # builder does not pass to the Dockerfile as TARGETARCH by itself.
+  local arch
+  arch=$(docker version -f '{{.Server.Arch}}')
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -buildvcs=auto -ldflags="-s -w -X main.version=$version" \
+    -o "bin/notification-worker-linux-$arch" ./cmd/notification-worker
   cp /etc/ssl/certs/ca-certificates.crt bin/ca-certificates.crt
   # Docker's layer cache makes this a no-op when the binary did not change.
-  docker_build --build-arg "VERSION=$version" -t notification-worker:dev .
+  docker_build --build-arg "VERSION=$version" --build-arg "TARGETOS=linux" --build-arg "TARGETARCH=$arch" -t notification-worker:dev .
 }
 
 targets=("$@")

@@ -17,9 +17,13 @@
 #      against the Prometheus Operator's CRDs, which its Go module ships
 #      (fetched the same way), made strict by scripts/checkdeploy too.
 #   3. deploy/k8s/kustomization.yaml: lists every manifest but the example
-#      Secret, and `kubectl kustomize` output validates too (when kubectl is
+#      Secret and the optional KEDA ScaledObject, and `kubectl kustomize` output validates too (when kubectl is
 #      installed; it is optional).
-#   4. terminationGracePeriodSeconds exceeds SHUTDOWN_TIMEOUT.
+#   4. terminationGracePeriodSeconds exceeds SHUTDOWN_TIMEOUT, and the
+#      NetworkPolicy lets the worker reach configmap.yaml's SMTP_PORT.
+#   5. The worker builds for linux/arm64 as well as linux/amd64 (the
+#      Dockerfile copies the binary of the platform it builds for), and the
+#      Dockerfile hard-codes no architecture.
 #
 # Idempotent; runs as root on a fresh Debian machine with Go. Needs root only
 # to install the compose package. Talks to no network but the package
@@ -39,7 +43,7 @@ kubeconform_version=${KUBECONFORM_VERSION:-v0.8.0}
 k8s_version=${K8S_VERSION:-v1.37.2}
 operator_version=${PROMETHEUS_OPERATOR_VERSION:-v0.89.0}
 # The kinds deploy/k8s uses; a new kind needs its entry here.
-kinds=(StatefulSet.apps/v1 ConfigMap.v1 Service.v1 PodDisruptionBudget.policy/v1 Secret.v1)
+kinds=(StatefulSet.apps/v1 ConfigMap.v1 Service.v1 PodDisruptionBudget.policy/v1 Secret.v1 NetworkPolicy.networking.k8s.io/v1)
 
 say() { printf 'check-deploy: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -130,10 +134,12 @@ listed=$(awk '/^resources:/ {on=1; next} on && /^[^[:space:]-]/ {on=0} on && /^[
 for f in $listed; do
   [ -f "deploy/k8s/$f" ] || die "kustomization.yaml lists $f, which does not exist"
   [ "$f" != secret.example.yaml ] || die "kustomization.yaml must not list secret.example.yaml: its placeholder values would reach the cluster"
+  [ "$f" != keda-scaledobject.yaml ] || die "kustomization.yaml must not list keda-scaledobject.yaml: it is optional, and needs KEDA's CRDs"
 done
 for f in deploy/k8s/*.yaml; do
   b=$(basename "$f")
-  case $b in kustomization.yaml | secret.example.yaml) continue ;; esac
+  # keda-scaledobject.yaml: an optional, commented example (docs/runbook.md, "Scaling").
+  case $b in kustomization.yaml | secret.example.yaml | keda-scaledobject.yaml) continue ;; esac
   grep -qx "$b" <<<"$listed" || die "deploy/k8s/$b is not listed in kustomization.yaml: it would never be applied"
 done
 if command -v kubectl >/dev/null 2>&1; then
@@ -159,5 +165,21 @@ shutdown_s=$(seconds "${shutdown:-30s}") || die "SHUTDOWN_TIMEOUT=$shutdown in c
 [ -n "$grace" ] || die "statefulset.yaml sets no terminationGracePeriodSeconds (the default 30 s does not exceed SHUTDOWN_TIMEOUT's default)"
 [ "$grace" -gt "$shutdown_s" ] ||
   die "terminationGracePeriodSeconds ($grace) must exceed SHUTDOWN_TIMEOUT (${shutdown_s}s), or in-flight sends are killed before they are committed"
+
+smtp_port=$(sed -n 's/^[[:space:]]*SMTP_PORT:[[:space:]]*"\{0,1\}\([0-9]*\)"\{0,1\}[[:space:]]*$/\1/p' deploy/k8s/configmap.yaml)
+if [ -n "$smtp_port" ]; then
+  grep -Eq "^[[:space:]]*- port: $smtp_port$" deploy/k8s/networkpolicy.yaml ||
+    die "networkpolicy.yaml allows no egress to SMTP_PORT ($smtp_port in configmap.yaml): every email would time out"
+fi
+
+# --- 5. both architectures -------------------------------------------------------
+
+grep -Eq '^COPY bin/notification-worker-.*[$][{]TARGETARCH' Dockerfile ||
+  die "Dockerfile does not copy the binary of TARGETARCH (BuildKit sets it per platform): the image would hold one architecture whatever its platform"
+for arch in amd64 arm64; do
+  say "go build ./cmd/... for linux/$arch"
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -o "$work/$arch/" ./cmd/... ||
+    die "./cmd/... does not build for linux/$arch"
+done
 
 say "ok"

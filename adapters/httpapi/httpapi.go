@@ -18,8 +18,9 @@ import (
 
 // Config configures Handler.
 type Config struct {
-	// Ready reports whether the worker should receive work: for the worker,
-	// joined to its group and holding partitions. Required.
+	// Ready reports whether the process is in service: for the worker, a
+	// member of its consumer group (holding partitions or not) and not
+	// wedged. Required.
 	Ready func() bool
 	// Status returns the state of each part, shown in /readyz's body
 	// beside "ready" (e.g. "consumer": "assigned", "store": "open-circuit").

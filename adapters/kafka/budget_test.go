@@ -251,7 +251,7 @@ func TestConsumer_RevokedPartitionsGiveBackTheirBytes(t *testing.T) {
 	}))
 	// Both members hold partitions: the first one's stuck calls were
 	// cancelled at the revoke.
-	waitFor(t, 30*time.Second, "both members assigned", func() bool { return first.c.Ready() && second.c.Ready() })
+	waitFor(t, 30*time.Second, "both members assigned", func() bool { return first.c.Assigned() > 0 && second.c.Assigned() > 0 })
 	close(unstuck)
 
 	waitFor(t, 60*time.Second, "every record handled", func() bool {

@@ -32,6 +32,7 @@ type Consumer struct {
 	cfg       Config
 	running   atomic.Bool
 	assigned  atomic.Int32 // partitions in the current session
+	joined    atomic.Bool  // between a session's Setup and its Cleanup
 	dlqHealth *deadLetterHealth
 	run       atomic.Pointer[runState] // the current Run's; nil between Runs
 }
@@ -46,16 +47,22 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	return &Consumer{cfg: cfg, dlqHealth: newDeadLetterHealth(DeadLetterUnreadyAfter)}, nil
 }
 
-// Ready reports whether the consumer joined its group and holds at least one
-// partition. It is false during an eager rebalance, which lasts about a
-// heartbeat interval plus the time records in hand take to finish (a
-// cooperative one leaves it true while a partition is kept), and while a
-// partition has been failing to write a dead letter for
-// DeadLetterUnreadyAfter (its commit is stuck behind that record), and
-// while the consumer is Wedged.
+// Ready reports whether the consumer is a member of its group's current
+// generation, with or without partitions: a member the group gave none
+// (more members than partitions) is a working spare, which takes
+// partitions at the next rebalance. It is false before the first join,
+// between sessions (an eager rebalance, which lasts about a heartbeat
+// interval plus the time records in hand take to finish; a cooperative one
+// keeps the session), while a partition has been failing to write a dead
+// letter for DeadLetterUnreadyAfter (its commit is stuck behind that
+// record), and while the consumer is Wedged.
 func (c *Consumer) Ready() bool {
-	return c.assigned.Load() > 0 && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
+	return c.joined.Load() && !c.dlqHealth.stuck(time.Now()) && !c.Wedged()
 }
+
+// Assigned returns how many partitions the consumer holds now: 0 between
+// Runs, between sessions, and while the group gives it none.
+func (c *Consumer) Assigned() int { return int(c.assigned.Load()) }
 
 // Lag returns the lag of the partitions this member holds, summed: for
 // each, its high-water mark minus the group's committed offset, as last
@@ -128,6 +135,7 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 	}
 	defer p.close(log)
 	defer c.assigned.Store(0)
+	defer c.joined.Store(false)
 
 	run := &runState{
 		cfg:       cfg,
@@ -333,6 +341,7 @@ func (g *groupHandler) logAssigned(sess sarama.ConsumerGroupSession) {
 // Cleanup when the member leaves.
 func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	g.logAssigned(sess)
+	g.consumer.joined.Store(true)
 
 	done := make(chan struct{})
 	g.commitDone = done
@@ -343,6 +352,10 @@ func (g *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 		for {
 			select {
 			case <-sess.Context().Done():
+				// The session is ending (a rebalance, a shutdown): not a
+				// member until the next Setup, though records in hand may
+				// still be finishing.
+				g.consumer.joined.Store(false)
 				return
 			case <-t.C:
 				sess.Commit()

@@ -60,8 +60,10 @@
 //   - On shutdown or revoke, no new record starts; records in hand get
 //     ShutdownTimeout to finish with a live context, then their context is
 //     cancelled and whatever did not finish is left for replay.
-//   - Ready is false between sessions (during a rebalance) and before the
-//     first assignment.
+//   - Ready is true while the consumer is a member of the group's current
+//     session, whether or not it holds partitions (a member beyond the
+//     partition count is a spare, and Ready); it is false before the
+//     first join and between sessions (an eager rebalance).
 //   - A handler still running abandonGrace (1s) after its context was
 //     cancelled is abandoned (handlers_abandoned) but keeps its handling
 //     slot until it returns. While abandoned calls hold all MaxInFlight

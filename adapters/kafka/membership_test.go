@@ -113,9 +113,9 @@ func TestConsumer_StaticMemberRestartKeepsPartitions(t *testing.T) {
 			cfgA, _ := member("worker-a")
 			cfgB, logsB := member("worker-b")
 			a := MustRun(t, cfgA, seen.handler("a"))
-			waitFor(t, 20*time.Second, "a to hold partitions", a.c.Ready)
+			waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 			b := MustRun(t, cfgB, seen.handler("b"))
-			waitFor(t, 20*time.Second, "b to hold partitions", b.c.Ready)
+			waitFor(t, 20*time.Second, "b to hold partitions", func() bool { return b.c.Assigned() > 0 })
 			first := round(t, topic, partitions, "first")
 			MustPublish(t, brokers, topic, first...)
 			waitFor(t, 20*time.Second, "the first round handled", func() bool { return seen.handled(first) })
@@ -145,7 +145,7 @@ func TestConsumer_StaticMemberRestartKeepsPartitions(t *testing.T) {
 				}
 			}
 			a2 := MustRun(t, cfgA, seen.handler("a2"))
-			waitFor(t, 20*time.Second, "the restarted a to hold partitions", a2.c.Ready)
+			waitFor(t, 20*time.Second, "the restarted a to hold partitions", func() bool { return a2.c.Assigned() > 0 })
 			second := round(t, topic, partitions, "second")
 			MustPublish(t, brokers, topic, second...)
 			waitFor(t, 20*time.Second, "the rest handled", func() bool { return seen.handled(gap) && seen.handled(second) })
@@ -255,7 +255,7 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 			held := &heldCalls{running: map[int32]bool{}, cancelled: map[int32]bool{}}
 
 			a := MustRun(t, cfg, held.handler(seen.handler("a")))
-			waitFor(t, 20*time.Second, "a to hold partitions", a.c.Ready)
+			waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 			MustPublish(t, brokers, topic, round(t, topic, partitions, "hold")...)
 			waitFor(t, 20*time.Second, "a call held on every partition", func() bool {
 				running, _ := held.state()
@@ -282,7 +282,7 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 			}
 
 			b := MustRun(t, cfg, seen.handler("b"))
-			waitFor(t, 30*time.Second, "b to hold partitions", b.c.Ready)
+			waitFor(t, 30*time.Second, "b to hold partitions", func() bool { return b.c.Assigned() > 0 })
 			// b handles the held records of the partitions it took, half of
 			// them with two members: replayed.
 			waitFor(t, 30*time.Second, "b to handle the records of the half it took over", func() bool {
@@ -353,9 +353,9 @@ func TestConsumer_MigrationFromRangeMixedGroups(t *testing.T) {
 			cfgB.RebalanceStrategy = tt.second
 			seen := newSeenBy()
 			a := MustRun(t, cfgA, seen.handler("a"))
-			waitFor(t, 20*time.Second, "a to hold partitions", a.c.Ready)
+			waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 			b := MustRun(t, cfgB, seen.handler("b"))
-			waitFor(t, 30*time.Second, "both members to hold partitions", func() bool { return a.c.Ready() && b.c.Ready() })
+			waitFor(t, 30*time.Second, "both members to hold partitions", func() bool { return a.c.Assigned() > 0 && b.c.Assigned() > 0 })
 			msgs := numbered(200, "m", distinctKeys)
 			MustPublish(t, brokers, topic, msgs...)
 			waitFor(t, 30*time.Second, "every record handled", func() bool { return seen.handled(msgs) })
@@ -377,7 +377,7 @@ func TestConsumer_MigrationFromRangeMixedGroups(t *testing.T) {
 		cfgB, logsB := testConfig(brokers, topic)
 		cfgB.RebalanceStrategy = kafka.StrategyCooperativeSticky
 		a := MustRun(t, cfgA, ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
-		waitFor(t, 20*time.Second, "a to hold partitions", a.c.Ready)
+		waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 		MustRun(t, cfgB, ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
 		waitFor(t, 20*time.Second, "b's join to be refused", func() bool {
 			return strings.Contains(logsB.String(), `"msg":"consume_failed"`) && strings.Contains(logsB.String(), "protocol")

@@ -99,7 +99,7 @@ func TestConsumer_RebalanceLosesNothingSendsNothingTwice(t *testing.T) {
 	MustPublish(t, brokers, topic, batch(perBatch)...)
 	// ...and after it, so member b has work of its own however fast member
 	// a got through the first batches.
-	waitFor(t, 10*time.Second, "member b assigned", rcB.c.Ready)
+	waitFor(t, 10*time.Second, "member b assigned", func() bool { return rcB.c.Assigned() > 0 })
 	for i := 2; i <= 3; i++ {
 		MustPublish(t, brokers, topic, batch(i*perBatch)...)
 	}
@@ -116,7 +116,7 @@ func TestConsumer_RebalanceLosesNothingSendsNothingTwice(t *testing.T) {
 		return all
 	}
 	waitFor(t, 20*time.Second, "every record handled", func() bool { return len(handledByAny()) == total })
-	waitFor(t, 10*time.Second, "both members ready", func() bool { return rcA.c.Ready() && rcB.c.Ready() })
+	waitFor(t, 10*time.Second, "both members holding partitions", func() bool { return rcA.c.Assigned() > 0 && rcB.c.Assigned() > 0 })
 	rcB.MustStop(t, 10*time.Second)
 	rcA.MustStop(t, 10*time.Second)
 

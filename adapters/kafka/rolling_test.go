@@ -196,7 +196,7 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 			}
 			waitFor(t, 30*time.Second, "every worker to hold partitions", func() bool {
 				for _, r := range running {
-					if !r.c.Ready() {
+					if r.c.Assigned() == 0 {
 						return false
 					}
 				}
@@ -271,7 +271,7 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 				running[i].MustStop(t, 20*time.Second)
 				time.Sleep(restartGap) // the pod restarting: a duration simulated, not a condition
 				running[i] = MustRun(t, configs[i], ledger.handler(fmt.Sprintf("w%d", i)))
-				waitFor(t, 30*time.Second, "the restarted worker to hold partitions", running[i].c.Ready)
+				waitFor(t, 30*time.Second, "the restarted worker to hold partitions", func() bool { return running[i].c.Assigned() > 0 })
 				time.Sleep(settle) // let the group run with it before the next restart
 				for p, d := range ledger.stoodNow() {
 					if others[p] && d > before[p] {

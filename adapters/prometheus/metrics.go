@@ -111,7 +111,7 @@ func New() *Metrics {
 		}),
 		storeUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "store_unavailable_total",
-			Help: "Idempotency store calls that failed or timed out, including those refused by an open circuit breaker.",
+			Help: "Idempotency store calls that failed or timed out, by operation (claim, record, release), including those refused by an open circuit breaker; calls the worker cancelled itself (shutdown) are not counted.",
 		}, []string{"operation"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "records_dead_lettered_total",
@@ -129,7 +129,7 @@ func New() *Metrics {
 		}, []string{"channel"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "consumer_lag",
-			Help: "Records between a partition's high-water mark and the group's committed offset, read from the broker every few seconds whether or not records finish; 0 once this worker gives the partition up.",
+			Help: "Records between a partition's high-water mark and the group's committed offset (what a restart would replay), read from the broker every few seconds for each partition this worker holds, whether or not records finish; 0 once this worker gives the partition up, so sum across replicas with max by (topic, partition).",
 		}, []string{"topic", "partition"}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "handler_panics_total",

@@ -34,10 +34,11 @@ const httpShutdownTimeout = 5 * time.Second
 
 // The consumer's state, as /readyz shows it.
 const (
-	consumerAssigned   = "assigned"   // in the group, holding partitions: ready
-	consumerUnassigned = "unassigned" // running, but joining, rebalancing, or given no partition
-	consumerStopped    = "stopped"    // Run not started, or returned
-	consumerWedged     = "wedged"     // hung handler calls stop the worker: not live
+	consumerAssigned = "assigned" // in the group, holding partitions: ready
+	consumerSpare    = "spare"    // in the group, given no partition (more replicas than partitions): ready
+	consumerJoining  = "joining"  // running, not in the group yet, or between sessions of a rebalance: not ready
+	consumerStopped  = "stopped"  // Run not started, or returned
+	consumerWedged   = "wedged"   // hung handler calls stop the worker: not live
 )
 
 // storeOpenCircuit is /readyz's "store" while the circuit breaker refuses
@@ -327,10 +328,12 @@ func (m *Main) status() map[string]string {
 	switch {
 	case !m.Live():
 		consumer = consumerWedged
-	case m.Ready():
+	case m.Ready() && m.consumer.Assigned() > 0:
 		consumer = consumerAssigned
+	case m.Ready():
+		consumer = consumerSpare
 	case m.running.Load():
-		consumer = consumerUnassigned
+		consumer = consumerJoining
 	}
 	store := m.metrics.StoreStatus()
 	if m.breaker != nil && m.breaker.State() == breaker.StateOpen {
@@ -371,7 +374,10 @@ func (m *Main) shutdownDeadline() time.Time {
 	return from.Add(m.Config.ShutdownTimeout)
 }
 
-// Ready reports whether the worker has joined its group and holds partitions.
+// Ready reports whether the worker is a member of its consumer group, with
+// or without partitions, and is not wedged (kafka.Consumer.Ready): what a
+// readiness probe asks, so that a replica beyond the partition count does
+// not hold up a rollout or count against a PodDisruptionBudget.
 func (m *Main) Ready() bool { return m.consumer != nil && m.consumer.Ready() }
 
 // Live reports whether the worker can make progress: false once a handler

@@ -384,7 +384,7 @@ func (r *registry) printStores(w io.Writer) {
 		if ok1 && ok2 {
 			fmt.Fprintf(w, " %s at p50 and %s at p99", overhead(oneRed.percentile(50), oneMem.percentile(50)), overhead(oneRed.percentile(99), oneMem.percentile(99)))
 		}
-		fmt.Fprintln(w, ". The RFC measured +4 ms p99 for the Redis round trip.")
+		fmt.Fprintln(w, ".")
 	}
 }
 

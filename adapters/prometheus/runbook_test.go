@@ -1,0 +1,83 @@
+package prometheus_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/harborlight/notification-worker/adapters/prometheus"
+)
+
+var update = flag.Bool("update", false, "rewrite the metric list of ../../docs/runbook.md from the registry")
+
+const (
+	metricsBegin      = "<!-- metrics:begin -->"
+	metricsEnd        = "<!-- metrics:end -->"
+	metricsUpdateHint = "go test ./adapters/prometheus -run TestRunbookMetricList -update"
+)
+
+// renderMetricList renders the worker's own metrics (those prefixed
+// prometheus.Namespace, not the Go and process collectors') as the
+// runbook's Markdown table: name, type, label names and help, in the order
+// Gather returns them (sorted by name).
+func renderMetricList(families []*dto.MetricFamily) string {
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	var b strings.Builder
+	b.WriteString("<!-- Generated from the metrics registry (adapters/prometheus): change a metric's help there, then run `" + metricsUpdateHint + "`. -->\n\n")
+	b.WriteString("| metric | type | labels | meaning |\n|---|---|---|---|\n")
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), prometheus.Namespace+"_") {
+			continue
+		}
+		var labels []string
+		for _, series := range f.GetMetric() {
+			for _, l := range series.GetLabel() {
+				if name := "`" + l.GetName() + "`"; !slices.Contains(labels, name) {
+					labels = append(labels, name)
+				}
+			}
+		}
+		typ := strings.ToLower(f.GetType().String())
+		b.WriteString("| `" + f.GetName() + "` | " + typ + " | " + strings.Join(labels, ", ") + " | " + cell(f.GetHelp()) + " |\n")
+	}
+	return b.String()
+}
+
+// TestRunbookMetricList fails when the runbook's metric list (between its
+// metrics markers) is not what the registry exports, so that the list an
+// operator reads cannot drift from /metrics: a metric added, renamed or
+// removed, a label or a help text changed. With -update it rewrites that
+// section, and only it.
+func TestRunbookMetricList(t *testing.T) {
+	runbook, err := os.ReadFile(runbookFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := bytes.Index(runbook, []byte(metricsBegin))
+	end := bytes.Index(runbook, []byte(metricsEnd))
+	if begin < 0 || end < begin {
+		t.Fatalf("%s: want the markers %s and %s, in that order", runbookFile, metricsBegin, metricsEnd)
+	}
+	start := begin + len(metricsBegin)
+	got := string(runbook[start:end])
+	want := "\n" + renderMetricList(gatherAll(t))
+	if *update {
+		if got == want {
+			return
+		}
+		out := append(append(append([]byte{}, runbook[:start]...), want...), runbook[end:]...)
+		if err := os.WriteFile(runbookFile, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote the metric list of %s", runbookFile)
+		return
+	}
+	if got != want {
+		t.Errorf("%s: the metric list differs from what the registry exports; run\n\t%s\n--- runbook ---\n%s\n--- registry ---\n%s", runbookFile, metricsUpdateHint, got, want)
+	}
+}
