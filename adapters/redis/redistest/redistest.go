@@ -124,6 +124,23 @@ func (s *Server) MustClient(tb testing.TB, db int) rueidis.Client {
 	return c
 }
 
+// MustFill writes n keys without a TTL of size bytes each, named
+// "tenant:<i>", through c in one batch: another tenant's data, filling the
+// server's memory. It fails tb on any refused write.
+func MustFill(tb testing.TB, ctx context.Context, c rueidis.Client, n, size int) {
+	tb.Helper()
+	value := strings.Repeat("x", size)
+	cmds := make(rueidis.Commands, 0, n)
+	for i := range n {
+		cmds = append(cmds, c.B().Set().Key("tenant:"+strconv.Itoa(i)).Value(value).Build())
+	}
+	for _, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			tb.Fatalf("redistest: co-tenant SET: %v", err)
+		}
+	}
+}
+
 // Kill kills the server (SIGKILL) and waits for it to exit: clients see their
 // connections reset and new ones refused.
 func (s *Server) Kill(tb testing.TB) {
