@@ -61,7 +61,18 @@
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
 // (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
 // (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
-// above); the Release script itself runs GET and DEL, which ACL checks too.
+// above), WAIT with Config.MinReplicas and WAITAOF with Config.WaitAOF;
+// the Release script itself runs GET and DEL, which ACL checks too.
+//
+// # Replicas and Sentinel
+//
+// Redis replicates asynchronously: a write the primary acknowledged is lost
+// when the primary dies before a replica copied it, and a replay then finds
+// no record. Config.MinReplicas makes each claim and record wait for that
+// many replicas (WAIT on the same connection, right after the write; see
+// acked) and fail, rather than succeed silently, when they do not answer
+// in time. Config.SentinelAddrs and SentinelMaster find the primary
+// through Redis Sentinel, and follow its failovers.
 // A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
 // +set +get +del +evalsha +eval +ping" is enough on a standalone server
 // (tested); New's self-check fails when the other prefix is not readable.
@@ -205,6 +216,34 @@ type Config struct {
 	// host. Setting it with a redis:// URL is an error: it would silently
 	// connect in plain text.
 	TLSConfig *tls.Config
+	// MinReplicas, when above 0, makes every write of a claim (a fresh
+	// claim or a takeover) and of a record return only once that many
+	// replicas acknowledged it (WAIT, on the connection that wrote it,
+	// within what is left of the call's Timeout); short of that the call
+	// fails with an error wrapping ErrNotReplicated (see acked). A fresh
+	// claim that fell short is released first. Zero: the primary's word is
+	// enough, and a failover may lose the last writes.
+	MinReplicas int
+	// WaitAOF makes the acknowledgement WAITAOF 0 MinReplicas: each replica
+	// has written the write to its AOF and fsynced it. It needs Redis >= 7.2
+	// on every node (New fails with ErrNoWaitAOF otherwise) and MinReplicas
+	// above 0.
+	WaitAOF bool
+	// SentinelAddrs and SentinelMaster, set together, find the primary
+	// through Redis Sentinel: the Sentinels at SentinelAddrs (host:port)
+	// name the primary of the master set SentinelMaster, and the store
+	// follows a failover they announce. URL then gives the scheme (rediss
+	// means TLS, to the Sentinels too, with TLSConfig when set), the user,
+	// password and database of the data nodes; its host is not dialled,
+	// but is the TLS server name every node is checked against unless
+	// TLSConfig names another. A URL naming more than
+	// one address (a Cluster's "?addr=" seeds) is refused with them.
+	SentinelAddrs  []string
+	SentinelMaster string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// themselves, when they require it.
+	SentinelUsername string
+	SentinelPassword string
 }
 
 // MaxRing is the most slots New gives a connection's ring: Config.MaxUnanswered
@@ -277,6 +316,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("redis: empty URL")
 	}
+	if err := cfg.checkReplicas(); err != nil {
+		return nil, err
+	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
@@ -298,6 +340,9 @@ func New(cfg Config) (*Store, error) {
 		}
 		opt.TLSConfig = tc
 	}
+	if err := cfg.sentinel(&opt); err != nil {
+		return nil, err
+	}
 	tune(&opt)
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -305,6 +350,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{client: client, cfg: cfg, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
+	defer cancel()
+	if err := s.checkWaitAOF(ctx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
@@ -530,6 +581,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // them: clocks apart by more than a lease's slack make a claim look
 // abandoned early, or late.
 //
+// With Config.MinReplicas, a claim the SET or the takeover wrote is
+// acknowledged by that many replicas before Claim reports it (see acked);
+// short of that, Claim returns an error wrapping ErrNotReplicated and no
+// claim: the caller must not send on it. A fresh claim is released first;
+// a takeover is left in place (its key would otherwise lose the abandoned
+// claim's lease), and the next Claim past its lease takes it over.
+//
 // An error does not prove the claim was not made: a command cut short by the
 // timeout may already be on its way, and run when a slow server catches up.
 // Such a claim is harmless: the caller's Record overwrites it, Release
@@ -542,15 +600,22 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	now := time.Now()
 	mine, px := encodeClaim(token, now, ttl), ttl+s.keep
-	if !s.cfg.ReadBoth {
-		return s.claimed(ctx, k, s.do(ctx, s.claimCmd(k, mine, px)), mine, px, now)
-	}
+	cmds := rueidis.Commands{s.claimCmd(k, mine, px)}
 	other := s.cfg.otherKey(key)
+	if s.cfg.ReadBoth {
+		cmds = append(cmds, s.client.B().Get().Key(other).Build())
+	}
 	bctx, cancel := s.bound(ctx)
-	res := s.client.DoMulti(bctx, s.claimCmd(k, mine, px), s.client.B().Get().Key(other).Build())
+	res, ackErr := s.acked(bctx, cmds...)
 	cancel()
 	c, err := s.claimed(ctx, k, res[0], mine, px, now)
-	if err != nil {
+	if err == nil && c.State == ports.Claimed && ackErr != nil {
+		// Ours on the primary only: give it back, so that a retry finds
+		// the key free rather than an unknown worker's claim.
+		_ = s.Release(ctx, key, token)
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ackErr)
+	}
+	if err != nil || !s.cfg.ReadBoth {
 		return c, err
 	}
 	return s.other(ctx, key, token, other, res[1], c, now)
@@ -620,8 +685,25 @@ func (s *Store) other(ctx context.Context, key, token, other string, res rueidis
 func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Duration, prev ports.Lease) (ports.Claim, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	res := takeoverScript.Exec(ctx, s.client, []string{k}, []string{old, mine, strconv.FormatInt(ms(px), 10)})
+	args := []string{old, mine, strconv.FormatInt(ms(px), 10)}
+	var res rueidis.RedisResult
+	var ackErr error
+	if s.cfg.MinReplicas == 0 {
+		res = takeoverScript.Exec(ctx, s.client, []string{k}, args)
+	} else {
+		// The script in full (EVAL), since its WAIT must follow it on the
+		// same connection: an EVALSHA answered NOSCRIPT would need a
+		// second round trip, and a second WAIT.
+		var rs []rueidis.RedisResult
+		rs, ackErr = s.acked(ctx, s.client.B().Eval().Script(takeoverLua).Numkeys(1).Key(k).Arg(args...).Build())
+		res = rs[0]
+	}
 	if n, err := res.AsInt64(); err == nil && n == 1 {
+		if ackErr != nil {
+			// Not released: the key would lose the abandoned claim's
+			// lease, which the next takeover reconciles from.
+			return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", k, ackErr)
+		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
 	now, err := res.ToString()
@@ -650,15 +732,27 @@ func (s *Store) claimCmd(k, value string, px time.Duration) rueidis.Completed {
 
 // Record implements ports.IdempotencyStore: SET key <record> PX <ttl>,
 // with the record in Config.Format (values.go). A plain SET is idempotent, so rueidis may retry it after a
-// connection error within the timeout.
+// connection error within the timeout (not when it is acknowledged: see
+// below).
+//
+// With Config.MinReplicas, Record returns nil only once that many replicas
+// acknowledged the record (see acked), and otherwise an error wrapping
+// ErrNotReplicated, though the primary may hold the record: the caller
+// keeps it owed and writes it again, which is harmless.
 func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis record %s: %w", k, err)
 	}
 	cmd := s.client.B().Set().Key(k).Value(encodeRecord(s.cfg.Format, r)).PxMilliseconds(ms(ttl)).Build().ToRetryable()
-	if err := s.do(ctx, cmd).Error(); err != nil {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, ackErr := s.acked(ctx, cmd)
+	if err := res[0].Error(); err != nil {
 		return fmt.Errorf("redis record %s: %w", k, err)
+	}
+	if ackErr != nil {
+		return fmt.Errorf("redis record %s: %w", k, ackErr)
 	}
 	return nil
 }

@@ -1,0 +1,273 @@
+package redis_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
+)
+
+// TestStoreContract_MinReplicas runs the store contract with every write
+// acknowledged by a replica, through both of acked's paths: standalone
+// here, Cluster in TestClusterFailover.
+func TestStoreContract_MinReplicas(t *testing.T) {
+	primary := redistest.MustStart(t)
+	redistest.MustStartReplica(t, primary)
+	raw := primary.MustClient(t, 0)
+	for name, cfg := range map[string]redis.Config{
+		"Compact":          {Format: redis.Compact, CompactPrefix: "r:", MinReplicas: 1},
+		"CompactReadsBoth": {Format: redis.Compact, CompactPrefix: "rb:", KeyPrefix: "replicas-b:", ReadBoth: true, MinReplicas: 1},
+	} {
+		cfg.URL = primary.URL()
+		// Each call acknowledged on a pooled connection of its own: the
+		// suite's concurrent calls dial them at once, which under the race
+		// detector on two shared cores took more than 200 ms.
+		cfg.Timeout = 5 * time.Second
+		t.Run(name, func(t *testing.T) { storetest.Run(t, contractHarness(cfg, raw)) })
+	}
+}
+
+// TestMinReplicas: with replication held back, a claim, a takeover and a
+// record each fail with ErrNotReplicated within their timeout, never a
+// silent success; once replication flows, each returns with its write on
+// the replica.
+func TestMinReplicas(t *testing.T) {
+	primary := redistest.MustStart(t)
+	replica, link := redistest.MustStartReplica(t, primary)
+	onPrimary, onReplica := primary.MustClient(t, 0), replica.MustClient(t, 0)
+	// A budget the server's 100 ms timer leaves room in: see
+	// TestMinReplicas_ShortBudget for a short one.
+	const timeout = time.Second
+	cfg := redis.Config{URL: primary.URL(), Timeout: timeout, MinReplicas: 1, CompactPrefix: "mr:"}
+	s := MustStore(t, cfg)
+	ctx := testCtx(t)
+	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
+
+	// within runs f and fails the test when it took past the timeout.
+	within := func(what string, f func() error) error {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		if took := time.Since(start); took > timeout+margin {
+			t.Errorf("%s took %v, want at most %v", what, took, timeout+margin)
+		}
+		return err
+	}
+
+	t.Run("HeldBack", func(t *testing.T) {
+		// An abandoned claim to take over below: its lease is long past.
+		abandoned := uniqueKey(t)
+		if _, err := s.Claim(ctx, abandoned, "dead", time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+
+		link.Hold()
+		defer link.Release()
+
+		k := uniqueKey(t)
+		err := within("Claim", func() error { _, err := s.Claim(ctx, k, "tok", time.Minute); return err })
+		if !errors.Is(err, redis.ErrNotReplicated) {
+			t.Fatalf("Claim with replication held back: %v, want ErrNotReplicated", err)
+		}
+		// The claim was given back: a retry finds the key free.
+		if v, ok := MustGet(t, onPrimary, cfg.Key(k)); ok {
+			t.Errorf("key after a claim that fell short holds %q, want it released", v)
+		}
+
+		c, err := s.Claim(ctx, abandoned, "taker", time.Minute)
+		if !errors.Is(err, redis.ErrNotReplicated) {
+			t.Fatalf("takeover with replication held back: %+v, %v, want ErrNotReplicated", c, err)
+		}
+
+		r := uniqueKey(t)
+		err = within("Record", func() error { return s.Record(ctx, r, receipt, time.Hour) })
+		if !errors.Is(err, redis.ErrNotReplicated) {
+			t.Fatalf("Record with replication held back: %v, want ErrNotReplicated", err)
+		}
+		if _, ok := MustGet(t, onReplica, cfg.Key(r)); ok {
+			t.Fatalf("the replica has the record: replication was not held back")
+		}
+	})
+
+	t.Run("Flowing", func(t *testing.T) {
+		k := uniqueKey(t)
+		if c, err := s.Claim(ctx, k, "tok", time.Minute); err != nil || c.State != ports.Claimed {
+			t.Fatalf("Claim: %+v, %v", c, err)
+		}
+		if _, ok := MustGet(t, onReplica, cfg.Key(k)); !ok {
+			t.Errorf("claim acknowledged but not on the replica")
+		}
+		if err := s.Record(ctx, k, receipt, time.Hour); err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		if v, _ := MustGet(t, onReplica, cfg.Key(k)); v == "" || v[0] == 'p' {
+			t.Errorf("record acknowledged, but the replica holds %q", v)
+		}
+	})
+}
+
+// TestMinReplicas_ShortBudget: with the default 200 ms budget and
+// replication held back, a claim and a record fail within the budget
+// (plus the margin), with ErrNotReplicated or the deadline's error.
+func TestMinReplicas_ShortBudget(t *testing.T) {
+	primary := redistest.MustStart(t)
+	_, link := redistest.MustStartReplica(t, primary)
+	s := MustStore(t, redis.Config{URL: primary.URL(), Timeout: timeout, MinReplicas: 1})
+	ctx := testCtx(t)
+	link.Hold()
+	defer link.Release()
+	for name, call := range map[string]func() error{
+		"Claim": func() error { _, err := s.Claim(ctx, uniqueKey(t), "tok", time.Minute); return err },
+		"Record": func() error {
+			return s.Record(ctx, uniqueKey(t), ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour)
+		},
+	} {
+		start := time.Now()
+		err := call()
+		if took := time.Since(start); took > timeout+margin {
+			t.Errorf("%s took %v, want at most %v", name, took, timeout+margin)
+		}
+		if err == nil {
+			t.Errorf("%s with replication held back succeeded", name)
+		}
+	}
+}
+
+// TestMinReplicas_NoReplica: a primary with no replica at all cannot
+// acknowledge, so every write fails, and New still starts (a replica may
+// come later).
+func TestMinReplicas_NoReplica(t *testing.T) {
+	primary := redistest.MustStart(t)
+	s := MustStore(t, redis.Config{URL: primary.URL(), Timeout: timeout, MinReplicas: 1})
+	err := s.Record(testCtx(t), uniqueKey(t), ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour)
+	if !errors.Is(err, redis.ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("Record without a replica: %v, want ErrNotReplicated, 0 of 1", err)
+	}
+}
+
+// TestWaitAOF_Refused: Redis 7.0 has no WAITAOF, and New says so rather
+// than failing every write.
+func TestWaitAOF_Refused(t *testing.T) {
+	primary := redistest.MustStart(t)
+	c := primary.MustClient(t, 0)
+	if err := c.Do(testCtx(t), c.B().Waitaof().Numlocal(0).Numreplicas(0).Timeout(1).Build()).Error(); err == nil {
+		t.Skip("this redis-server has WAITAOF")
+	}
+	_, err := redis.New(redis.Config{URL: primary.URL(), MinReplicas: 1, WaitAOF: true})
+	if !errors.Is(err, redis.ErrNoWaitAOF) {
+		t.Fatalf("New with WaitAOF on Redis < 7.2: %v, want ErrNoWaitAOF", err)
+	}
+}
+
+func TestReplicaConfigRefused(t *testing.T) {
+	for name, cfg := range map[string]redis.Config{
+		"NegativeMinReplicas":    {MinReplicas: -1},
+		"WaitAOFWithoutReplicas": {WaitAOF: true},
+		"SentinelAddrsOnly":      {SentinelAddrs: []string{"127.0.0.1:1"}},
+		"SentinelMasterOnly":     {SentinelMaster: "m"},
+		"SentinelPasswordOnly":   {SentinelPassword: "x"},
+		"SentinelWithClusterSeeds": {
+			SentinelAddrs: []string{"127.0.0.1:1"}, SentinelMaster: "m",
+			URL: "redis://127.0.0.1:1?addr=127.0.0.1:2",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if cfg.URL == "" {
+				cfg.URL = "redis://127.0.0.1:1"
+			}
+			if s, err := redis.New(cfg); err == nil {
+				s.Close()
+				t.Fatalf("New(%+v) succeeded", cfg)
+			}
+		})
+	}
+}
+
+// TestSentinelFailover: the primary dies while its replica lags, and the
+// Sentinels promote the replica. Every record the store reported written
+// must still be there for a replay, or the replay sends it again. With
+// MinReplicas 1 none is lost (the records written while replication was
+// held back failed, and a caller keeps them owed); with 0 the test logs
+// how many were lost, each a message a replay sends twice.
+func TestSentinelFailover(t *testing.T) {
+	for _, n := range []int{1, 0} {
+		t.Run(fmt.Sprintf("MinReplicas=%d", n), func(t *testing.T) {
+			primary := redistest.MustStart(t)
+			replica, link := redistest.MustStartReplica(t, primary)
+			sentinels := redistest.MustStartSentinels(t, 3, "idem", primary, 1)
+			s := MustStore(t, redis.Config{
+				URL: "redis://ignored:1", SentinelAddrs: sentinels.Addrs(), SentinelMaster: "idem",
+				Timeout: timeout, MinReplicas: n,
+			})
+			lost, owed := failover(t, s, link.Hold, func() {
+				primary.Kill(t)
+				link.Cut()
+				sentinels.MustWaitPrimary(t, replica, 60*time.Second)
+			})
+			switch {
+			case n > 0 && lost > 0:
+				t.Errorf("%d records reported written were gone after the failover: a replay sends each again", lost)
+			case n == 0 && lost == 0:
+				t.Errorf("no record lost without acknowledgement: the rig did not hold replication back")
+			case n == 0:
+				t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of the records written while the replica lagged were lost in the failover; a replay sends each of them twice", lost)
+			}
+			t.Logf("owed (the store refused them, the caller writes them again): %d", owed)
+		})
+	}
+}
+
+// failover writes records (a claim, then a record, per key, as the worker
+// does) before and after hold, then runs kill, then claims every key
+// again through s once it answers: a key whose Record succeeded and that
+// is free again was lost.
+func failover(t *testing.T, s *redis.Store, hold, kill func()) (lost, owed int) {
+	t.Helper()
+	ctx := testCtx(t)
+	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
+	recorded := map[string]bool{}
+	write := func(n int) {
+		for range n {
+			k := uniqueKey(t)
+			// Whatever the claim answers, the message goes out (a worker
+			// failing open sends on an error too); then its record.
+			_, _ = s.Claim(ctx, k, "first", time.Minute)
+			if err := s.Record(ctx, k, receipt, time.Hour); err != nil {
+				owed++
+				continue
+			}
+			recorded[k] = true
+		}
+	}
+	write(20)
+	hold()
+	write(20)
+	kill()
+	first := true
+	for k := range recorded {
+		var c ports.Claim
+		var err error
+		if first {
+			// The store follows the Sentinels' announcement of the new
+			// primary: wait for it.
+			waitFor(t, 30*time.Second, "a claim on the new primary", func() error {
+				c, err = s.Claim(ctx, k, "replay", time.Minute)
+				return err
+			})
+			first = false
+		} else if c, err = s.Claim(ctx, k, "replay", time.Minute); err != nil {
+			t.Fatalf("replay claim: %v", err)
+		}
+		if c.State != ports.AlreadySent {
+			lost++
+		}
+	}
+	return lost, owed
+}
