@@ -97,6 +97,13 @@ type Config struct {
 		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
+		MinReplicas     int           // IDEMPOTENCY_MIN_REPLICAS
+		WaitAOF         bool          // IDEMPOTENCY_WAIT_AOF
+		// SentinelAddrs and SentinelMaster are both set or both empty.
+		SentinelAddrs    []string // REDIS_SENTINEL_ADDRS
+		SentinelMaster   string   // REDIS_SENTINEL_MASTER
+		SentinelUsername string   // REDIS_SENTINEL_USERNAME
+		SentinelPassword Secret   // REDIS_SENTINEL_PASSWORD
 	}
 	// MaxEventAge and MaxEventAgeByType: MAX_EVENT_AGE, and
 	// MAX_EVENT_AGE_OVERRIDES by event type (nil when unset).
@@ -221,6 +228,12 @@ func (c Config) LogValue() slog.Value {
 			slog.Int("breaker_failures", i.BreakerFailures),
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
 			slog.Int("ledger_size", i.LedgerSize),
+			slog.Int("min_replicas", i.MinReplicas),
+			slog.Bool("wait_aof", i.WaitAOF),
+			slog.String("sentinel_addrs", strings.Join(i.SentinelAddrs, ",")),
+			slog.String("sentinel_master", i.SentinelMaster),
+			slog.String("sentinel_username", i.SentinelUsername),
+			slog.Any("sentinel_password", i.SentinelPassword),
 		),
 		slog.Group("twilio",
 			slog.Bool("enabled", c.TwilioEnabled()),

@@ -137,7 +137,7 @@ func (s *Store) checkWaitAOF(ctx context.Context) error {
 		switch {
 		case err == nil:
 		case isRedis && strings.Contains(strings.ToLower(re.Error()), "unknown command"):
-			return fmt.Errorf("%w: %s answered %v", ErrNoWaitAOF, addr, err)
+			return fmt.Errorf("%w: %s answered %v; unset IDEMPOTENCY_WAIT_AOF, or upgrade every node", ErrNoWaitAOF, addr, err)
 		case isRedis && strings.Contains(strings.ToLower(re.Error()), "replica"):
 		default:
 			return fmt.Errorf("WAITAOF on %s: %w", addr, err)

@@ -185,6 +185,13 @@ func storeConfig(c config.Config) (redis.Config, error) {
 		ReadBoth:      i.ReadBothFormats,
 		Timeout:       i.Timeout,
 		KeepAbandoned: i.TTL,
+		MinReplicas:   i.MinReplicas,
+		WaitAOF:       i.WaitAOF,
+
+		SentinelAddrs:    i.SentinelAddrs,
+		SentinelMaster:   i.SentinelMaster,
+		SentinelUsername: i.SentinelUsername,
+		SentinelPassword: i.SentinelPassword.Reveal(),
 	}, nil
 }
 
