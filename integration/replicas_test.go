@@ -95,6 +95,8 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 		return got >= total, fmt.Sprintf("%d of %d replayed notifications handled", got, total)
 	})
 
+	t.Logf("first worker: %d idempotency_check_unavailable, %d idempotency_record_failed; replay: %d notification_sent, %d duplicate_suppressed",
+		w.Count("idempotency_check_unavailable"), w.Count("idempotency_record_failed"), w2.Count("notification_sent"), w2.Count("duplicate_suppressed"))
 	counts := rig.SMSCount(ctx)
 	twice, lost := 0, 0
 	for _, p := range append(append([]string{}, firstPhones...), secondPhones...) {
