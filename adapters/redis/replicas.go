@@ -37,12 +37,13 @@ const (
 	serverTick     = 100 * time.Millisecond
 )
 
-// acked sends cmds and, with Config.MinReplicas > 0, a WAIT (WAITAOF with
-// Config.WaitAOF) right after them on the same connection, and returns
-// cmds' answers and the acknowledgement's outcome: nil when MinReplicas is
-// 0 or enough replicas acknowledged everything the connection had written,
-// else an error wrapping ErrNotReplicated. The caller judges the
-// acknowledgement only when its write was applied.
+// acked sends write, then reads, and with Config.MinReplicas > 0 a WAIT
+// (WAITAOF with Config.WaitAOF) right after write on the same connection,
+// and returns the answers to write and reads, in that order, and the
+// acknowledgement's outcome: nil when MinReplicas is 0 or enough replicas
+// acknowledged everything the connection had written, else an error
+// wrapping ErrNotReplicated. The caller judges the acknowledgement only
+// when its write was applied. reads must not write.
 //
 // WAIT counts the replicas that acknowledged the writes of the connection it
 // is sent on, so it must follow the write on that connection. rueidis sends
@@ -50,37 +51,52 @@ const (
 // of its own, in order, rather than on the shared pipeline: that holds on a
 // standalone server and through Sentinel. On Redis Cluster a DoMulti would
 // follow a MOVED for the write alone, leaving the WAIT on the old node, so
-// the commands go on a dedicated connection to the node owning the key's
-// slot instead, where a MOVED is an error, not followed.
+// the write and its WAIT go on a dedicated connection to the node owning
+// the write's slot instead, where a MOVED is an error, not followed; the
+// reads, whose keys may be in other slots (a dedicated connection refuses
+// them: rueidis panics), go out at the same time on the shared pipeline.
 //
 // The WAIT's timeout is what is left of ctx's deadline (the call's
 // budget), times waitReplyShare, less serverTick, and at least 1 ms (0
 // would block forever). Below about 150 ms left, a WAIT that falls short
 // may be answered past the deadline, and the call fails with the
 // deadline's error instead of ErrNotReplicated: an error all the same.
-func (s *Store) acked(ctx context.Context, cmds ...rueidis.Completed) ([]rueidis.RedisResult, error) {
+func (s *Store) acked(ctx context.Context, write rueidis.Completed, reads ...rueidis.Completed) ([]rueidis.RedisResult, error) {
 	if s.cfg.MinReplicas == 0 {
-		if len(cmds) == 1 {
-			return []rueidis.RedisResult{s.client.Do(ctx, cmds[0])}, nil
+		if len(reads) == 0 {
+			return []rueidis.RedisResult{s.client.Do(ctx, write)}, nil
 		}
-		return s.client.DoMulti(ctx, cmds...), nil
+		return s.client.DoMulti(ctx, append(rueidis.Commands{write}, reads...)...), nil
 	}
 	wait := s.timeout
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
 	waitMs := max(1, int64(time.Duration(float64(wait)*waitReplyShare)-serverTick)/int64(time.Millisecond))
-	all := append(cmds[:len(cmds):len(cmds)], s.waitCmd(s.client.B(), waitMs))
+	waitCmd := s.waitCmd(s.client.B(), waitMs)
 	var res []rueidis.RedisResult
 	if s.client.Mode() == rueidis.ClientModeCluster {
+		var rr []rueidis.RedisResult
+		done := make(chan struct{})
+		if len(reads) > 0 {
+			go func() {
+				defer close(done)
+				rr = s.client.DoMulti(ctx, reads...)
+			}()
+		} else {
+			close(done)
+		}
 		_ = s.client.Dedicated(func(c rueidis.DedicatedClient) error {
-			res = c.DoMulti(ctx, all...)
+			res = c.DoMulti(ctx, write, waitCmd)
 			return nil
 		})
-	} else {
-		res = s.client.DoMulti(ctx, all...)
+		<-done
+		ack := res[1]
+		return append(res[:1], rr...), s.replicated(ack, time.Duration(waitMs)*time.Millisecond)
 	}
-	return res[:len(cmds)], s.replicated(res[len(cmds)], time.Duration(waitMs)*time.Millisecond)
+	res = s.client.DoMulti(ctx, append(rueidis.Commands{write}, append(reads, waitCmd)...)...)
+	n := 1 + len(reads)
+	return res[:n], s.replicated(res[n], time.Duration(waitMs)*time.Millisecond)
 }
 
 // waitCmd is the acknowledgement Config asks for, bounded by waitMs.

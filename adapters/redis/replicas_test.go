@@ -23,8 +23,16 @@ func TestStoreContract_MinReplicas(t *testing.T) {
 		for i := range c.Nodes {
 			c.MustAddReplica(t, i)
 		}
-		cfg := redis.Config{URL: c.URL(), CompactPrefix: "rc:", MinReplicas: 1, Timeout: 5 * time.Second}
-		storetest.Run(t, contractHarness(cfg, c.MustClient(t)))
+		raw := c.MustClient(t)
+		for name, cfg := range map[string]redis.Config{
+			"Compact": {Format: redis.Compact, CompactPrefix: "rc:"},
+			// The other format's key is in another slot, most likely on
+			// another node: its GET cannot share the WAIT's connection.
+			"CompactReadsBoth": {Format: redis.Compact, CompactPrefix: "rcb:", KeyPrefix: "replicas-cb:", ReadBoth: true},
+		} {
+			cfg.URL, cfg.MinReplicas, cfg.Timeout = c.URL(), 1, 5*time.Second
+			t.Run(name, func(t *testing.T) { storetest.Run(t, contractHarness(cfg, raw)) })
+		}
 	})
 	primary := redistest.MustStart(t)
 	redistest.MustStartReplica(t, primary)
@@ -292,7 +300,8 @@ func TestClusterFailover(t *testing.T) {
 			for i := range c.Nodes {
 				replicas[i] = c.MustAddReplica(t, i)
 			}
-			s := MustStore(t, redis.Config{URL: c.URL(), Timeout: time.Second, MinReplicas: n})
+			// As deployed: reading both formats, whose GET is in another slot.
+			s := MustStore(t, redis.Config{URL: c.URL(), Timeout: time.Second, MinReplicas: n, ReadBoth: true})
 			// The replay reads what survived: a claim on a key that lost
 			// its record writes one, which no replica can acknowledge
 			// now that the promoted node has none.

@@ -600,13 +600,13 @@ func (s *Store) Claim(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	now := time.Now()
 	mine, px := encodeClaim(token, now, ttl), ttl+s.keep
-	cmds := rueidis.Commands{s.claimCmd(k, mine, px)}
+	var reads rueidis.Commands
 	other := s.cfg.otherKey(key)
 	if s.cfg.ReadBoth {
-		cmds = append(cmds, s.client.B().Get().Key(other).Build())
+		reads = rueidis.Commands{s.client.B().Get().Key(other).Build()}
 	}
 	bctx, cancel := s.bound(ctx)
-	res, ackErr := s.acked(bctx, cmds...)
+	res, ackErr := s.acked(bctx, s.claimCmd(k, mine, px), reads...)
 	cancel()
 	c, err := s.claimed(ctx, k, res[0], mine, px, now)
 	if err == nil && c.State == ports.Claimed && ackErr != nil {
