@@ -63,6 +63,12 @@
 // (Release), and PING, plus CLUSTER SLOTS or SHARDS on Cluster (see
 // above), WAIT with Config.MinReplicas and WAITAOF with Config.WaitAOF;
 // the Release script itself runs GET and DEL, which ACL checks too.
+// A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
+// +set +get +del +evalsha +eval +ping" is enough on a standalone server
+// (tested); New's self-check fails when the other prefix is not readable.
+// With Config.MinReplicas the user needs "+wait" too, and "+waitaof" with
+// Config.WaitAOF (New fails without it); neither was tried with an ACL
+// user, nor were Sentinels requiring one.
 //
 // # Replicas and Sentinel
 //
@@ -73,9 +79,6 @@
 // acked) and fail, rather than succeed silently, when they do not answer
 // in time. Config.SentinelAddrs and SentinelMaster find the primary
 // through Redis Sentinel, and follow its failovers.
-// A user restricted to "~<prefix>* ~<other prefix>* +@connection +select
-// +set +get +del +evalsha +eval +ping" is enough on a standalone server
-// (tested); New's self-check fails when the other prefix is not readable.
 package redis
 
 import (
