@@ -101,6 +101,13 @@ type Config struct {
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 		AllowEviction   bool          // IDEMPOTENCY_ALLOW_EVICTION
+		MinReplicas     int           // IDEMPOTENCY_MIN_REPLICAS
+		WaitAOF         bool          // IDEMPOTENCY_WAIT_AOF
+		// SentinelAddrs and SentinelMaster are both set or both empty.
+		SentinelAddrs    []string // REDIS_SENTINEL_ADDRS
+		SentinelMaster   string   // REDIS_SENTINEL_MASTER
+		SentinelUsername string   // REDIS_SENTINEL_USERNAME
+		SentinelPassword Secret   // REDIS_SENTINEL_PASSWORD
 	}
 	// MaxEventAge and MaxEventAgeByType: MAX_EVENT_AGE, and
 	// MAX_EVENT_AGE_OVERRIDES by event type (nil when unset).
@@ -235,6 +242,12 @@ func (c Config) LogValue() slog.Value {
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
 			slog.Int("ledger_size", i.LedgerSize),
 			slog.Bool("allow_eviction", i.AllowEviction),
+			slog.Int("min_replicas", i.MinReplicas),
+			slog.Bool("wait_aof", i.WaitAOF),
+			slog.String("redis_sentinel_addrs", strings.Join(i.SentinelAddrs, ",")),
+			slog.String("redis_sentinel_master", i.SentinelMaster),
+			slog.String("redis_sentinel_username", i.SentinelUsername),
+			slog.Any("redis_sentinel_password", i.SentinelPassword),
 		),
 		slog.Group("twilio",
 			slog.Bool("enabled", c.TwilioEnabled()),

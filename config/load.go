@@ -182,6 +182,41 @@ func (l *loader) idempotency(c *Config) {
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
 	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
 	i.AllowEviction = l.boolean("IDEMPOTENCY_ALLOW_EVICTION")
+	i.MinReplicas = l.intIn("IDEMPOTENCY_MIN_REPLICAS", 0, 100)
+	i.WaitAOF = l.boolean("IDEMPOTENCY_WAIT_AOF")
+	if i.WaitAOF && i.MinReplicas == 0 {
+		l.fail("IDEMPOTENCY_WAIT_AOF", "needs IDEMPOTENCY_MIN_REPLICAS above 0: WAITAOF waits for that many replicas' fsync")
+	}
+	l.sentinel(c)
+}
+
+// sentinel reads the REDIS_SENTINEL_* variables: the Sentinels and their
+// master set come together, with REDIS_URL, and without Cluster seeds.
+func (l *loader) sentinel(c *Config) {
+	i := &c.Idempotency
+	i.SentinelAddrs = l.hostPorts("REDIS_SENTINEL_ADDRS")
+	i.SentinelMaster = l.str("REDIS_SENTINEL_MASTER")
+	i.SentinelUsername = l.str("REDIS_SENTINEL_USERNAME")
+	i.SentinelPassword = Secret(l.str("REDIS_SENTINEL_PASSWORD"))
+	addrs, master := l.set("REDIS_SENTINEL_ADDRS"), l.set("REDIS_SENTINEL_MASTER")
+	switch {
+	case addrs && !master:
+		l.fail("REDIS_SENTINEL_MASTER", "required with REDIS_SENTINEL_ADDRS: set both REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER, or neither")
+	case master && !addrs:
+		l.fail("REDIS_SENTINEL_ADDRS", "required with REDIS_SENTINEL_MASTER: set both REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER, or neither")
+	case !addrs && !master:
+		for _, n := range []string{"REDIS_SENTINEL_USERNAME", "REDIS_SENTINEL_PASSWORD"} {
+			if l.set(n) {
+				l.fail(n, "set, but REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER are not: it authenticates to the Sentinels")
+			}
+		}
+		return
+	}
+	if !l.set("REDIS_URL") {
+		l.fail("REDIS_URL", "required with REDIS_SENTINEL_ADDRS: its scheme (rediss for TLS), user, password and database apply to the primary the Sentinels name; its host is not dialled")
+	} else if u, err := url.Parse(l.value("REDIS_URL")); err == nil && u.Query().Has("addr") {
+		l.fail("REDIS_SENTINEL_ADDRS", "cannot be used with Redis Cluster seeds (?addr=) in REDIS_URL: Sentinel names one primary; use one or the other")
+	}
 }
 
 // eventAge reads MAX_EVENT_AGE and its overrides, once c.Idempotency is

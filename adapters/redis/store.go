@@ -60,14 +60,18 @@
 //
 // The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
 // (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
-// (Release and the takeovers), PING, and INFO (the store's watch over the
-// server, below), plus CLUSTER SLOTS or SHARDS on Cluster (see above); the
+// (Release and the takeovers), PING, INFO (the store's watch over the
+// server, below), WAIT with Config.MinReplicas and WAITAOF with
+// Config.WaitAOF, plus CLUSTER SLOTS or SHARDS on Cluster (see above); the
 // scripts themselves run GET, SET and DEL, which ACL checks too. A user
 // restricted to "~<prefix>* ~<other prefix>* +@connection +select +set
 // +get +del +evalsha +eval +ping +info" is enough on a standalone server
 // (tested); New's self-check fails when the other prefix is not readable,
 // and New fails when INFO is refused. INFO, not CONFIG GET, is what the
 // store reads the server's settings with: an ACL user rarely has CONFIG.
+// With Config.MinReplicas the user needs "+wait" too, and "+waitaof" with
+// Config.WaitAOF (New fails without it); neither was tried with an ACL
+// user, nor were Sentinels requiring one.
 //
 // # Eviction and resets
 //
@@ -78,9 +82,20 @@
 // maxmemory-policy can evict its keys, unless told to accept it; evictions
 // while running are logged and reported; and a primary that restarted
 // without the store's marker keys is reported as a reset (health.go).
+//
+// # Replicas and Sentinel
+//
+// Redis replicates asynchronously: a write the primary acknowledged is lost
+// when the primary dies before a replica copied it, and a replay then finds
+// no record. Config.MinReplicas makes each claim and record wait for that
+// many replicas (WAIT on the same connection, right after the write; see
+// acked) and fail, rather than succeed silently, when they do not answer
+// in time. Config.SentinelAddrs and SentinelMaster find the primary
+// through Redis Sentinel, and follow its failovers.
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
@@ -240,6 +255,34 @@ type Config struct {
 	// Health configures the store's watch over the server: eviction and
 	// resets (health.go).
 	Health HealthConfig
+	// MinReplicas, when above 0, makes every write of a claim (a fresh
+	// claim or a takeover) and of a record return only once that many
+	// replicas acknowledged it (WAIT, on the connection that wrote it,
+	// within what is left of the call's Timeout); short of that the call
+	// fails with an error wrapping ErrNotReplicated (see acked). A fresh
+	// claim that fell short is released first. Zero: the primary's word is
+	// enough, and a failover may lose the last writes.
+	MinReplicas int
+	// WaitAOF makes the acknowledgement WAITAOF 0 MinReplicas: each replica
+	// has written the write to its AOF and fsynced it. It needs Redis >= 7.2
+	// on every node (New fails with ErrNoWaitAOF otherwise) and MinReplicas
+	// above 0.
+	WaitAOF bool
+	// SentinelAddrs and SentinelMaster, set together, find the primary
+	// through Redis Sentinel: the Sentinels at SentinelAddrs (host:port)
+	// name the primary of the master set SentinelMaster, and the store
+	// follows a failover they announce. URL then gives the scheme (rediss
+	// means TLS, to the Sentinels too, with TLSConfig when set), the user,
+	// password and database of the data nodes; its host is not dialled,
+	// but is the TLS server name every node is checked against unless
+	// TLSConfig names another. A URL naming more than
+	// one address (a Cluster's "?addr=" seeds) is refused with them.
+	SentinelAddrs  []string
+	SentinelMaster string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// themselves, when they require it.
+	SentinelUsername string
+	SentinelPassword string
 }
 
 // MaxRing is the most slots New gives a connection's ring: Config.MaxUnanswered
@@ -317,6 +360,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("redis: empty URL")
 	}
+	if err := cfg.checkReplicas(); err != nil {
+		return nil, err
+	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
@@ -338,6 +384,9 @@ func New(cfg Config) (*Store, error) {
 		}
 		opt.TLSConfig = tc
 	}
+	if err := cfg.sentinel(&opt); err != nil {
+		return nil, err
+	}
 	tune(&opt)
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -345,6 +394,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{client: client, cfg: cfg, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
+	defer cancel()
+	if err := s.checkWaitAOF(ctx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
@@ -579,6 +634,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // them: clocks apart by more than a lease's slack make a claim look
 // abandoned early, or late.
 //
+// With Config.MinReplicas, a claim the SET or the takeover wrote is
+// acknowledged by that many replicas before Claim reports it (see acked);
+// short of that, Claim returns an error wrapping ErrNotReplicated and no
+// claim: the caller must not send on it. A fresh claim is released first;
+// a takeover is left in place (its key would otherwise lose the abandoned
+// claim's lease), and the next Claim past its lease takes it over.
+//
 // An error does not prove the claim was not made: a command cut short by the
 // timeout may already be on its way, and run when a slow server catches up.
 // Such a claim is harmless: the caller's Record overwrites it, Release
@@ -591,20 +653,27 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 	}
 	now := time.Now()
 	mine, px := newClaim(token, digest, now, ttl), ttl+s.keep
-	if !s.cfg.ReadBoth {
-		return s.claimed(ctx, k, s.do(ctx, s.claimCmd(k, mine.encode(), px)), mine, px, now)
-	}
+	var reads rueidis.Commands
 	other := s.cfg.otherKey(key)
+	if s.cfg.ReadBoth {
+		reads = rueidis.Commands{s.client.B().Get().Key(other).Build()}
+	}
 	bctx, cancel := s.bound(ctx)
-	res := s.client.DoMulti(bctx, s.claimCmd(k, mine.encode(), px), s.client.B().Get().Key(other).Build())
+	res, ackErr := s.acked(bctx, s.claimCmd(k, mine.encode(), px), reads...)
 	cancel()
-	if abandoned(res[0], now) {
+	if s.cfg.ReadBoth && abandoned(res[0], now) {
 		if o, err := otherDecides(other, res[1], now); err != nil || o.State != 0 {
 			return o, err
 		}
 	}
 	c, err := s.claimed(ctx, k, res[0], mine, px, now)
-	if err != nil {
+	if err == nil && c.State == ports.Claimed && ackErr != nil {
+		// Ours on the primary only: give it back, so that a retry finds
+		// the key free rather than an unknown worker's claim.
+		_ = s.Release(ctx, key, token)
+		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ackErr)
+	}
+	if err != nil || !s.cfg.ReadBoth {
 		return c, err
 	}
 	return s.other(ctx, key, k, other, res[1], c, mine, px, now)
@@ -733,17 +802,24 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, prev ports.Lease, mine claimValue, px time.Duration) (ports.Claim, error) {
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
-	inherit := func() {
-		_ = takeoverScript.Exec(bctx, s.client, []string{k}, []string{mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10)}).Error()
+	inherit := func() error {
+		res, ackErr := s.script(bctx, takeoverScript, takeoverLua, k, mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10))
+		return cmp.Or(res.Error(), ackErr)
 	}
-	res := takeAwayScript.Exec(bctx, s.client, []string{other}, []string{old})
+	res, ackErr := s.script(bctx, takeAwayScript, takeAwayLua, other, old)
 	if n, err := res.AsInt64(); err == nil && n == 1 {
-		inherit()
+		inheritErr := inherit()
+		if ackErr != nil || errors.Is(inheritErr, ErrNotReplicated) {
+			// Not acknowledged: after a failover the abandoned claim
+			// may be back under other, or our claim without its
+			// history. Not sent on, as for a takeover of our own key.
+			return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, cmp.Or(ackErr, inheritErr))
+		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
 	now, err := res.ToString()
 	if err != nil && !rueidis.IsRedisNil(err) {
-		inherit()
+		_ = inherit()
 		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, err)
 	}
 	_ = s.Release(ctx, key, mine.token)
@@ -759,12 +835,30 @@ func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, pr
 	return c, nil
 }
 
+// script runs sc, whose source is src, on key with args, and with
+// Config.MinReplicas its acknowledgement, as acked reports it. With
+// MinReplicas the script goes in full (EVAL), since its WAIT must follow it
+// on the same connection: an EVALSHA answered NOSCRIPT would need a second
+// round trip, and a second WAIT.
+func (s *Store) script(ctx context.Context, sc *rueidis.Lua, src, key string, args ...string) (rueidis.RedisResult, error) {
+	if s.cfg.MinReplicas == 0 {
+		return sc.Exec(ctx, s.client, []string{key}, args), nil
+	}
+	res, ackErr := s.acked(ctx, s.client.B().Eval().Script(src).Numkeys(1).Key(key).Arg(args...).Build())
+	return res[0], ackErr
+}
+
 // takeOver replaces the abandoned claim old (whose lease is prev) by mine.
 func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Duration, prev ports.Lease) (ports.Claim, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	res := takeoverScript.Exec(ctx, s.client, []string{k}, []string{old, mine, strconv.FormatInt(ms(px), 10)})
+	res, ackErr := s.script(ctx, takeoverScript, takeoverLua, k, old, mine, strconv.FormatInt(ms(px), 10))
 	if n, err := res.AsInt64(); err == nil && n == 1 {
+		if ackErr != nil {
+			// Not released: the key would lose the abandoned claim's
+			// lease, which the next takeover reconciles from.
+			return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", k, ackErr)
+		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
 	now, err := res.ToString()
@@ -793,15 +887,27 @@ func (s *Store) claimCmd(k, value string, px time.Duration) rueidis.Completed {
 
 // Record implements ports.IdempotencyStore: SET key <record> PX <ttl>,
 // with the record in Config.Format (values.go). A plain SET is idempotent, so rueidis may retry it after a
-// connection error within the timeout.
+// connection error within the timeout (not when it is acknowledged: see
+// below).
+//
+// With Config.MinReplicas, Record returns nil only once that many replicas
+// acknowledged the record (see acked), and otherwise an error wrapping
+// ErrNotReplicated, though the primary may hold the record: the caller
+// keeps it owed and writes it again, which is harmless.
 func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis record %s: %w", k, err)
 	}
 	cmd := s.client.B().Set().Key(k).Value(encodeRecord(s.cfg.Format, r)).PxMilliseconds(ms(ttl)).Build().ToRetryable()
-	if err := s.do(ctx, cmd).Error(); err != nil {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, ackErr := s.acked(ctx, cmd)
+	if err := res[0].Error(); err != nil {
 		return fmt.Errorf("redis record %s: %w", k, err)
+	}
+	if ackErr != nil {
+		return fmt.Errorf("redis record %s: %w", k, ackErr)
 	}
 	return nil
 }

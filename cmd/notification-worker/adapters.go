@@ -135,6 +135,11 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 			Reason: "the Redis primary " + evicting.Node + " has " + evicting.Reason(),
 		}}, LogFormat: m.Config.LogFormat}
 	}
+	if errors.Is(err, redis.ErrNoWaitAOF) {
+		return nil, &config.Error{Problems: []config.Problem{{
+			Var: "IDEMPOTENCY_WAIT_AOF", Value: "true", Reason: err.Error(),
+		}}, LogFormat: m.Config.LogFormat}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +172,13 @@ func storeConfig(c config.Config) (redis.Config, error) {
 		Timeout:       i.Timeout,
 		KeepAbandoned: i.TTL,
 		Health:        redis.HealthConfig{AllowEviction: i.AllowEviction},
+		MinReplicas:   i.MinReplicas,
+		WaitAOF:       i.WaitAOF,
+
+		SentinelAddrs:    i.SentinelAddrs,
+		SentinelMaster:   i.SentinelMaster,
+		SentinelUsername: i.SentinelUsername,
+		SentinelPassword: i.SentinelPassword.Reveal(),
 	}, nil
 }
 

@@ -133,6 +133,7 @@ func (r *registry) print(w io.Writer) {
 	fmt.Fprintln(w, "a rate runs from the first record reaching the handler to the last measured record finishing.")
 	r.printConcurrency(w)
 	r.printStores(w)
+	r.printReplicas(w)
 	r.printOutage(w)
 	r.printKeys(w)
 	r.printTwilio(w)

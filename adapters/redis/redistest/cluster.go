@@ -175,3 +175,76 @@ func (c *Cluster) settled(ctx context.Context, clients []rueidis.Client) error {
 	}
 	return nil
 }
+
+// MustAddReplica starts a cluster node, joins it to c as a replica of
+// Nodes[i] (CLUSTER MEET, CLUSTER REPLICATE) and waits until it is in sync
+// and every node lists it in CLUSTER SLOTS, where a client learns of it.
+// Extra args go to the replica, as in MustStart. It is stopped when tb
+// ends.
+func (c *Cluster) MustAddReplica(tb testing.TB, i int, args ...string) *Server {
+	tb.Helper()
+	r := newServer(tb, append([]string{"--cluster-node-timeout", "1000"}, args...))
+	r.cluster = true
+	r.mustStartFree(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*startWithin)
+	defer cancel()
+	rc := r.MustClient(tb, 0)
+	primary := c.Nodes[i]
+	meet := rc.B().Arbitrary("CLUSTER", "MEET").Args("127.0.0.1", strconv.Itoa(primary.Port), strconv.Itoa(primary.busPort)).Build()
+	if err := rc.Do(ctx, meet).Error(); err != nil {
+		tb.Fatalf("redistest: CLUSTER MEET %s from %s: %v", primary.Addr(), r.Addr(), err)
+	}
+	id := c.MustNodeID(tb, i)
+	for {
+		// The replica must know the primary before it can replicate it.
+		err := rc.Do(ctx, rc.B().Arbitrary("CLUSTER", "REPLICATE").Args(id).Build()).Error()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("redistest: CLUSTER REPLICATE %s on %s: %v", id, r.Addr(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		info, err := rc.Do(ctx, rc.B().Info().Section("replication").Build()).ToString()
+		listed := err == nil && strings.Contains(info, "master_link_status:up")
+		for _, n := range c.Nodes {
+			if !listed {
+				break
+			}
+			nc := n.MustClient(tb, 0)
+			slots, err := nc.Do(ctx, nc.B().ClusterSlots().Build()).ToAny()
+			listed = err == nil && strings.Contains(fmt.Sprint(slots), strconv.Itoa(r.Port))
+		}
+		if listed {
+			return r
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("redistest: replica %s of %s not in sync and listed within %v: %v", r.Addr(), primary.Addr(), 3*startWithin, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// MustWaitClusterPrimary waits until r is a primary and every node in nodes
+// reports cluster_state:ok.
+func MustWaitClusterPrimary(tb testing.TB, r *Server, nodes []*Server, within time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for _, n := range append([]*Server{r}, nodes...) {
+		nc := n.MustClient(tb, 0)
+		for {
+			repl, err1 := nc.Do(ctx, nc.B().Info().Section("replication").Build()).ToString()
+			info, err2 := nc.Do(ctx, nc.B().ClusterInfo().Build()).ToString()
+			if err1 == nil && err2 == nil && strings.Contains(info, "cluster_state:ok") && (n != r || strings.Contains(repl, "role:master")) {
+				break
+			}
+			if ctx.Err() != nil {
+				tb.Fatalf("redistest: %s not a primary of a cluster in state ok within %v (%v, %v)", r.Addr(), within, err1, err2)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

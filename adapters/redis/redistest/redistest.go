@@ -49,6 +49,7 @@ type Server struct {
 	args      []string
 	clientTLS *tls.Config // nil: plain TCP
 	cluster   bool        // a Redis Cluster node (see MustStartCluster)
+	conf      string      // a Sentinel's config file (see MustStartSentinels)
 	busPort   int         // its cluster bus port, probed with Port
 
 	mu        sync.Mutex
@@ -238,6 +239,10 @@ func (s *Server) startLocked() error {
 		args = append(args, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(s.busPort))
+	}
+	if s.conf != "" {
+		// redis-server wants the config file first.
+		args = append([]string{s.conf, "--sentinel"}, args...)
 	}
 	args = append(args, s.args...)
 	logPath := filepath.Join(s.dir, "redis.log")

@@ -1,0 +1,229 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Link is a TCP relay between a replica and its primary, so a test can hold
+// replication back: while held, what the primary sends is kept in the
+// relay, where the replica does not see it; Cut drops it for good, as a
+// primary's death would. (Stopping the replica process would not do: the
+// kernel keeps what the primary wrote in the replica's socket, and a
+// resumed replica reads it even after the primary died.)
+type Link struct {
+	ln      net.Listener
+	primary string
+
+	mu    sync.Mutex
+	held  bool
+	cut   bool
+	conns []net.Conn
+	wake  *sync.Cond
+}
+
+// Addr is where the replica connects: "127.0.0.1:<port>".
+func (l *Link) Addr() string { return l.ln.Addr().String() }
+
+// Hold stops passing the primary's bytes on to the replica.
+func (l *Link) Hold() { l.mu.Lock(); l.held = true; l.mu.Unlock() }
+
+// Release passes on what was held, and what comes next.
+func (l *Link) Release() {
+	l.mu.Lock()
+	l.held = false
+	l.wake.Broadcast()
+	l.mu.Unlock()
+}
+
+// Cut drops what was held and closes the link for good: the replica never
+// sees those bytes, and cannot reconnect through it.
+func (l *Link) Cut() {
+	l.mu.Lock()
+	l.cut = true
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.wake.Broadcast()
+	l.mu.Unlock()
+	_ = l.ln.Close()
+}
+
+func newLink(tb testing.TB, primary string) *Link {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: link listen: %v", err)
+	}
+	l := &Link{ln: ln, primary: primary}
+	l.wake = sync.NewCond(&l.mu)
+	tb.Cleanup(l.Cut)
+	go l.accept()
+	return l
+}
+
+func (l *Link) accept() {
+	for {
+		down, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", l.primary)
+		l.mu.Lock()
+		if err != nil || l.cut {
+			l.mu.Unlock()
+			_ = down.Close()
+			if up != nil {
+				_ = up.Close()
+			}
+			continue
+		}
+		l.conns = append(l.conns, down, up)
+		l.mu.Unlock()
+		go func() { _, _ = io.Copy(up, down); _ = up.Close() }()
+		go l.relay(down, up)
+	}
+}
+
+// relay copies the primary's bytes (from up) to the replica (down), keeping
+// them while the link is held.
+func (l *Link) relay(down, up net.Conn) {
+	defer down.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := up.Read(buf)
+		l.mu.Lock()
+		for l.held && !l.cut {
+			l.wake.Wait()
+		}
+		cut := l.cut
+		l.mu.Unlock()
+		if cut {
+			return
+		}
+		if n > 0 {
+			if _, werr := down.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// MustStartReplica starts a redis-server replicating primary through a
+// Link, and waits until the replica is in sync (master_link_status:up).
+func MustStartReplica(tb testing.TB, primary *Server, args ...string) (*Server, *Link) {
+	tb.Helper()
+	l := newLink(tb, primary.Addr())
+	host, port, _ := net.SplitHostPort(l.Addr())
+	r := MustStart(tb, append([]string{"--replicaof", host, port}, args...)...)
+	c := r.MustClient(tb, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+	defer cancel()
+	for {
+		info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r, l
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("redistest: replica %s of %s not in sync within %v: %v\n%s", r.Addr(), primary.Addr(), startWithin, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Sentinels are Redis Sentinel processes watching one master set.
+type Sentinels struct {
+	Nodes  []*Server
+	Master string
+}
+
+// MustStartSentinels starts n Sentinels (redis-server --sentinel) watching
+// primary as master set master, with a quorum of n/2+1 and a primary
+// declared down after 1 s of silence, and waits until each knows the
+// others and replicas replicas of primary.
+func MustStartSentinels(tb testing.TB, n int, master string, primary *Server, replicas int) *Sentinels {
+	tb.Helper()
+	ss := &Sentinels{Master: master}
+	for range n {
+		s := newServer(tb, nil)
+		s.conf = filepath.Join(s.dir, "sentinel.conf")
+		conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
+			"sentinel down-after-milliseconds %[1]s 1000\n"+
+			"sentinel failover-timeout %[1]s 10000\n", master, primary.Port, n/2+1)
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			tb.Fatalf("redistest: sentinel config: %v", err)
+		}
+		s.mustStartFree(tb)
+		ss.Nodes = append(ss.Nodes, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*startWithin)
+	defer cancel()
+	for _, s := range ss.Nodes {
+		c := s.MustClient(tb, 0)
+		for {
+			peers, err1 := c.Do(ctx, c.B().Arbitrary("SENTINEL", "SENTINELS").Args(master).Build()).ToArray()
+			reps, err2 := c.Do(ctx, c.B().Arbitrary("SENTINEL", "REPLICAS").Args(master).Build()).ToArray()
+			if err1 == nil && err2 == nil && len(peers) == n-1 && len(reps) == replicas {
+				break
+			}
+			if ctx.Err() != nil {
+				tb.Fatalf("redistest: sentinel %s: knows %d of %d peers and %d of %d replicas (%v, %v)", s.Addr(), len(peers), n-1, len(reps), replicas, err1, err2)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return ss
+}
+
+// Addrs are the Sentinels' "127.0.0.1:<port>" addresses.
+func (ss *Sentinels) Addrs() []string {
+	a := make([]string, len(ss.Nodes))
+	for i, s := range ss.Nodes {
+		a[i] = s.Addr()
+	}
+	return a
+}
+
+// MustWaitPrimary waits until every Sentinel names want as the master
+// set's primary, and want says it is one (role:master).
+func (ss *Sentinels) MustWaitPrimary(tb testing.TB, want *Server, within time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	wc := want.MustClient(tb, 0)
+	for _, s := range ss.Nodes {
+		c := s.MustClient(tb, 0)
+		for {
+			addr, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(ss.Master).Build()).AsStrSlice()
+			if err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(want.Port) {
+				break
+			}
+			if ctx.Err() != nil {
+				tb.Fatalf("redistest: sentinel %s names %v as %s's primary within %v, want %s (%v)", s.Addr(), addr, ss.Master, within, want.Addr(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for {
+		info, err := wc.Do(ctx, wc.B().Info().Section("replication").Build()).ToString()
+		if err == nil && strings.Contains(info, "role:master") {
+			return
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("redistest: %s not a primary within %v: %v", want.Addr(), within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,211 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// ErrNotReplicated is wrapped by Claim and Record when Config.MinReplicas
+// replicas did not acknowledge the write within the call's budget (or the
+// acknowledgement itself failed). The write may be on the primary, and may
+// even reach the replicas later: the store cannot tell, so it does not
+// report success. For a claim it is an unknown outcome, not a claim: the
+// caller must not send on it (its failure mode applies, as to any store
+// error). For a record it means the record is not known to survive a
+// failover: the caller keeps it owed and writes it again.
+var ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
+
+// ErrNoWaitAOF is wrapped by New when Config.WaitAOF is set and a server
+// does not know WAITAOF (Redis before 7.2).
+var ErrNoWaitAOF = errors.New("redis: the server has no WAITAOF (needs Redis >= 7.2)")
+
+// waitReplyShare is the part of a call's remaining budget the server may
+// take to answer a WAIT, and serverTick how late it may answer past the
+// WAIT's timeout: Redis times blocked commands out from its event loop,
+// which with the default hz 10 wakes every 100 ms (WAIT 1 150 against a
+// primary without replicas answers after about 210 ms on Redis 7.0). The
+// WAIT's own timeout is what is left after both, so that a WAIT that falls
+// short is answered, with the count the server gave, before the caller's
+// deadline.
+const (
+	waitReplyShare = 0.75
+	serverTick     = 100 * time.Millisecond
+)
+
+// acked sends write, then reads, and with Config.MinReplicas > 0 a WAIT
+// (WAITAOF with Config.WaitAOF) right after write on the same connection,
+// and returns the answers to write and reads, in that order, and the
+// acknowledgement's outcome: nil when MinReplicas is 0 or enough replicas
+// acknowledged everything the connection had written, else an error
+// wrapping ErrNotReplicated. The caller judges the acknowledgement only
+// when its write was applied. reads must not write.
+//
+// WAIT counts the replicas that acknowledged the writes of the connection it
+// is sent on, so it must follow the write on that connection. rueidis sends
+// a DoMulti holding a blocking command (WAIT is one) on a pooled connection
+// of its own, in order, rather than on the shared pipeline: that holds on a
+// standalone server and through Sentinel. On Redis Cluster a DoMulti would
+// follow a MOVED for the write alone, leaving the WAIT on the old node, so
+// the write and its WAIT go on a dedicated connection to the node owning
+// the write's slot instead, where a MOVED is an error, not followed; the
+// reads, whose keys may be in other slots (a dedicated connection refuses
+// them: rueidis panics), go out at the same time on the shared pipeline.
+//
+// The WAIT's timeout is what is left of ctx's deadline (the call's
+// budget), times waitReplyShare, less serverTick, and at least 1 ms (0
+// would block forever). Below about 150 ms left, a WAIT that falls short
+// may be answered past the deadline, and the call fails with the
+// deadline's error instead of ErrNotReplicated: an error all the same.
+func (s *Store) acked(ctx context.Context, write rueidis.Completed, reads ...rueidis.Completed) ([]rueidis.RedisResult, error) {
+	if s.cfg.MinReplicas == 0 {
+		if len(reads) == 0 {
+			return []rueidis.RedisResult{s.client.Do(ctx, write)}, nil
+		}
+		return s.client.DoMulti(ctx, append(rueidis.Commands{write}, reads...)...), nil
+	}
+	wait := s.timeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	waitMs := max(1, int64(time.Duration(float64(wait)*waitReplyShare)-serverTick)/int64(time.Millisecond))
+	waitCmd := s.waitCmd(s.client.B(), waitMs)
+	var res []rueidis.RedisResult
+	if s.client.Mode() == rueidis.ClientModeCluster {
+		var rr []rueidis.RedisResult
+		done := make(chan struct{})
+		if len(reads) > 0 {
+			go func() {
+				defer close(done)
+				rr = s.client.DoMulti(ctx, reads...)
+			}()
+		} else {
+			close(done)
+		}
+		_ = s.client.Dedicated(func(c rueidis.DedicatedClient) error {
+			res = c.DoMulti(ctx, write, waitCmd)
+			return nil
+		})
+		<-done
+		ack := res[1]
+		return append(res[:1], rr...), s.replicated(ack, time.Duration(waitMs)*time.Millisecond)
+	}
+	res = s.client.DoMulti(ctx, append(rueidis.Commands{write}, append(reads, waitCmd)...)...)
+	n := 1 + len(reads)
+	return res[:n], s.replicated(res[n], time.Duration(waitMs)*time.Millisecond)
+}
+
+// waitCmd is the acknowledgement Config asks for, bounded by waitMs.
+func (s *Store) waitCmd(b rueidis.Builder, waitMs int64) rueidis.Completed {
+	if s.cfg.WaitAOF {
+		return b.Waitaof().Numlocal(0).Numreplicas(int64(s.cfg.MinReplicas)).Timeout(waitMs).Build()
+	}
+	return b.Wait().Numreplicas(int64(s.cfg.MinReplicas)).Timeout(waitMs).Build()
+}
+
+// replicated judges res, the answer to waitCmd: WAIT's count of replicas,
+// or WAITAOF's pair (local fsyncs, replicas).
+func (s *Store) replicated(res rueidis.RedisResult, wait time.Duration) error {
+	var n int64
+	var err error
+	if s.cfg.WaitAOF {
+		var pair []int64
+		if pair, err = res.AsIntSlice(); err == nil && len(pair) != 2 {
+			err = fmt.Errorf("WAITAOF answered %d numbers, want 2", len(pair))
+		}
+		if err == nil {
+			n = pair[1]
+		}
+	} else {
+		n, err = res.AsInt64()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotReplicated, s.waitName(), err)
+	}
+	if n < int64(s.cfg.MinReplicas) {
+		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.cfg.MinReplicas, wait)
+	}
+	return nil
+}
+
+func (s *Store) waitName() string {
+	if s.cfg.WaitAOF {
+		return "WAITAOF"
+	}
+	return "WAIT"
+}
+
+// checkWaitAOF asks every node for WAITAOF 0 0 with a 1 ms timeout, which
+// waits for nothing: a server before Redis 7.2 answers "unknown command",
+// and an ACL without +waitaof answers NOPERM. A replica (a Cluster's slot
+// map lists them) refuses WAITAOF for being one: the command exists there.
+func (s *Store) checkWaitAOF(ctx context.Context) error {
+	if !s.cfg.WaitAOF {
+		return nil
+	}
+	for addr, c := range s.client.Nodes() {
+		err := c.Do(ctx, c.B().Waitaof().Numlocal(0).Numreplicas(0).Timeout(1).Build()).Error()
+		re, isRedis := rueidis.IsRedisErr(err)
+		switch {
+		case err == nil:
+		case isRedis && strings.Contains(strings.ToLower(re.Error()), "unknown command"):
+			return fmt.Errorf("%w: %s answered %v; unset IDEMPOTENCY_WAIT_AOF, or upgrade every node", ErrNoWaitAOF, addr, err)
+		case isRedis && strings.Contains(strings.ToLower(re.Error()), "replica"):
+		default:
+			return fmt.Errorf("WAITAOF on %s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// checkReplicas validates MinReplicas and WaitAOF.
+func (c Config) checkReplicas() error {
+	switch {
+	case c.MinReplicas < 0:
+		return fmt.Errorf("redis: negative MinReplicas %d", c.MinReplicas)
+	case c.WaitAOF && c.MinReplicas == 0:
+		return errors.New("redis: WaitAOF needs MinReplicas above 0 (IDEMPOTENCY_WAIT_AOF needs IDEMPOTENCY_MIN_REPLICAS)")
+	}
+	return nil
+}
+
+// sentinelRefreshInterval is how often a Sentinel client rereads which
+// node is the primary, besides following the Sentinels' +switch-master
+// announcements: a missed announcement would otherwise bind it to a
+// demoted primary, which stays up and closes no connection, for good.
+const sentinelRefreshInterval = 5 * time.Second
+
+// sentinel points opt, parsed from c.URL, at the Sentinels when c names
+// them, and refuses a half-set Sentinel config or one mixed with a URL's
+// Cluster seeds or its own master_set.
+func (c Config) sentinel(opt *rueidis.ClientOption) error {
+	if opt.Sentinel.MasterSet != "" {
+		return errors.New("redis: the URL's master_set is not used: give the Sentinels and master set in SentinelAddrs and SentinelMaster (REDIS_SENTINEL_ADDRS, REDIS_SENTINEL_MASTER)")
+	}
+	if (len(c.SentinelAddrs) == 0) != (c.SentinelMaster == "") {
+		return errors.New("redis: SentinelAddrs and SentinelMaster (REDIS_SENTINEL_ADDRS, REDIS_SENTINEL_MASTER) must be set together")
+	}
+	if c.SentinelMaster == "" {
+		if c.SentinelUsername != "" || c.SentinelPassword != "" {
+			return errors.New("redis: SentinelUsername and SentinelPassword (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD) need SentinelAddrs and SentinelMaster")
+		}
+		return nil
+	}
+	if len(opt.InitAddress) > 1 {
+		return errors.New("redis: the URL names several addresses (Redis Cluster seeds, ?addr=); Sentinel (SentinelAddrs, SentinelMaster) finds one primary, and cannot be used with them")
+	}
+	opt.InitAddress = append([]string(nil), c.SentinelAddrs...)
+	opt.Sentinel = rueidis.SentinelOption{
+		Dialer:                  opt.Dialer,
+		TLSConfig:               opt.TLSConfig,
+		MasterSet:               c.SentinelMaster,
+		Username:                c.SentinelUsername,
+		Password:                c.SentinelPassword,
+		TopologyRefreshInterval: sentinelRefreshInterval,
+	}
+	return nil
+}
