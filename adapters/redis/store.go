@@ -798,7 +798,10 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 // error returned: whoever finds our claim next reconciles from prev's
 // start. Should our claim not take the history (an error), the takeover
 // stands: this call's caller has prev, and only a later takeover of our
-// claim would miss prev's start.
+// claim would miss prev's start. With Config.MinReplicas, the deletion and
+// the history are each acknowledged (see script); should either fall
+// short, the error wraps ErrNotReplicated and our claim is kept: after a
+// failover old may be back under other, so the caller must not send on it.
 func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, prev ports.Lease, mine claimValue, px time.Duration) (ports.Claim, error) {
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
