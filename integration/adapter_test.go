@@ -21,10 +21,10 @@ const adapterTestsOnABroker = "^(TestConsumer_RebalanceLosesNothingSendsNothingT
 	"TestConsumer_MaxInFlightOneIsSequential|TestConsumer_RebalanceDuringConcurrentHandling|TestConsumer_CancelCommitsExactlyHandled|" +
 	"TestConsumer_StaticMemberRestartKeepsPartitions|TestConsumer_CooperativeRebalanceKeepsHandlersRunning|" +
 	"TestConsumer_MigrationFromRangeMixedGroups|TestConsumer_LagGrowsWhileHeldOnUnavailable|TestConsumer_RollingDeploy|" +
-	"TestBroker_KeepsAMemberWaitingInJoinGroup)$"
+	"TestBroker_KeepsAMemberWaitingInJoinGroup|TestBroker_RemovesASilentMemberDuringARebalance|TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup)$"
 
 // adapterTestsOnABrokerCount is how many tests adapterTestsOnABroker names.
-const adapterTestsOnABrokerCount = 11
+const adapterTestsOnABrokerCount = 13
 
 // TestKafkaAdapterOnApacheKafka runs the kafka adapter's rebalance and
 // commit tests, which otherwise run on kfake, on Apache Kafka. Their

@@ -61,21 +61,37 @@ func (e *Embedded) Close() {
 	e.cluster.Close()
 }
 
-// KeepJoiningMembers makes c keep a consumer group member that waits in
-// JoinGroup in its group until the rebalance completes (or its rebalance
-// timeout ends), as Apache Kafka does. kfake, left alone, keeps such a
-// member's session timer running: a member that waits in JoinGroup longer
-// than its session timeout (for a member slow to rejoin, such as one
-// finishing the records of its revoked partitions) is removed from the
-// group and its JoinGroup is never answered, so the client waits out its
-// read timeout and joins again, which starts another rebalance. Under
-// membership churn that stalled whole groups (docs/kafka-brokers.md).
+// KeepJoiningMembers makes c treat a consumer group member that waits in
+// JoinGroup as Apache Kafka does, in the two ways kfake alone does not:
 //
-// It watches the JoinGroup requests of known members and, while each
-// waits, sends heartbeats for it under the generation of its last own
-// SyncGroup or heartbeat, every third of its session timeout, until the broker stops
-// answering REBALANCE_IN_PROGRESS (the rebalance completed, or the member
-// is gone). Call it once, before clients connect, and call stop before
+//   - kfake keeps the session timer of a known member waiting in JoinGroup
+//     running, and when it fires removes the member without answering its
+//     JoinGroup. A rebalance that waits longer than a session timeout for
+//     a member slow to rejoin (one finishing the records of its revoked
+//     partitions) so drops every member already waiting: each waits out
+//     its client's read timeout, joins again and starts another
+//     rebalance. Kafka keeps a member awaiting join until the rebalance
+//     completes.
+//   - kfake stops the session timer of a new member when it joins, and
+//     starts it again only once an answer reaches the member. A new member
+//     that dies waiting in its first JoinGroup therefore stays in the
+//     group for ever: every later rebalance waits for it until the
+//     rebalance timeout, which each member joining meanwhile restarts.
+//     Kafka starts every member's session when the rebalance completes.
+//
+// Under membership churn either stalled whole groups (docs/kafka-brokers.md).
+//
+// It watches JoinGroup requests that carry a member id and, for each,
+// heartbeats for the member every third of its session timeout under the
+// group's generation at the join, while the broker answers
+// REBALANCE_IN_PROGRESS (the member waits, and is kept). Once the broker
+// answers otherwise, the rebalance has moved the group to the next
+// generation; one heartbeat under it (or under a later one a member has
+// sent since) starts the member's
+// session timer there, and the keeper stops: a member that died is then
+// removed at its session timeout, and one alive heartbeats for itself.
+// The group's generation is the highest a member sent in a SyncGroup or
+// heartbeat. Call it once, before clients connect, and call stop before
 // closing c.
 func KeepJoiningMembers(c *kfake.Cluster) (stop func(), err error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
@@ -83,20 +99,17 @@ func KeepJoiningMembers(c *kfake.Cluster) (stop func(), err error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &joinKeeper{cl: cl, ctx: ctx, cancel: cancel, gens: map[memberKey]int32{}, keeping: map[memberKey]bool{}, joins: map[memberKey]int{}}
-	// A member's generation is the one of its last SyncGroup or
-	// heartbeat: a member may rejoin before it heartbeated in the
-	// generation it synced into.
+	k := &joinKeeper{cl: cl, ctx: ctx, cancel: cancel, gens: map[string]int32{}, keeping: map[memberGen]bool{}}
 	c.ControlKey(int16(kmsg.Heartbeat), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.HeartbeatRequest)
-		k.generation(memberKey{req.Group, req.MemberID}, req.Generation)
+		k.generation(req.Group, req.Generation)
 		return nil, nil, false
 	})
 	c.ControlKey(int16(kmsg.SyncGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.SyncGroupRequest)
-		k.generation(memberKey{req.Group, req.MemberID}, req.Generation)
+		k.generation(req.Group, req.Generation)
 		return nil, nil, false
 	})
 	c.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
@@ -112,6 +125,12 @@ func KeepJoiningMembers(c *kfake.Cluster) (stop func(), err error) {
 
 type memberKey struct{ group, member string }
 
+// memberGen is a member joining from one generation.
+type memberGen struct {
+	memberKey
+	gen int32
+}
+
 // joinKeeper heartbeats for members waiting in JoinGroup; see
 // KeepJoiningMembers.
 type joinKeeper struct {
@@ -121,65 +140,67 @@ type joinKeeper struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	gens    map[memberKey]int32 // each member's generation, from its last SyncGroup or heartbeat
-	keeping map[memberKey]bool  // members heartbeated for now
-	joins   map[memberKey]int   // JoinGroup requests seen from each member
+	gens    map[string]int32   // each group's generation, the highest seen
+	keeping map[memberGen]bool // members heartbeated for now
 }
 
-// generation records that m is in generation gen.
-func (k *joinKeeper) generation(m memberKey, gen int32) {
+// generation records that a member of group sent gen.
+func (k *joinKeeper) generation(group string, gen int32) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.gens[m] = gen
+	k.gens[group] = max(k.gens[group], gen)
 }
 
-// keep heartbeats for m, which sent a JoinGroup, while the broker answers
-// REBALANCE_IN_PROGRESS, each time under m's latest generation. A member
-// that never synced nor heartbeated has no generation to send and is not
-// kept: a member waiting in its first rebalance has no session timer in
-// kfake.
+// keep heartbeats for m, which sent a JoinGroup; see KeepJoiningMembers.
 func (k *joinKeeper) keep(m memberKey, session time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, known := k.gens[m]; !known || k.ctx.Err() != nil {
+	mg := memberGen{m, k.gens[m.group]}
+	if k.keeping[mg] || k.ctx.Err() != nil {
 		return
 	}
-	k.joins[m]++
-	if k.keeping[m] {
-		return
-	}
-	k.keeping[m] = true
+	k.keeping[mg] = true
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
+		defer func() {
+			k.mu.Lock()
+			delete(k.keeping, mg)
+			k.mu.Unlock()
+		}()
 		every := max(session/3, 10*time.Millisecond)
-		for {
+		for gen := mg.gen; ; {
 			select {
 			case <-k.ctx.Done():
 				return
 			case <-time.After(every):
 			}
-			k.mu.Lock()
-			gen, joins := k.gens[m], k.joins[m]
-			k.mu.Unlock()
-			req := kmsg.NewPtrHeartbeatRequest()
-			req.Group, req.MemberID, req.Generation = m.group, m.member, gen
-			resp, err := req.RequestWith(k.ctx, k.cl)
-			if err == nil && errors.Is(kerr.ErrorForCode(resp.ErrorCode), kerr.RebalanceInProgress) {
-				continue
+			err := k.heartbeat(m, gen)
+			if gen > mg.gen || err == nil || !errors.Is(err, kerr.RebalanceInProgress) && !errors.Is(err, kerr.IllegalGeneration) {
+				// The session runs in the next generation, or the member
+				// is gone.
+				return
 			}
-			// The rebalance is over for m, unless m joined again since
-			// this heartbeat was sent.
-			k.mu.Lock()
-			if err == nil && k.joins[m] != joins {
+			if errors.Is(err, kerr.IllegalGeneration) {
+				k.mu.Lock()
+				gen = max(mg.gen+1, k.gens[m.group])
 				k.mu.Unlock()
-				continue
+				every = 0
 			}
-			delete(k.keeping, m)
-			k.mu.Unlock()
-			return
 		}
 	}()
+}
+
+// heartbeat sends a heartbeat for m under gen and returns the broker's
+// error (nil: accepted).
+func (k *joinKeeper) heartbeat(m memberKey, gen int32) error {
+	req := kmsg.NewPtrHeartbeatRequest()
+	req.Group, req.MemberID, req.Generation = m.group, m.member, gen
+	resp, err := req.RequestWith(k.ctx, k.cl)
+	if err != nil {
+		return err
+	}
+	return kerr.ErrorForCode(resp.ErrorCode)
 }
 
 func (k *joinKeeper) close() {

@@ -275,3 +275,128 @@ func TestBroker_KeepsAMemberWaitingInJoinGroup(t *testing.T) {
 	t.Logf("on %s, A waited in JoinGroup %v (session timeout %v) and was answered with both members",
 		broker, time.Since(w.rejoined).Round(10*time.Millisecond), joinWaitSession)
 }
+
+// TestBroker_RemovesASilentMemberDuringARebalance: a member that stops
+// heartbeating and does not rejoin (it died) is removed at its session
+// timeout, and the rebalance completes without it. On the embedded broker
+// this checks that kafka.KeepJoiningMembers heartbeats only for members
+// waiting in JoinGroup: S's own JoinGroup was answered a rebalance ago,
+// and keeping S alive would hold A until the rebalance timeout.
+func TestBroker_RemovesASilentMemberDuringARebalance(t *testing.T) {
+	brokers := testBrokers(t, 1, "join-wait")
+	w := startJoinWait(t, brokers)
+
+	// S falls silent; A waits in JoinGroup.
+	var answer *kmsg.JoinGroupResponse
+	select {
+	case answer = <-w.aAnswer:
+	case <-time.After(joinWaitRebalance / 2):
+		t.Fatalf("A's JoinGroup not answered %v after S fell silent (session timeout %v, rebalance timeout %v): members %v",
+			joinWaitRebalance/2, joinWaitSession, joinWaitRebalance, w.members())
+	}
+	if answer == nil || answer.ErrorCode != 0 {
+		t.Fatalf("A's JoinGroup answered %+v, want success", answer)
+	}
+	if len(answer.Members) != 1 || answer.Members[0].MemberID != w.idA {
+		t.Errorf("the rebalance completed with members %+v, want A (%s) alone", answer.Members, w.idA)
+	}
+	t.Logf("A was answered alone %v after its rejoin (session timeout %v)", time.Since(w.rejoined).Round(10*time.Millisecond), joinWaitSession)
+}
+
+// newMemberDiesInFirstJoin forms a group of A alone on brokers, makes a
+// new member N join and die (its connection closed) while its first
+// JoinGroup waits, and completes that rebalance by A's rejoin. It returns
+// the scene (S unused), N's id and the generation A synced into.
+func newMemberDiesInFirstJoin(t *testing.T, brokers []string) (w *joinWait, idN string, gen int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	client := func() *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	w = &joinWait{t: t, ctx: ctx, group: "join-death-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""),
+		a: client(), admin: client()}
+	w.idA = w.memberID(w.a)
+	first := w.mustJoin(w.a, w.idA)
+	w.sync(w.a, w.idA, first.Generation)
+
+	n := client()
+	idN = w.memberID(n)
+	nCtx, nCancel := context.WithCancel(ctx)
+	nDone := make(chan struct{})
+	go func() {
+		defer close(nDone)
+		_, _ = w.join(nCtx, n, idN)
+	}()
+	waitFor(t, 20*time.Second, "N's join to start a rebalance", func() bool {
+		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
+	})
+	// N dies: its connections close with its JoinGroup unanswered.
+	nCancel()
+	n.Close()
+	<-nDone
+
+	both := w.mustJoin(w.a, w.idA)
+	if len(both.Members) != 2 {
+		t.Fatalf("the rebalance completed with %d members, want A and N", len(both.Members))
+	}
+	w.sync(w.a, w.idA, both.Generation)
+	return w, idN, both.Generation
+}
+
+// TestKfake_KeepsANewMemberThatDiedInItsFirstJoinGroup pins the other
+// half of what kfake does on its own (without kafka.KeepJoiningMembers):
+// it stops a new member's session timer when the member joins and starts
+// it again only when an answer reaches the member, so a new member that
+// dies waiting in its first JoinGroup stays in the group for good, and
+// every later rebalance waits for it until the rebalance timeout.
+// docs/kafka-brokers.md describes it.
+func TestKfake_KeepsANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	w, idN, gen := newMemberDiesInFirstJoin(t, c.ListenAddrs())
+
+	// Five session timeouts of A heartbeating: N is still listed.
+	for start := time.Now(); time.Since(start) < 5*joinWaitSession; time.Sleep(joinWaitSession / 5) {
+		if err := w.heartbeat(w.a, w.idA, gen); err != nil {
+			t.Fatalf("A's heartbeat: %v, want none: kfake removed N and rebalanced", err)
+		}
+	}
+	if ids := w.members(); !slices.Contains(ids, idN) {
+		t.Fatalf("kfake removed N, which died in its first JoinGroup: members %v", ids)
+	}
+	t.Logf("kfake kept N, dead since its first JoinGroup, %v (session timeout %v)", 5*joinWaitSession, joinWaitSession)
+}
+
+// TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup: a new member
+// that dies waiting in its first JoinGroup is removed at its session
+// timeout once the rebalance completed, and the group rebalances without
+// it. Apache Kafka does so (KAFKA_TEST_BROKERS); the embedded broker does
+// so through kafka.KeepJoiningMembers.
+func TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
+	w, idN, gen := newMemberDiesInFirstJoin(t, testBrokers(t, 1, "join-death"))
+	synced := time.Now()
+	waitFor(t, 20*joinWaitSession, "N to be removed and the group to rebalance", func() bool {
+		err := w.heartbeat(w.a, w.idA, gen)
+		if err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
+			t.Fatalf("A's heartbeat: %v", err)
+		}
+		return err != nil
+	})
+	final := w.mustJoin(w.a, w.idA)
+	for _, m := range final.Members {
+		if m.MemberID == idN {
+			t.Fatalf("the rebalance after N's death completed with N: %+v", final.Members)
+		}
+	}
+	t.Logf("N, dead in its first JoinGroup, was removed %v after the rebalance it joined (session timeout %v)",
+		time.Since(synced).Round(10*time.Millisecond), joinWaitSession)
+}
