@@ -20,10 +20,11 @@ import (
 const adapterTestsOnABroker = "^(TestConsumer_RebalanceLosesNothingSendsNothingTwice|TestConsumer_PerKeyOrder|" +
 	"TestConsumer_MaxInFlightOneIsSequential|TestConsumer_RebalanceDuringConcurrentHandling|TestConsumer_CancelCommitsExactlyHandled|" +
 	"TestConsumer_StaticMemberRestartKeepsPartitions|TestConsumer_CooperativeRebalanceKeepsHandlersRunning|" +
-	"TestConsumer_MigrationFromRangeMixedGroups|TestConsumer_LagGrowsWhileHeldOnUnavailable|TestConsumer_RollingDeploy)$"
+	"TestConsumer_MigrationFromRangeMixedGroups|TestConsumer_LagGrowsWhileHeldOnUnavailable|TestConsumer_RollingDeploy|" +
+	"TestBroker_KeepsAMemberWaitingInJoinGroup|TestBroker_RemovesASilentMemberDuringARebalance|TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup)$"
 
 // adapterTestsOnABrokerCount is how many tests adapterTestsOnABroker names.
-const adapterTestsOnABrokerCount = 10
+const adapterTestsOnABrokerCount = 13
 
 // TestKafkaAdapterOnApacheKafka runs the kafka adapter's rebalance and
 // commit tests, which otherwise run on kfake, on Apache Kafka. Their
@@ -58,7 +59,7 @@ func TestKafkaAdapterOnApacheKafka(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go test ./adapters/kafka on %s: %v\n%s", k.Impl, err, out)
 	}
-	passed := strings.Count(string(out), "--- PASS: TestConsumer_")
+	passed := strings.Count(string(out), "--- PASS: TestConsumer_") + strings.Count(string(out), "--- PASS: TestBroker_")
 	if passed < adapterTestsOnABrokerCount {
 		t.Fatalf("%d of %d adapter tests passed on %s:\n%s", passed, adapterTestsOnABrokerCount, k.Impl, out)
 	}

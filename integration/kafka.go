@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
 )
 
 // DefaultPartitions is the partition count of topics the broker creates on
@@ -100,6 +102,17 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 	} else {
 		t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	}
+	return k
+}
+
+// StartKfake starts kfake, franz-go's in-memory broker, in the test
+// process, whatever KAFKA_IMAGE says: for the scenarios that run on both
+// brokers and need no Docker engine on this one.
+func StartKfake(t testing.TB) *Kafka {
+	t.Helper()
+	k := &Kafka{replication: 1, Brokers: startKfakeInProcess(t), Impl: "kfake (in-process)"}
+	k.connect(t)
+	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	return k
 }
 
@@ -194,6 +207,13 @@ func startKfakeInProcess(t testing.TB) []string {
 		t.Fatalf("kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
+	// kfake alone drops a group member that waits in JoinGroup past its
+	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
+	stop, err := kafka.KeepJoiningMembers(c)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(stop)
 	return c.ListenAddrs()
 }
 

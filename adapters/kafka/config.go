@@ -250,6 +250,11 @@ func (cfg Config) validate(consumer bool) error {
 	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
 		bad = append(bad, fmt.Sprintf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", cfg.HeartbeatInterval, cfg.SessionTimeout))
 	}
+	if consumer {
+		if err := checkJoinReadTimeout(cfg.groupConfig()); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
 	if consumer && !slices.Contains(rebalanceStrategies, cfg.RebalanceStrategy) {
 		bad = append(bad, fmt.Sprintf("RebalanceStrategy %q is not one of %s", cfg.RebalanceStrategy, strings.Join(rebalanceStrategies, ", ")))
 	}
@@ -322,7 +327,7 @@ func (cfg Config) saramaConfig() *sarama.Config {
 	sc.Consumer.Group.Heartbeat.Interval = cfg.HeartbeatInterval
 	// A revoked member may spend up to ShutdownTimeout letting its records in
 	// hand finish before it rejoins; the coordinator must wait that long.
-	sc.Consumer.Group.Rebalance.Timeout = max(60*time.Second, cfg.ShutdownTimeout+30*time.Second)
+	sc.Consumer.Group.Rebalance.Timeout = cfg.rebalanceTimeout()
 	// Each partition's ConsumeClaim commits what it finished before it
 	// returns, so a partition revoked by a cooperative rebalance (which
 	// does not end the session) is committed before it is released, as one
@@ -407,13 +412,51 @@ func balanceStrategies(name string) []sarama.BalanceStrategy {
 	}
 }
 
-// groupConfig is saramaConfig with the consumer's read-ahead sized from
-// MaxBufferedBytes (see readAhead). The producers keep Sarama's channel
-// defaults: what they buffer is what they were given to send.
+// joinReadMargin is how much longer than the rebalance timeout the consumer
+// waits for the answer to a JoinGroup: the coordinator may hold that answer
+// for the whole rebalance timeout (until every member rejoined, or the
+// timeout removes those that did not), and it still has to reach us. The
+// Java client waits the rebalance timeout plus 5 s for a JoinGroup too.
+const joinReadMargin = 5 * time.Second
+
+// rebalanceTimeout is the rebalance timeout the consumer asks for: at
+// least a minute, and ShutdownTimeout (the longest a revoked member lets
+// its records in hand finish before it rejoins) plus 30 s.
+func (cfg Config) rebalanceTimeout() time.Duration {
+	return max(60*time.Second, cfg.ShutdownTimeout+30*time.Second)
+}
+
+// groupConfig is saramaConfig for the consumer group's client: its
+// read-ahead sized from MaxBufferedBytes (see readAhead), and a read
+// timeout that outlasts a JoinGroup (see checkJoinReadTimeout). The
+// producers keep Sarama's channel defaults (what they buffer is what they
+// were given to send) and its 30 s read timeout (they never join a group).
 func (cfg Config) groupConfig() *sarama.Config {
 	sc := cfg.saramaConfig()
 	sc.ChannelBufferSize, sc.Consumer.Fetch.Default, sc.Consumer.Fetch.MaxBytes = readAhead(cfg.MaxBufferedBytes)
+	sc.Net.ReadTimeout = sc.Consumer.Group.Rebalance.Timeout + joinReadMargin
 	return sc
+}
+
+// checkJoinReadTimeout returns an error unless sc's Net.ReadTimeout exceeds
+// its rebalance timeout by joinReadMargin at least. Sarama applies
+// Net.ReadTimeout to every answer, the JoinGroup's included, and the
+// coordinator may hold a JoinGroup until the rebalance timeout ends (a
+// member that is slow to rejoin, or one that died and whose session has
+// not expired yet). With a shorter read timeout the waiting members fail
+// with "i/o timeout", rejoin, and restart the rebalance they were
+// waiting for, in a loop, for as long as one member is slow.
+//
+// The cost: the consumer's other requests (fetches, commits, heartbeats)
+// also wait that long for a broker that stopped answering without closing
+// the connection (a network partition); a broker that dies or restarts
+// closes it, and is noticed at once.
+func checkJoinReadTimeout(sc *sarama.Config) error {
+	if least := sc.Consumer.Group.Rebalance.Timeout + joinReadMargin; sc.Net.ReadTimeout < least {
+		return fmt.Errorf("the consumer's read timeout (%s) must be at least its rebalance timeout (%s) plus %s: the broker may hold a JoinGroup answer for the whole rebalance timeout, and a join that times out first is retried in a loop",
+			sc.Net.ReadTimeout, sc.Consumer.Group.Rebalance.Timeout, joinReadMargin)
+	}
+	return nil
 }
 
 // readAhead sizes what Sarama reads ahead of the consumer from the byte

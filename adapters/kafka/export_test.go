@@ -1,6 +1,10 @@
 package kafka
 
-import "time"
+import (
+	"time"
+
+	"github.com/IBM/sarama"
+)
 
 // OffsetTracker exposes the offset tracker to the property test in
 // kafka_test, which checks it from the outside like any caller.
@@ -59,3 +63,14 @@ func (b *byteBudget) Waiting() int {
 func RetriesSpanning(span, initial, maxBackoff time.Duration) int {
 	return retriesSpanning(span, initial, maxBackoff)
 }
+
+// ConsumerSaramaConfig returns the Sarama configuration the consumer group
+// runs with for cfg (defaults applied).
+func ConsumerSaramaConfig(cfg Config) *sarama.Config { return cfg.withDefaults().groupConfig() }
+
+// CheckJoinReadTimeout exposes the rule validate applies to it.
+func CheckJoinReadTimeout(sc *sarama.Config) error { return checkJoinReadTimeout(sc) }
+
+// JoinReadMargin is how much the read timeout must exceed the rebalance
+// timeout by.
+const JoinReadMargin = joinReadMargin

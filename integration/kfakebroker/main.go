@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/harborlight/notification-worker/adapters/kafka"
 )
 
 func main() {
@@ -69,6 +71,13 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
 	}
+	// kfake alone drops a group member that waits in JoinGroup past its
+	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
+	stopKeeping, err := kafka.KeepJoiningMembers(c)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("start cluster: %w", err)
+	}
 	// The harness waits for this exact line.
 	log.Printf("kfake listening on %s", strings.Join(c.ListenAddrs(), ","))
 
@@ -79,6 +88,7 @@ func run(args []string) error {
 	defer stop()
 	<-ctx.Done()
 	log.Printf("kfake shutting down")
+	stopKeeping()
 	c.Close()
 	return nil
 }

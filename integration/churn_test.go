@@ -1,0 +1,22 @@
+//go:build integration
+
+package integration_test
+
+import (
+	"testing"
+
+	"github.com/harborlight/notification-worker/integration"
+)
+
+// TestChurn_GroupKeepsConsuming runs three worker processes on Apache Kafka
+// through a minute of SIGKILLs, graceful leaves and joins every few seconds
+// (integration.RunChurn): the group must keep committing during it, and
+// handle every event published during it soon after. The fast tests run
+// the same scenario on the in-process broker.
+func TestChurn_GroupKeepsConsuming(t *testing.T) {
+	k := integration.StartKafka(t)
+	if !k.Apache {
+		t.Logf("broker: WARNING: %s is not Apache Kafka; the scenario runs on it all the same", k.Impl)
+	}
+	integration.RunChurn(t, k, integration.ChurnOptions{})
+}
