@@ -585,6 +585,15 @@ func (s *Service) claim(ctx context.Context, log *slog.Logger, m ports.Message, 
 			c.State = ports.InFlight
 		case err != nil && s.cfg.FailureMode == FailClosed:
 			return 0, c, ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err))
+		case err != nil && c.State == ports.TakenOver:
+			// The store took an abandoned claim over but cannot vouch
+			// for it. Failing open must not send blind: that claim's
+			// send may have gone out. Reconcile it first, as for a
+			// takeover; what follows claims afresh, and fails open then.
+			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
+				slog.String("error", err.Error()))
+			log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
+			return reclaimed, c, nil
 		case err != nil:
 			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))

@@ -16,7 +16,8 @@ import (
 // even reach the replicas later: the store cannot tell, so it does not
 // report success. For a claim it is an unknown outcome, not a claim: the
 // caller must not send on it (its failure mode applies, as to any store
-// error). For a record it means the record is not known to survive a
+// error); a takeover's error comes with the lease taken over (see
+// Store.Claim). For a record it means the record is not known to survive a
 // failover: the caller keeps it owed and writes it again.
 var ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
 

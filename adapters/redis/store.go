@@ -636,10 +636,13 @@ func (s *Store) Ping(ctx context.Context) error {
 //
 // With Config.MinReplicas, a claim the SET or the takeover wrote is
 // acknowledged by that many replicas before Claim reports it (see acked);
-// short of that, Claim returns an error wrapping ErrNotReplicated and no
-// claim: the caller must not send on it. A fresh claim is released first;
-// a takeover is left in place (its key would otherwise lose the abandoned
-// claim's lease), and the next Claim past its lease takes it over.
+// short of that, Claim returns an error wrapping ErrNotReplicated: the
+// caller must not rely on the claim. A fresh claim is released first, and
+// no claim comes with the error; a takeover is left in place (its key
+// would otherwise lose the abandoned claim's lease), the next Claim past
+// its lease takes it over, and the error comes with State TakenOver and
+// the lease taken over, so that a caller that sends anyway (failing open)
+// reconciles that lease's send first rather than sending blind.
 //
 // An error does not prove the claim was not made: a command cut short by the
 // timeout may already be on its way, and run when a slow server catches up.
@@ -815,8 +818,9 @@ func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, pr
 		if ackErr != nil || errors.Is(inheritErr, ErrNotReplicated) {
 			// Not acknowledged: after a failover the abandoned claim
 			// may be back under other, or our claim without its
-			// history. Not sent on, as for a takeover of our own key.
-			return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, cmp.Or(ackErr, inheritErr))
+			// history. Reported with the lease taken over, as for a
+			// takeover of our own key.
+			return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: take over: %w", other, cmp.Or(ackErr, inheritErr))
 		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
@@ -859,8 +863,10 @@ func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Durat
 	if n, err := res.AsInt64(); err == nil && n == 1 {
 		if ackErr != nil {
 			// Not released: the key would lose the abandoned claim's
-			// lease, which the next takeover reconciles from.
-			return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", k, ackErr)
+			// lease, which the next takeover reconciles from. The
+			// lease taken over goes with the error: a caller failing
+			// open reconciles it before sending (see Claim).
+			return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: take over: %w", k, ackErr)
 		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}

@@ -1,0 +1,117 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// smsProvider is an SMS provider double: it keeps every message it
+// accepted, answers the first send with an unknown outcome (the request
+// was written, no answer came) though it accepted it, and lists what it
+// accepted to a reconciliation, as Twilio's Messages list does.
+type smsProvider struct {
+	mu       sync.Mutex
+	accepted []ports.Message
+	at       []time.Time
+}
+
+func (p *smsProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.accepted = append(p.accepted, m)
+	p.at = append(p.at, time.Now())
+	if len(p.accepted) == 1 {
+		return ports.Receipt{}, fmt.Errorf("read: connection reset: %w", ports.ErrOutcomeUnknown)
+	}
+	return ports.Receipt{ProviderID: fmt.Sprintf("SM%d", len(p.accepted)), SentAt: time.Now()}, nil
+}
+
+func (p *smsProvider) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, a := range p.accepted {
+		if a.To == m.To && w.Sent(a.Text) && !p.at[i].Before(w.Since.Add(-time.Second)) && !p.at[i].After(w.Until.Add(time.Second)) {
+			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%d", i+1), SentAt: p.at[i]}}, nil
+		}
+	}
+	return ports.Reconciliation{}, nil
+}
+
+func (p *smsProvider) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.accepted)
+}
+
+// TestMinReplicas_TakeoverShortOfReplicasIsNotSentBlind: worker A sends an
+// SMS whose outcome is unknown (the provider has it) and dies holding its
+// claim. Once the lease has passed, worker B gets the replay while the
+// replica is slow to acknowledge: B's takeover of A's claim is applied on
+// the primary, but falls short of IDEMPOTENCY_MIN_REPLICAS. The store then
+// knows the key held an abandoned claim whose send may have gone out, yet
+// Claim reports only an error, and the default failure mode (open) sends
+// the SMS again without asking the provider: the customer gets it twice.
+// With replication flowing, the same takeover reconciles and sends nothing.
+func TestMinReplicas_TakeoverShortOfReplicasIsNotSentBlind(t *testing.T) {
+	primary := redistest.MustStart(t)
+	_, link := redistest.MustStartReplica(t, primary)
+	const storeTimeout = time.Second
+	cfg := redis.Config{URL: primary.URL(), Timeout: storeTimeout, MinReplicas: 1, CompactPrefix: "tb:"}
+	store := MustStore(t, cfg)
+
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ReplicationHeld=%v", held), func(t *testing.T) {
+			sms := &smsProvider{}
+			worker := func() *domain.Service {
+				svc, err := domain.NewService(domain.Config{
+					Store:        store,
+					Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
+					Reconcilers:  map[ports.Channel]ports.Reconciler{ports.ChannelSMS: sms},
+					TTL:          time.Hour,
+					ClaimTTL:     3500 * time.Millisecond, // > send 1s + 2 store timeouts + skew
+					StoreTimeout: storeTimeout,
+					SendTimeout:  time.Second,
+					ClaimWaitMax: 50 * time.Millisecond,
+					FailureMode:  domain.FailOpen, // the default
+					Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+				})
+				if err != nil {
+					t.Fatalf("NewService: %v", err)
+				}
+				t.Cleanup(svc.Close)
+				return svc
+			}
+			id := fmt.Sprintf("evt-%d", time.Now().UnixNano())
+			rec := ports.Record{Topic: "shipment-events", Value: []byte(fmt.Sprintf(`{"event_id":%q,"type":"shipment.out_for_delivery","shipment_id":"SHP-1",
+				"recipient":{"name":"Ada","phone":"+31201234567"},"channels":["sms"],"data":{"eta":"14:00-16:00"}}`, id))}
+
+			// Worker A: the provider takes the SMS, A hears nothing back,
+			// keeps its claim and dies (it never handles the record again).
+			_ = worker().Handle(testCtx(t), rec)
+			if n := sms.Accepted(); n != 1 {
+				t.Fatalf("worker A: the provider accepted %d SMS, want 1", n)
+			}
+			time.Sleep(3600 * time.Millisecond) // A's lease passes
+
+			if held {
+				link.Hold()
+				defer link.Release()
+			}
+			// Worker B: the replay, with a fresh record (another process).
+			_ = worker().Handle(testCtx(t), ports.Record{Topic: rec.Topic, Value: rec.Value, Deliveries: &ports.Deliveries{}})
+			if n := sms.Accepted(); n != 1 {
+				t.Errorf("the customer got the SMS %d times, want once (worker B sent it again without reconciling the taken-over claim)", n)
+			}
+		})
+	}
+}
