@@ -16,7 +16,7 @@ const (
 	readmePath  = "../README.md"
 	beginMarker = "<!-- config:begin -->"
 	endMarker   = "<!-- config:end -->"
-	updateHint  = "go test ./config -run TestREADMEConfigReference -update"
+	updateHint  = "go test ./config -update"
 )
 
 // renderReference renders Reference as the README's Markdown table.

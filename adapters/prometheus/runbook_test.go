@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the metric list of ../../docs/r
 const (
 	metricsBegin      = "<!-- metrics:begin -->"
 	metricsEnd        = "<!-- metrics:end -->"
-	metricsUpdateHint = "go test ./adapters/prometheus -run TestRunbookMetricList -update"
+	metricsUpdateHint = "go test ./adapters/prometheus -update"
 )
 
 // renderMetricList renders the worker's own metrics (those prefixed
