@@ -618,7 +618,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Claim implements ports.IdempotencyStore in one round trip:
-// SET key pending:<token>.<first>.<digest>.<start>.<until> NX GET
+// SET key pending:<token>.<digest>.<start>.<first>.<until> NX GET
 // PX <ttl + KeepAbandoned>, which needs Redis >= 7. Only when that finds a
 // claim whose lease has passed does it take a second, to take the claim
 // over (takeoverLua), writing our claim with that claim's history. It is

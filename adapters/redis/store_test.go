@@ -183,17 +183,37 @@ func TestKeyFormat(t *testing.T) {
 		after := time.Now().UnixMilli()
 		v, _ := MustGet(t, raw, "fmt:"+k)
 		var first, start, until int64
-		if n, err := fmt.Sscanf(v, "pending:tok-a.%d.Dg-_x9.%d.%d", &first, &start, &until); n != 3 || err != nil {
-			t.Fatalf("stored %q, want pending:tok-a.<firstms>.Dg-_x9.<startms>.<untilms>", v)
+		if n, err := fmt.Sscanf(v, "pending:tok-a.Dg-_x9.%d.%d.%d", &start, &first, &until); n != 3 || err != nil {
+			t.Fatalf("stored %q, want pending:tok-a.Dg-_x9.<startms>.<firstms>.<untilms>", v)
 		}
 		if start < before || start > after || until-start != time.Minute.Milliseconds() || first != start {
 			t.Fatalf("stored %q: lease from %d for %dms, history from %d, want from [%d, %d] for 60000ms, history from its start", v, start, until-start, first, before, after)
 		}
 		// The release before reads the last two fields as the lease, and
-		// the rest as the owner: the lease it finds is ours.
+		// the rest as the owner: the lease it finds ends with ours, and
+		// starts with the history.
 		owner, lease := prevReleaseLease(t, v)
-		if owner != fmt.Sprintf("tok-a.%d.Dg-_x9", first) || lease != [2]int64{start, until} {
-			t.Fatalf("the release before reads %q as owner %q, lease %v; want lease [%d %d]", v, owner, lease, start, until)
+		if owner != fmt.Sprintf("tok-a.Dg-_x9.%d", start) || lease != [2]int64{first, until} {
+			t.Fatalf("the release before reads %q as owner %q, lease %v; want lease [%d %d]", v, owner, lease, first, until)
+		}
+	})
+
+	t.Run("ClaimFormatAfterTakeover", func(t *testing.T) {
+		// A worker of the release before that takes a twice-claimed key
+		// over asks the provider from the lease start it reads: the
+		// first claim's, not the last takeover's.
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
+		storetest.MustClaimDigest(t, s, ctx, k, "tok-a", "Dg-_x9", 20*time.Millisecond)
+		v, _ := MustGet(t, raw, "fmt:"+k)
+		_, firstLease := prevReleaseLease(t, v)
+		time.Sleep(40 * time.Millisecond) // tok-a's lease passes: the scenario
+		if got := storetest.MustClaimDigest(t, s, ctx, k, "tok-b", "other", time.Minute); got.State != ports.TakenOver {
+			t.Fatalf("tok-b's claim: %v, want taken_over", got.State)
+		}
+		v, _ = MustGet(t, raw, "fmt:"+k)
+		owner, lease := prevReleaseLease(t, v)
+		if !strings.HasPrefix(owner, "tok-b.Dg-_x9.") || lease[0] != firstLease[0] {
+			t.Fatalf("after the takeover %q reads, to the release before, as owner %q, lease %v; want tok-b's claim with tok-a's digest, from tok-a's start %d", v, owner, lease, firstLease[0])
 		}
 	})
 
@@ -209,7 +229,7 @@ func TestKeyFormat(t *testing.T) {
 			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, First its start %d, no digest", got, oldStart)
 		}
 		v, _ := MustGet(t, raw, "fmt:"+k)
-		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b.%d..", oldStart)) {
+		if _, lease := prevReleaseLease(t, v); !strings.HasPrefix(v, "pending:tok-b..") || lease[0] != oldStart {
 			t.Fatalf("stored %q, want our claim carrying the old start %d and no digest", v, oldStart)
 		}
 

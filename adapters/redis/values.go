@@ -10,12 +10,13 @@ import (
 
 // The values the store writes under a key, newest version first:
 //
-//	pending:<token>.<firstms>.<digest>.<startms>.<untilms>
-//	                                        a claim, its history (the first
-//	                                        claim's start and digest, carried
-//	                                        through takeovers; the digest may
-//	                                        be empty) and its lease (start
-//	                                        and end, Unix milliseconds)
+//	pending:<token>.<digest>.<startms>.<firstms>.<untilms>
+//	                                        a claim, its lease (start and
+//	                                        end, Unix milliseconds) and its
+//	                                        history (the first claim's start
+//	                                        and digest, carried through
+//	                                        takeovers; the digest may be
+//	                                        empty)
 //	pending:<token>.<startms>.<untilms>     a claim written before histories,
 //	                                        whose history is its own start
 //	pending:<token>                         a claim written before leases: live
@@ -43,9 +44,12 @@ import (
 //
 // The release before histories reads a claim's last two dot-separated
 // fields as its lease and everything before them as its owner: it finds
-// a claim with a history live or abandoned as its lease says, takes it
+// a claim with a history live or abandoned as its until says, takes it
 // over by its exact value, and never releases it (the owner it compares,
-// "<token>.<first>.<digest>", is no token of its own). Its own claims,
+// "<token>.<digest>.<start>", is no token of its own). The field it reads
+// as the lease's start is the history's first start, so a worker of that
+// release taking such a claim over asks the provider about the window of
+// the first send, not of the last takeover's. Its own claims,
 // "pending:<token>.<start>.<until>", are read here as claims whose history
 // is their own start, and released by the same script (which matches
 // "pending:<token>" and a '.' after it). A digest never contains '.'.
@@ -86,8 +90,8 @@ func (c claimValue) inherit(prev ports.Lease) claimValue {
 // encode is c's value.
 func (c claimValue) encode() string {
 	from := c.start.UnixMilli()
-	return pendingPrefix + c.token + "." + strconv.FormatInt(c.first.UnixMilli(), 10) + "." + c.digest + "." +
-		strconv.FormatInt(from, 10) + "." + strconv.FormatInt(from+ms(c.ttl), 10)
+	return pendingPrefix + c.token + "." + c.digest + "." + strconv.FormatInt(from, 10) + "." +
+		strconv.FormatInt(c.first.UnixMilli(), 10) + "." + strconv.FormatInt(from+ms(c.ttl), 10)
 }
 
 // encodeSent is the value of a sent record. A receipt without a fingerprint
@@ -198,10 +202,10 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, ok
 }
 
-// decodeLease reads "<token>.<firstms>.<digest>.<startms>.<untilms>",
+// decodeLease reads "<token>.<digest>.<startms>.<firstms>.<untilms>",
 // "<token>.<startms>.<untilms>" (a claim before histories: First is its
 // Start), or a bare token (a claim without a lease, whose Until stays
-// zero), from the right: the lease is the last two fields, as every
+// zero), from the right: the last field is the lease's end, as every
 // release reads it. Any other shape is read as a bare token.
 func decodeLease(owner string) ports.Lease {
 	millis := func(s string) (time.Time, bool) {
@@ -216,10 +220,12 @@ func decodeLease(owner string) ports.Lease {
 		return ports.Lease{Token: owner}
 	}
 	l := ports.Lease{Token: rest, Start: st, Until: u, First: st}
-	if head, digest, ok := cutLast(rest); ok {
-		if token, first, ok := cutLast(head); ok && token != "" {
-			if f, ok := millis(first); ok {
-				l.Token, l.First, l.Digest = token, f, digest
+	// With a history, the field before until is the first start, and
+	// the lease's own start and the digest come before it.
+	if head, own, ok := cutLast(rest); ok {
+		if token, digest, ok := cutLast(head); ok && token != "" {
+			if o, ok := millis(own); ok {
+				l.Token, l.Start, l.Digest = token, o, digest
 			}
 		}
 	}
