@@ -33,7 +33,7 @@ test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
 	promtool test rules deploy/prometheus/rules_test.yaml
 
 test-integration: images ## end-to-end scenarios on testcontainers (needs a Docker engine)
-	$(GO) test -race -tags integration -count=1 -timeout 12m ./integration/...
+	$(GO) test -race -tags integration -count=1 -timeout 20m ./integration/...
 
 deps: ## install what the tests need on a fresh Debian machine (root)
 	scripts/deps.sh
