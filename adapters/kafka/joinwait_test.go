@@ -41,14 +41,15 @@ type joinWait struct {
 	rejoined time.Time
 }
 
-// startJoinWait forms the group on brokers (A alone, then S joins and A's
-// rejoin completes that rebalance with both), then makes A rejoin and
-// returns once the rebalance it starts is under way.
-func startJoinWait(t *testing.T, brokers []string) *joinWait {
+// newJoinWait is a scene on brokers, for a group named prefix and the
+// time: A and the admin client connected, a context that ends with t or
+// after 2 minutes, and client, which connects one more client closed with
+// t.
+func newJoinWait(t *testing.T, brokers []string, prefix string) (w *joinWait, client func() *kgo.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	client := func() *kgo.Client {
+	client = func() *kgo.Client {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 		if err != nil {
 			t.Fatal(err)
@@ -56,8 +57,19 @@ func startJoinWait(t *testing.T, brokers []string) *joinWait {
 		t.Cleanup(cl.Close)
 		return cl
 	}
-	w := &joinWait{t: t, ctx: ctx, group: "join-wait-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""),
-		a: client(), s: client(), admin: client(), aAnswer: make(chan *kmsg.JoinGroupResponse, 1)}
+	w = &joinWait{t: t, ctx: ctx, group: prefix + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""),
+		a: client(), admin: client()}
+	return w, client
+}
+
+// startJoinWait forms the group on brokers (A alone, then S joins and A's
+// rejoin completes that rebalance with both), then makes A rejoin and
+// returns once the rebalance it starts is under way.
+func startJoinWait(t *testing.T, brokers []string) *joinWait {
+	t.Helper()
+	w, client := newJoinWait(t, brokers, "join-wait-")
+	ctx := w.ctx
+	w.s, w.aAnswer = client(), make(chan *kmsg.JoinGroupResponse, 1)
 
 	w.idA = w.memberID(w.a)
 	first := w.mustJoin(w.a, w.idA)
@@ -309,18 +321,8 @@ func TestBroker_RemovesASilentMemberDuringARebalance(t *testing.T) {
 // the scene (S unused), N's id and the generation A synced into.
 func newMemberDiesInFirstJoin(t *testing.T, brokers []string) (w *joinWait, idN string, gen int32) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	client := func() *kgo.Client {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		return cl
-	}
-	w = &joinWait{t: t, ctx: ctx, group: "join-death-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""),
-		a: client(), admin: client()}
+	w, client := newJoinWait(t, brokers, "join-death-")
+	ctx := w.ctx
 	w.idA = w.memberID(w.a)
 	first := w.mustJoin(w.a, w.idA)
 	w.sync(w.a, w.idA, first.Generation)

@@ -233,15 +233,7 @@ func TestSentinelFailover(t *testing.T) {
 				link.Cut()
 				sentinels.MustWaitPrimary(t, replica, 60*time.Second)
 			})
-			switch {
-			case n > 0 && lost > 0:
-				t.Errorf("%d records reported written were gone after the failover: a replay sends each again", lost)
-			case n == 0 && lost == 0:
-				t.Errorf("no record lost without acknowledgement: the rig did not hold replication back")
-			case n == 0:
-				t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of the records written while the replica lagged were lost in the failover; a replay sends each of them twice", lost)
-			}
-			t.Logf("owed (the store refused them, the caller writes them again): %d", owed)
+			judgeFailover(t, n, lost, owed, "the replica")
 		})
 	}
 }
@@ -318,15 +310,7 @@ func TestClusterFailover(t *testing.T) {
 				replicas[0].Resume(t)
 				redistest.MustWaitClusterPrimary(t, replicas[0], c.Nodes[1:], 60*time.Second)
 			})
-			switch {
-			case n > 0 && lost > 0:
-				t.Errorf("%d records reported written were gone after the failover: a replay sends each again", lost)
-			case n == 0 && lost == 0:
-				t.Errorf("no record lost without acknowledgement: the rig did not hold replication back")
-			case n == 0:
-				t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of the records written while node 0's replica lagged were lost in the failover; a replay sends each of them twice", lost)
-			}
-			t.Logf("owed (the store refused them, the caller writes them again): %d", owed)
+			judgeFailover(t, n, lost, owed, "node 0's replica")
 		})
 	}
 }
@@ -342,4 +326,22 @@ func mustFill(t *testing.T, node *redistest.Server, n, size int) {
 			t.Fatalf("filler: %v", err)
 		}
 	}
+}
+
+// judgeFailover fails t when a store acknowledging writes by n replicas
+// lost any of them in a failover (lost), or when without acknowledgement
+// none was lost, which means the rig did not hold replication back; and
+// logs, for n 0, how many were lost from the replica named lagging, and
+// the writes the store refused (owed).
+func judgeFailover(t *testing.T, n, lost, owed int, lagging string) {
+	t.Helper()
+	switch {
+	case n > 0 && lost > 0:
+		t.Errorf("%d records reported written were gone after the failover: a replay sends each again", lost)
+	case n == 0 && lost == 0:
+		t.Errorf("no record lost without acknowledgement: the rig did not hold replication back")
+	case n == 0:
+		t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of the records written while %s lagged were lost in the failover; a replay sends each of them twice", lost, lagging)
+	}
+	t.Logf("owed (the store refused them, the caller writes them again): %d", owed)
 }
