@@ -30,7 +30,9 @@ func BenchmarkReplicaAck(b *testing.B) {
 	primary := redistest.MustStart(b)
 	redistest.MustStartReplica(b, primary)
 	open := func(min int) func(b *testing.B) ports.IdempotencyStore {
-		return func(b *testing.B) ports.IdempotencyStore { return mustReplicaStore(b, primary, min) }
+		return func(b *testing.B) ports.IdempotencyStore {
+			return mustRedisStoreWith(b, primary, func(c *redis.Config) { c.MinReplicas = min })
+		}
 	}
 	through := func(min int) func(b *testing.B) measurement {
 		return func(b *testing.B) measurement {
@@ -45,25 +47,6 @@ func BenchmarkReplicaAck(b *testing.B) {
 		results.put(runReplicas0+serial, serialStoreTimes(b, open(0)(b), 2000))
 		results.put(runReplicas1+serial, serialStoreTimes(b, open(1)(b), 2000))
 	}
-}
-
-// mustReplicaStore is mustRedisStore with IDEMPOTENCY_MIN_REPLICAS=min.
-func mustReplicaStore(b *testing.B, srv interface{ URL() string }, min int) *redis.Store {
-	b.Helper()
-	n := prefixSeq.Add(1)
-	s, err := redis.New(redis.Config{
-		URL:           srv.URL(),
-		CompactPrefix: fmt.Sprintf("b%d", n),
-		KeyPrefix:     fmt.Sprintf("%sbench%d:", redis.DefaultKeyPrefix, n),
-		ReadBoth:      true,
-		Timeout:       redis.DefaultTimeout,
-		MinReplicas:   min,
-	})
-	if err != nil {
-		b.Fatalf("redis.New: %v", err)
-	}
-	b.Cleanup(s.Close)
-	return s
 }
 
 func (r *registry) printReplicas(w io.Writer) {

@@ -68,21 +68,30 @@ var prefixSeq atomic.Int64
 // (compact keys, reading both formats, timeout 200ms), under key prefixes
 // of its own so no run finds another's records.
 func mustRedisStore(b *testing.B, srv interface{ URL() string }) *redis.Store {
-	return mustRedisStoreReading(b, srv, true)
+	return mustRedisStoreWith(b, srv, func(*redis.Config) {})
 }
 
 // mustRedisStoreReading is mustRedisStore with IDEMPOTENCY_READ_BOTH_FORMATS
 // set to readBoth.
 func mustRedisStoreReading(b *testing.B, srv interface{ URL() string }, readBoth bool) *redis.Store {
+	return mustRedisStoreWith(b, srv, func(c *redis.Config) { c.ReadBoth = readBoth })
+}
+
+// mustRedisStoreWith is mustRedisStore with its configuration changed by
+// set: keys under a prefix of its own, both formats read, the default
+// timeout, then what set changes. The store is closed when b ends.
+func mustRedisStoreWith(b *testing.B, srv interface{ URL() string }, set func(*redis.Config)) *redis.Store {
 	b.Helper()
 	n := prefixSeq.Add(1)
-	s, err := redis.New(redis.Config{
+	cfg := redis.Config{
 		URL:           srv.URL(),
 		CompactPrefix: fmt.Sprintf("b%d", n),
 		KeyPrefix:     fmt.Sprintf("%sbench%d:", redis.DefaultKeyPrefix, n),
-		ReadBoth:      readBoth,
+		ReadBoth:      true,
 		Timeout:       redis.DefaultTimeout,
-	})
+	}
+	set(&cfg)
+	s, err := redis.New(cfg)
 	if err != nil {
 		b.Fatalf("redis.New: %v", err)
 	}
