@@ -334,21 +334,26 @@ func (k *Kafka) StartNode(ctx context.Context, id int32) error {
 	return waitUntil(ctx, n.c, startTimeout, dialCheck(n.addr))
 }
 
-// PauseNode freezes the node with node.id id (docker pause): its
-// processes stop where they are, its connections stay open, and it answers
-// nothing, like a broker stalled by a long pause of its JVM or its disk.
-// UnpauseNode lets it go on.
+// PauseNode stops the node with node.id id where it stands: its JVM (the
+// container's only process, PID 1) gets SIGSTOP, its connections stay
+// open, and it answers nothing, like a broker stalled by a long pause of
+// its JVM or its disk. UnpauseNode lets it go on. A signal, not the cgroup
+// freezer of docker pause: the freezer is not there, or fails to freeze,
+// on some Docker hosts, and one process stopped is the same stall.
 func (k *Kafka) PauseNode(ctx context.Context, id int32) error {
-	return k.onContainer(id, "pause", func(cli *testcontainers.DockerClient, c string) error {
-		_, err := cli.ContainerPause(ctx, c, client.ContainerPauseOptions{})
-		return err
-	})
+	return k.signalNode(ctx, id, "pause", "SIGSTOP")
 }
 
-// UnpauseNode lets a node frozen by PauseNode go on.
+// UnpauseNode lets a node stopped by PauseNode go on (SIGCONT).
 func (k *Kafka) UnpauseNode(ctx context.Context, id int32) error {
-	return k.onContainer(id, "unpause", func(cli *testcontainers.DockerClient, c string) error {
-		_, err := cli.ContainerUnpause(ctx, c, client.ContainerUnpauseOptions{})
+	return k.signalNode(ctx, id, "unpause", "SIGCONT")
+}
+
+// signalNode sends signal to the main process of the node with node.id id;
+// what names the step in its error.
+func (k *Kafka) signalNode(ctx context.Context, id int32, what, signal string) error {
+	return k.onContainer(id, what, func(cli *testcontainers.DockerClient, c string) error {
+		_, err := cli.ContainerKill(ctx, c, client.ContainerKillOptions{Signal: signal})
 		return err
 	})
 }
