@@ -117,7 +117,19 @@ func (c *Consumer) Wedged() bool {
 // Run returns an error when it cannot connect at start or the group fails
 // for good; transient failures of a session are logged and retried with
 // backoff. It returns ErrAlreadyRunning if called while running.
+//
+// Each call of h holds one of the MaxInFlight handling slots while it runs.
 func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
+	return c.RunPolicy(ctx, h)
+}
+
+// RunPolicy is Run with every record handed to h through the middlewares
+// of policy, composed as policy.Chain composes them: a record meets them in
+// the order listed, and h last. A record is finished once the first
+// returned nil for it. Each call of h holds one of the MaxInFlight handling
+// slots while it runs, and a record holds none while a middleware works or
+// waits (between attempts, writing a dead letter).
+func (c *Consumer) RunPolicy(ctx context.Context, h ports.Handler, policy ...ports.Middleware) error {
 	if h == nil {
 		return errors.New("kafka: Run needs a handler")
 	}
@@ -141,6 +153,7 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		cfg:       cfg,
 		log:       log,
 		handler:   h,
+		policy:    policy,
 		dlq:       p.dlq,
 		dlqHealth: c.dlqHealth,
 		flow:      newFlow(cfg, log),
@@ -248,7 +261,9 @@ type runState struct {
 	cfg     Config
 	log     *slog.Logger
 	handler ports.Handler
-	dlq     *Publisher
+	// policy is what each partition runs around handler (see RunPolicy).
+	policy []ports.Middleware
+	dlq    *Publisher
 	// dlqHealth is the Consumer's: Ready reads it.
 	dlqHealth *deadLetterHealth
 	// flow holds every bound on the records and calls the Run holds.

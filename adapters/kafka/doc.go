@@ -43,9 +43,11 @@
 //     MaxBufferedBytes/64 per partition and MaxBufferedBytes/16 per response. Behind one unfinished record, a partition takes in at most
 //     64*MaxInFlight offsets (finished ones included) before it stops
 //     reading until that record finishes.
-//   - The handler's context carries a ports.Delivery: Stopping closes when
-//     the partition stops, and Call bounds handler calls to MaxInFlight
-//     slots (policy.Slot takes one per attempt).
+//   - The handler's context carries a ports.Delivery whose Stopping closes
+//     when the partition stops. Consumer.RunPolicy runs the record policy's
+//     middlewares around the handler, and each call of the handler (each
+//     attempt) holds one of the MaxInFlight slots; a record waiting between
+//     attempts holds none.
 //   - While a partition has been failing to write a dead letter through
 //     the DeadLetterSink for DeadLetterUnreadyAfter (30s), Ready is false.
 //     Dead letters are written by an idempotent producer whose own retries

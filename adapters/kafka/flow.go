@@ -51,11 +51,11 @@ const recordOverhead = 256
 //     on it in claimFlow.waitSpan; the partition worker wakes it in
 //     claimFlow.advanced when the partition's commit point moves, the only
 //     time the span shrinks.
-//   - Handler calls (slots): at most MaxInFlight handler calls made
-//     through the record's ports.Delivery.Call, across all partitions. It
-//     is what bounds concurrent sends. A call holds a slot from the moment
-//     it starts until it returns (claimFlow.call), and none while its
-//     record waits between attempts or its dead letter is written.
+//   - Handler calls (slots): at most MaxInFlight calls of the handler Run
+//     was given, across all partitions. It is what bounds concurrent sends.
+//     A handler call holds a slot from the moment it starts until it
+//     returns (claimFlow.bound), and none while its record waits between
+//     attempts or its dead letter is written.
 //   - Abandoned and stalled calls: a call still running after its
 //     partition's stop cancelled its context and waited abandonGrace is
 //     abandoned (claimFlow.abandon) and keeps its slot until it returns.
@@ -232,26 +232,29 @@ func (c *claimFlow) advanced() {
 	}
 }
 
-// call runs one handler call holding a slot; it is the ports.Delivery.Call
-// of the partition's records. It waits for a free slot, and returns
-// ports.ErrStopping without calling once the partition is stopping.
-func (c *claimFlow) call(ctx context.Context, call func(context.Context) error) error {
-	slot, ok := c.acquire()
-	if !ok {
-		return ports.ErrStopping
-	}
-	c.mu.Lock()
-	c.calling++
-	if c.abandoned {
-		// Started as stop gave up: abandoned too, counted here since
-		// abandon's count missed it (callDone takes it off either way).
-		c.flow.abandoned.Add(1)
-		c.flow.metrics.HandlersAbandoned(1)
-	}
-	c.mu.Unlock()
-	defer c.release(slot)
-	defer c.callDone()
-	return call(ctx)
+// bound returns h with each call holding a slot: a call waits for a free
+// one, and returns ports.ErrStopping without calling h once the partition
+// is stopping. The partition worker runs the handler chain around it, so a
+// record holds a slot only while h runs.
+func (c *claimFlow) bound(h ports.Handler) ports.Handler {
+	return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		slot, ok := c.acquire()
+		if !ok {
+			return ports.ErrStopping
+		}
+		c.mu.Lock()
+		c.calling++
+		if c.abandoned {
+			// Started as stop gave up: abandoned too, counted here since
+			// abandon's count missed it (callDone takes it off either way).
+			c.flow.abandoned.Add(1)
+			c.flow.metrics.HandlersAbandoned(1)
+		}
+		c.mu.Unlock()
+		defer c.release(slot)
+		defer c.callDone()
+		return h.Handle(ctx, rec)
+	})
 }
 
 // acquire takes a slot and notes when, or reports false once stopping. A

@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -44,6 +45,9 @@ type partition struct {
 
 	// flow is the partition's share of the Run's bounds.
 	flow *claimFlow
+	// handler is the Run's policy around its handler, each call of the
+	// handler holding a slot of flow.
+	handler ports.Handler
 }
 
 func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
@@ -64,6 +68,7 @@ func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.
 		queues:        make(map[string][]*sarama.ConsumerMessage),
 		tracker:       newOffsetTracker(),
 		flow:          share,
+		handler:       policy.Chain(share.bound(run.handler), run.policy...),
 	}
 }
 
@@ -157,7 +162,7 @@ func (p *partition) markExactly(commit int64) {
 // handle runs the handler chain on msg and reports whether the record
 // finished: the chain returned nil, once the record was handled or
 // dead-lettered. Any error leaves it unmarked, for replay: ErrStopping or
-// a cancelled context once stopping, or, from a chain without a dead
+// a cancelled context once stopping, or, from a policy without a dead
 // letter middleware, a failure the consumer has no policy for.
 func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 	rec := ports.Record{
@@ -169,8 +174,8 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		Timestamp: msg.Timestamp,
 		Headers:   recordHeaders(msg.Headers),
 	}
-	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping, Call: p.flow.call})
-	err := p.run.handler.Handle(ctx, rec)
+	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping})
+	err := p.handler.Handle(ctx, rec)
 	if err != nil && !p.isStopping() && p.handlerCtx.Err() == nil {
 		p.log.Error("record_unfinished", "offset", msg.Offset, "error", err)
 	}
