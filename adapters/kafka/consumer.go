@@ -341,9 +341,9 @@ func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 // returns: Sarama releases a partition revoked by a cooperative rebalance
 // without flushing manual marks (autocommit is off), and only once this
 // returns. It returns promptly when the session context is done, even if
-// the Messages channel is not yet closed (Sarama #1192), and when the
-// partition is revoked while it waits for a slot, or the rebalance would
-// wait for it.
+// Sarama has not closed the Messages channel yet (it may not before the
+// session's end), and when the partition is revoked while it waits on a
+// bound of flow, or the rebalance would wait for it.
 func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	g.logAssigned(sess)
 	partition := claim.Partition()

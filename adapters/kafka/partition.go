@@ -147,8 +147,8 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 
 // markExactly sets the partition's offset to commit to commit, up or down.
 // MarkOffset alone only moves it forward: when the group's committed offset
-// is past the partition's end (unclean leader election, truncation; Sarama
-// #2863), Sarama fetches from the oldest record, but every mark below the
+// is past the partition's end (unclean leader election, truncation),
+// Sarama fetches from the oldest record, but every mark below the
 // stale offset would be ignored, the commit would stay there, and once the
 // log grew past it a restart would skip everything in between. ResetOffset
 // only moves it back; together they set it exactly. Our marks only increase
