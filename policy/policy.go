@@ -1,9 +1,9 @@
 // Package policy holds what the worker does with a record whose handling
 // failed: small middlewares over ports.Handler (Recover, MaxBytes, Retry,
-// DeadLetter, Slot), composed by Chain. An event source delivers, orders
-// and commits; these decide retry, dead-lettering and panic recovery, the
-// same for every source. The package imports only ports and the standard
-// library.
+// DeadLetter), composed by Chain. An event source delivers, orders,
+// commits and bounds the handler calls in flight; these decide retry,
+// dead-lettering and panic recovery, the same for every source. The
+// package imports only ports and the standard library.
 //
 // Logs, with the record's topic, partition and offset: record_retry_scheduled,
 // handler_panicked, event_dead_lettered, and dead_letter_failed (at most
@@ -258,17 +258,6 @@ func DeadLetter(sink ports.DeadLetterSink, cfg Config) ports.Middleware {
 					return ports.ErrStopping
 				}
 			}
-		})
-	}
-}
-
-// Slot runs each call of next through the event source's bound on handler
-// calls in flight (ports.Delivery.Call). It belongs innermost, so a record
-// holds a slot only while a call runs, not while it waits for a retry.
-func Slot() ports.Middleware {
-	return func(next ports.Handler) ports.Handler {
-		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-			return ports.DeliveryOf(ctx).Call(ctx, func(ctx context.Context) error { return next.Handle(ctx, rec) })
 		})
 	}
 }

@@ -105,7 +105,6 @@ func chain(cfg policy.Config, sink ports.DeadLetterSink, h ports.HandlerFunc) po
 		policy.MaxBytes(cfg),
 		policy.Recover(cfg),
 		policy.Retry(cfg),
-		policy.Slot(),
 	)
 }
 
@@ -360,47 +359,12 @@ func TestDeadLetter(t *testing.T) {
 		t.Parallel()
 		cfg, _, _ := testConfig()
 		sink := &memorySink{}
-		ctx := ports.WithDelivery(context.Background(), ports.Delivery{
-			Call: func(context.Context, func(context.Context) error) error { return ports.ErrStopping },
-		})
-		err := chain(cfg, sink, func(context.Context, ports.Record) error { return nil }).Handle(ctx, rec)
+		// What the source's bound on handler calls returns once it stops.
+		err := chain(cfg, sink, func(context.Context, ports.Record) error { return ports.ErrStopping }).Handle(context.Background(), rec)
 		if !errors.Is(err, ports.ErrStopping) || len(sink.written()) != 0 {
 			t.Errorf("Handle = %v with %d dead letters, want ErrStopping and none", err, len(sink.written()))
 		}
 	})
-}
-
-func TestSlot(t *testing.T) {
-	t.Parallel()
-	// Each attempt enters the source's Call, and nothing else does: two
-	// attempts, two calls, whatever the backoff between them.
-	cfg, _, _ := testConfig()
-	var mu sync.Mutex
-	inCall, outside := 0, 0
-	ctx := ports.WithDelivery(context.Background(), ports.Delivery{
-		Call: func(ctx context.Context, call func(context.Context) error) error {
-			mu.Lock()
-			inCall++
-			mu.Unlock()
-			return call(ctx)
-		},
-	})
-	attempts := 0
-	err := chain(cfg, &memorySink{}, func(context.Context, ports.Record) error {
-		attempts++
-		mu.Lock()
-		if inCall != attempts {
-			outside++
-		}
-		mu.Unlock()
-		if attempts == 1 {
-			return errors.New("smtp: 421")
-		}
-		return nil
-	}).Handle(ctx, rec)
-	if err != nil || attempts != 2 || inCall != 2 || outside != 0 {
-		t.Errorf("err %v, %d attempts, %d calls entered, %d attempts outside a call", err, attempts, inCall, outside)
-	}
 }
 
 func TestConfig_Validate(t *testing.T) {

@@ -33,10 +33,6 @@ type Delivery struct {
 	// record: a wait between attempts ends, and no attempt starts. Nil
 	// (never closed) when the source sets no Delivery.
 	Stopping <-chan struct{}
-	// Call runs one handler call under the source's bound on calls in
-	// flight, and returns its error; it returns ErrStopping without
-	// calling once Stopping is closed. Nil: calls run unbounded.
-	Call func(ctx context.Context, call func(context.Context) error) error
 }
 
 type deliveryKey struct{}
@@ -46,12 +42,9 @@ func WithDelivery(ctx context.Context, d Delivery) context.Context {
 	return context.WithValue(ctx, deliveryKey{}, d)
 }
 
-// DeliveryOf returns the Delivery in ctx, or one that never stops and runs
-// calls directly when ctx carries none.
+// DeliveryOf returns the Delivery in ctx, or the zero Delivery (never
+// stopping) when ctx carries none.
 func DeliveryOf(ctx context.Context) Delivery {
 	d, _ := ctx.Value(deliveryKey{}).(Delivery)
-	if d.Call == nil {
-		d.Call = func(ctx context.Context, call func(context.Context) error) error { return call(ctx) }
-	}
 	return d
 }

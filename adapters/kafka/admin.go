@@ -8,9 +8,9 @@ import (
 )
 
 // DeleteGroup deletes cfg.GroupID and its committed offsets, so the next
-// member to join starts from the oldest record: the replay of the
-// 2026-04-02 incident, on purpose. The demo and the end-to-end tests use it;
-// the group must have no live members.
+// member to join starts from the oldest record and replays the whole
+// topic. The demo and the end-to-end tests use it; the group must have no
+// live members.
 func DeleteGroup(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(true); err != nil {

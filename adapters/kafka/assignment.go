@@ -9,10 +9,10 @@ import (
 
 // revocations tells a partition's ConsumeClaim that a cooperative
 // rebalance revoked it. Sarama signals that only by closing the claim's
-// Messages channel, which a ConsumeClaim waiting for a handling slot or
-// for its key's span is not reading; this channel is closed as soon as
-// the member receives an assignment that no longer names the partition.
-// Its methods are safe for concurrent use.
+// Messages channel, which a ConsumeClaim waiting on a bound of flow is not
+// reading; this channel is closed as soon as the member receives an
+// assignment that no longer names the partition. Its methods are safe for
+// concurrent use.
 type revocations struct {
 	topic string
 

@@ -71,11 +71,10 @@ type Config struct {
 	// apply client quotas by it. Default DefaultClientID.
 	ClientID string
 
-	// MaxInFlight bounds the handler's calls made through the record's
-	// ports.Delivery.Call (policy.Slot makes them), across all partitions;
-	// default 64. 1 runs strictly one such call at a time. A handler that
-	// does not go through Call is bounded only by the records the consumer
-	// holds: up to 4*MaxInFlight, within MaxBufferedBytes, fetched and
+	// MaxInFlight bounds the calls of the handler Run is given (behind
+	// RunPolicy's middlewares: each attempt), across all partitions;
+	// default 64. 1 runs strictly one call at a time. The consumer holds up
+	// to 4*MaxInFlight records, within MaxBufferedBytes, fetched and
 	// waiting (behind a busy key, for a slot, or between attempts).
 	MaxInFlight int
 	// MaxBufferedBytes bounds the bytes of the records the consumer holds,

@@ -85,7 +85,7 @@ func (c *Consumer) BufferedBytes() int64 {
 	if r == nil {
 		return 0
 	}
-	return r.budget.held()
+	return r.flow.heldBytes()
 }
 
 // Wedged reports whether handler calls that are not returning stop the
@@ -100,7 +100,7 @@ func (c *Consumer) Wedged() bool {
 	if r == nil {
 		return false
 	}
-	return r.abandoned.Load() >= int64(c.cfg.MaxInFlight) || r.stalled()
+	return r.flow.wedged()
 }
 
 // Run joins the group and delivers records to h until ctx is cancelled; then
@@ -117,7 +117,19 @@ func (c *Consumer) Wedged() bool {
 // Run returns an error when it cannot connect at start or the group fails
 // for good; transient failures of a session are logged and retried with
 // backoff. It returns ErrAlreadyRunning if called while running.
+//
+// Each call of h holds one of the MaxInFlight handling slots while it runs.
 func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
+	return c.RunPolicy(ctx, h)
+}
+
+// RunPolicy is Run with every record handed to h through the middlewares
+// of policy, composed as policy.Chain composes them: a record meets them in
+// the order listed, and h last. A record is finished once the first
+// returned nil for it. Each call of h holds one of the MaxInFlight handling
+// slots while it runs, and a record holds none while a middleware works or
+// waits (between attempts, writing a dead letter).
+func (c *Consumer) RunPolicy(ctx context.Context, h ports.Handler, policy ...ports.Middleware) error {
 	if h == nil {
 		return errors.New("kafka: Run needs a handler")
 	}
@@ -141,18 +153,12 @@ func (c *Consumer) Run(ctx context.Context, h ports.Handler) error {
 		cfg:       cfg,
 		log:       log,
 		handler:   h,
+		policy:    policy,
 		dlq:       p.dlq,
 		dlqHealth: c.dlqHealth,
-		handling:  make(chan int, cfg.MaxInFlight),
-		started:   make([]atomic.Int64, cfg.MaxInFlight),
-		window:    make(chan struct{}, 4*cfg.MaxInFlight),
-		budget:    newByteBudget(cfg.MaxBufferedBytes),
-		start:     time.Now(),
+		flow:      newFlow(cfg, log),
 		revoked:   revoked,
 		lag:       p.lag,
-	}
-	for slot := range cfg.MaxInFlight {
-		run.handling <- slot
 	}
 	c.run.Store(run)
 	defer c.run.Store(nil)
@@ -255,63 +261,17 @@ type runState struct {
 	cfg     Config
 	log     *slog.Logger
 	handler ports.Handler
-	dlq     *Publisher
+	// policy is what each partition runs around handler (see RunPolicy).
+	policy []ports.Middleware
+	dlq    *Publisher
 	// dlqHealth is the Consumer's: Ready reads it.
 	dlqHealth *deadLetterHealth
-	// handling holds the free handler-call slots, 0 to MaxInFlight-1: a
-	// call takes one and gives it back when it returns, so at most
-	// MaxInFlight run worker-wide. (Dead letter writes take none.)
-	handling chan int
-	// started[slot] is when the call holding slot started, as time since
-	// start plus one (monotonic), or 0 while the slot is free.
-	started []atomic.Int64
-	// window holds one token per record fetched and not finished, so a busy
-	// key or a slow provider stops the fetch instead of filling memory.
-	window chan struct{}
-	// budget bounds the bytes of the records the window holds (the byte
-	// budget, Config.MaxBufferedBytes).
-	budget *byteBudget
-	// abandoned counts handler calls a partition's stop gave up on that
-	// have not returned yet: each still holds a handling token.
-	abandoned atomic.Int64
-	// start is when the Run began.
-	start time.Time
+	// flow holds every bound on the records and calls the Run holds.
+	flow *flow
 	// revoked tells a partition that a cooperative rebalance revoked it.
 	revoked *revocations
 	// lag reads and reports the lag of the partitions held.
 	lag *lagReader
-	// stallLogged is set while the run is stalled and has said so.
-	stallLogged atomic.Bool
-}
-
-// stalled reports whether Config.StallAfter is set and a handler call has
-// been running for longer than it. One such call is enough: StallAfter is
-// set above anything a handler can legitimately take, and a hung call holds
-// its key's later records, its partition's commit and, through them, the
-// fetch window, so the worker can stall with only one slot taken. It scans
-// the MaxInFlight slots, and logs handlers_stalled the first time it turns
-// true.
-func (r *runState) stalled() bool {
-	stall := r.cfg.StallAfter
-	if stall <= 0 {
-		return false
-	}
-	now := time.Since(r.start)
-	var oldest time.Duration
-	for i := range r.started {
-		if at := r.started[i].Load(); at != 0 {
-			oldest = max(oldest, now-time.Duration(at-1))
-		}
-	}
-	if oldest <= stall {
-		r.stallLogged.Store(false)
-		return false
-	}
-	if r.stallLogged.CompareAndSwap(false, true) {
-		r.log.Error("handlers_stalled", "oldest_call", oldest.Round(time.Second),
-			"stall_after", stall, "max_in_flight", r.cfg.MaxInFlight)
-	}
-	return true
 }
 
 // groupHandler adapts a Run to sarama.ConsumerGroupHandler. Setup and
@@ -381,9 +341,9 @@ func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 // returns: Sarama releases a partition revoked by a cooperative rebalance
 // without flushing manual marks (autocommit is off), and only once this
 // returns. It returns promptly when the session context is done, even if
-// the Messages channel is not yet closed (Sarama #1192), and when the
-// partition is revoked while it waits for a slot, or the rebalance would
-// wait for it.
+// Sarama has not closed the Messages channel yet (it may not before the
+// session's end), and when the partition is revoked while it waits on a
+// bound of flow, or the rebalance would wait for it.
 func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	g.logAssigned(sess)
 	partition := claim.Partition()
@@ -415,7 +375,7 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	for {
 		// Not reading is what pauses the fetch: Sarama's buffers fill and it
 		// stops fetching this partition.
-		if !p.waitSpan(ctx.Done()) {
+		if !p.flow.waitSpan(ctx.Done(), p.span) {
 			return nil
 		}
 		select {
@@ -431,21 +391,16 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			if ctx.Err() != nil {
 				return nil
 			}
-			select {
-			case g.run.window <- struct{}{}:
-			case <-ctx.Done():
+			// Waiting here is what stops this partition once the window
+			// or the byte budget is spent: the next record stays in
+			// Sarama, which then stops fetching the partition. This one is
+			// held meanwhile, uncounted: one record per partition.
+			held, ok := g.run.flow.take(msg, ctx.Done())
+			if !ok {
 				// Not added to the tracker, so not marked: replayed.
 				return nil
 			}
-			// Waiting here is what stops this partition once the byte
-			// budget is spent: the next record stays in Sarama, which
-			// then stops fetching the partition. This one is held
-			// meanwhile, uncounted: one record per partition.
-			if !g.run.budget.acquire(heldBytes(msg), ctx.Done()) {
-				<-g.run.window
-				return nil
-			}
-			p.dispatch(detach(msg))
+			p.dispatch(held)
 		}
 	}
 }

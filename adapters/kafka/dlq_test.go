@@ -275,9 +275,9 @@ func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- consumer.Run(ctx, withPolicy(cfg, consumer, ports.HandlerFunc(func(context.Context, ports.Record) error {
+		done <- consumer.RunPolicy(ctx, ports.HandlerFunc(func(context.Context, ports.Record) error {
 			return ports.MarkPermanent(errors.New("unknown event type"))
-		})))
+		}), workerPolicy(cfg, consumer)...)
 	}()
 	t.Cleanup(func() {
 		cancel()

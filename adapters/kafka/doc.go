@@ -40,12 +40,15 @@
 //     reading and Sarama stops fetching (a record larger than the whole
 //     MaxBufferedBytes is admitted alone). Sarama's own read-ahead is sized
 //     from MaxBufferedBytes too: no channel buffer, fetches of
-//     MaxBufferedBytes/64 per partition and MaxBufferedBytes/16 per response. Behind one unfinished record, a partition takes in at most
+//     MaxBufferedBytes/64 per partition and MaxBufferedBytes/16 per
+//     response. Behind one unfinished record, a partition takes in at most
 //     64*MaxInFlight offsets (finished ones included) before it stops
 //     reading until that record finishes.
-//   - The handler's context carries a ports.Delivery: Stopping closes when
-//     the partition stops, and Call bounds handler calls to MaxInFlight
-//     slots (policy.Slot takes one per attempt).
+//   - The handler's context carries a ports.Delivery whose Stopping closes
+//     when the partition stops. Consumer.RunPolicy runs the record policy's
+//     middlewares around the handler, and each call of the handler (each
+//     attempt) holds one of the MaxInFlight slots; a record waiting between
+//     attempts holds none.
 //   - While a partition has been failing to write a dead letter through
 //     the DeadLetterSink for DeadLetterUnreadyAfter (30s), Ready is false.
 //     Dead letters are written by an idempotent producer whose own retries
@@ -81,5 +84,6 @@
 // partitions_released, partition_stopping, record_unfinished,
 // dead_letter_value_dropped, dead_letter_stripped, partition_dispatch_paused,
 // partition_dispatch_resumed, shutdown_timeout_exceeded, handlers_abandoned,
-// handlers_stalled, consume_failed, consumer_error. Record values are never logged: they hold customer data.
+// handlers_stalled, consume_failed, consumer_error. Record values are never
+// logged: they hold customer data.
 package kafka

@@ -79,7 +79,7 @@ func (e *Embedded) Close() {
 //     rebalance timeout, which each member joining meanwhile restarts.
 //     Kafka starts every member's session when the rebalance completes.
 //
-// Under membership churn either stalled whole groups (docs/kafka-brokers.md).
+// Under membership churn either stalls whole groups (docs/kafka-brokers.md).
 //
 // It watches JoinGroup requests that carry a member id and, for each,
 // heartbeats for the member every third of its session timeout under the

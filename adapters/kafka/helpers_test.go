@@ -191,9 +191,9 @@ func testConfig(brokers []string, topic string) (testSetup, *logtest.Buffer) {
 	}, RetryMaxAttempts: 3}, logs
 }
 
-// withPolicy returns h behind the record policy the worker runs, in the
-// worker's order, dead-lettering through c.
-func withPolicy(cfg testSetup, c *kafka.Consumer, h ports.Handler) ports.Handler {
+// workerPolicy returns the record policy the worker runs, in the worker's
+// order, dead-lettering through c.
+func workerPolicy(cfg testSetup, c *kafka.Consumer) []ports.Middleware {
 	pcfg := policy.Config{
 		MaxRecordBytes:      cfg.MaxRecordBytes,
 		RetryMaxAttempts:    cfg.RetryMaxAttempts,
@@ -204,13 +204,12 @@ func withPolicy(cfg testSetup, c *kafka.Consumer, h ports.Handler) ports.Handler
 	if m, ok := cfg.Metrics.(policy.Metrics); ok {
 		pcfg.Metrics = m
 	}
-	return policy.Chain(h,
+	return []ports.Middleware{
 		policy.DeadLetter(c.DeadLetterSink(), pcfg),
 		policy.MaxBytes(pcfg),
 		policy.Recover(pcfg),
 		policy.Retry(pcfg),
-		policy.Slot(),
-	)
+	}
 }
 
 func MustPublish(tb testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
@@ -265,7 +264,8 @@ type runningConsumer struct {
 	done   chan error
 }
 
-// MustRun starts c.Run(h) and stops it when the test ends.
+// MustRun starts c.RunPolicy(h) behind the worker's policy and stops it
+// when the test ends.
 func MustRun(tb testing.TB, cfg testSetup, h ports.Handler) *runningConsumer {
 	tb.Helper()
 	c, err := kafka.NewConsumer(cfg.Config)
@@ -274,7 +274,7 @@ func MustRun(tb testing.TB, cfg testSetup, h ports.Handler) *runningConsumer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rc := &runningConsumer{c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { rc.done <- c.Run(ctx, withPolicy(cfg, c, h)) }()
+	go func() { rc.done <- c.RunPolicy(ctx, h, workerPolicy(cfg, c)...) }()
 	tb.Cleanup(func() { _ = rc.stop(30 * time.Second) })
 	return rc
 }

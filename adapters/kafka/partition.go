@@ -9,19 +9,13 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
 // abandonGrace is how long stop waits, after cancelling the handlers'
 // context, for handlers to notice before it gives up on them.
 const abandonGrace = time.Second
-
-// spanPerInFlight times MaxInFlight is how many offsets a partition may
-// dispatch past its lowest unfinished record. The window bounds records
-// unfinished, not the tracker's span: behind one stuck record, every later
-// one that finishes still keeps a tracker entry until the stuck one does, so
-// without this limit memory would grow with the partition's backlog.
-const spanPerInFlight = 64
 
 // partition handles one claimed partition for one session: a queue per key
 // (one goroutine drains each busy key, so a key's records run in order) and
@@ -48,41 +42,39 @@ type partition struct {
 	queues  map[string][]*sarama.ConsumerMessage // busy keys; guarded by mu
 	tracker *offsetTracker                       // guarded by mu
 	closed  bool                                 // no marks after stop; guarded by mu
-	// calling counts handler calls in progress; abandoned is set when stop
-	// gives up waiting for them. Guarded by mu.
-	calling   int
-	abandoned bool
 
-	// maxSpan bounds tracker.span(): dispatch waits while it is reached.
-	maxSpan int64
-	// advanced gets a token (never blocking) each time the commit point
-	// moves, which is the only time the span shrinks.
-	advanced chan struct{}
+	// flow is the partition's share of the Run's bounds.
+	flow *claimFlow
+	// handler is the Run's policy around its handler, each call of the
+	// handler holding a slot of flow.
+	handler ports.Handler
 }
 
 func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
 	hctx, cancel := context.WithCancel(context.WithoutCancel(sess.Context()))
+	log := run.log.With("partition", claim.Partition())
+	stopping := make(chan struct{})
+	share := run.flow.claim(log, stopping)
 	return &partition{
 		run:           run,
 		sess:          sess,
 		claim:         claim,
 		topic:         claim.Topic(),
 		partition:     claim.Partition(),
-		log:           run.log.With("partition", claim.Partition()),
+		log:           log,
 		handlerCtx:    hctx,
 		cancelHandler: cancel,
-		stopping:      make(chan struct{}),
+		stopping:      stopping,
 		queues:        make(map[string][]*sarama.ConsumerMessage),
 		tracker:       newOffsetTracker(),
-		maxSpan:       int64(spanPerInFlight * run.cfg.MaxInFlight),
-		advanced:      make(chan struct{}, 1),
+		flow:          share,
+		handler:       policy.Chain(share.bound(run.handler), run.policy...),
 	}
 }
 
 // dispatch takes a record from the partition's stream (in offset order) into
-// the tracker and its key's queue. The caller holds a window token for it
-// and its heldBytes in the byte budget, which process gives back. Only the
-// ConsumeClaim goroutine calls it.
+// the tracker and its key's queue. msg is what flow.take returned; process
+// gives it back. Only the ConsumeClaim goroutine calls it.
 func (p *partition) dispatch(msg *sarama.ConsumerMessage) {
 	p.mu.Lock()
 	p.tracker.add(msg.Offset)
@@ -101,31 +93,12 @@ func (p *partition) dispatch(msg *sarama.ConsumerMessage) {
 	}
 }
 
-// waitSpan returns once the tracker spans fewer than maxSpan offsets, so
-// the next record may be dispatched, or false when done is closed first.
-// Only the ConsumeClaim goroutine calls it; it logs once per pause.
-func (p *partition) waitSpan(done <-chan struct{}) bool {
-	paused := false
-	for {
-		p.mu.Lock()
-		span, lowest := p.tracker.span(), p.tracker.commitOffset()
-		p.mu.Unlock()
-		if span < p.maxSpan {
-			if paused {
-				p.log.Info("partition_dispatch_resumed", "span", span)
-			}
-			return true
-		}
-		if !paused {
-			paused = true
-			p.log.Warn("partition_dispatch_paused", "lowest_unfinished", lowest, "span", span, "max_span", p.maxSpan)
-		}
-		select {
-		case <-p.advanced:
-		case <-done:
-			return false
-		}
-	}
+// span returns how many offsets the tracker spans and its lowest
+// unfinished offset, for flow's span bound.
+func (p *partition) span() (span, lowest int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tracker.span(), p.tracker.commitOffset()
 }
 
 // drainKey handles key's records one by one until its queue is empty. The
@@ -152,10 +125,7 @@ func (p *partition) drainKey(key string) {
 // finished (only possible once stopping) is left unmarked for replay; so is
 // every later record of its key, as they too see stopping.
 func (p *partition) process(msg *sarama.ConsumerMessage) {
-	defer func() {
-		p.run.budget.release(heldBytes(msg))
-		<-p.run.window
-	}()
+	defer p.run.flow.give(msg)
 	if p.isStopping() {
 		return
 	}
@@ -171,17 +141,14 @@ func (p *partition) process(msg *sarama.ConsumerMessage) {
 	}
 	p.mu.Unlock()
 	if advanced {
-		select {
-		case p.advanced <- struct{}{}:
-		default: // a wake-up is already pending; waitSpan re-checks
-		}
+		p.flow.advanced()
 	}
 }
 
 // markExactly sets the partition's offset to commit to commit, up or down.
 // MarkOffset alone only moves it forward: when the group's committed offset
-// is past the partition's end (unclean leader election, truncation; Sarama
-// #2863), Sarama fetches from the oldest record, but every mark below the
+// is past the partition's end (unclean leader election, truncation),
+// Sarama fetches from the oldest record, but every mark below the
 // stale offset would be ignored, the commit would stay there, and once the
 // log grew past it a restart would skip everything in between. ResetOffset
 // only moves it back; together they set it exactly. Our marks only increase
@@ -195,7 +162,7 @@ func (p *partition) markExactly(commit int64) {
 // handle runs the handler chain on msg and reports whether the record
 // finished: the chain returned nil, once the record was handled or
 // dead-lettered. Any error leaves it unmarked, for replay: ErrStopping or
-// a cancelled context once stopping, or, from a chain without a dead
+// a cancelled context once stopping, or, from a policy without a dead
 // letter middleware, a failure the consumer has no policy for.
 func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 	rec := ports.Record{
@@ -207,22 +174,15 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		Timestamp: msg.Timestamp,
 		Headers:   recordHeaders(msg.Headers),
 	}
-	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping, Call: p.call})
-	err := p.run.handler.Handle(ctx, rec)
+	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping})
+	err := p.handler.Handle(ctx, rec)
 	if err != nil && !p.isStopping() && p.handlerCtx.Err() == nil {
 		p.log.Error("record_unfinished", "offset", msg.Offset, "error", err)
 	}
 	return err == nil
 }
 
-func (p *partition) isStopping() bool {
-	select {
-	case <-p.stopping:
-		return true
-	default:
-		return false
-	}
-}
+func (p *partition) isStopping() bool { return isClosed(p.stopping) }
 
 // stop ends the partition: nothing new starts, records in hand get
 // ShutdownTimeout to finish, then the handlers' context is cancelled. When
@@ -252,16 +212,9 @@ func (p *partition) stop() {
 		if waitedFull := sleepCtx(done, abandonGrace); waitedFull {
 			// Still running: a handler ignoring its context. Its record
 			// stays unmarked and will be replayed; the goroutine is left
-			// behind and its late result ignored (closed, below). It keeps
-			// its handling token until it returns: counted in the run's
-			// abandoned calls, which make the consumer Wedged once they
-			// hold every token.
-			p.mu.Lock()
-			p.abandoned = true
-			calls := p.calling
-			total := p.run.abandoned.Add(int64(calls))
-			p.run.cfg.Metrics.HandlersAbandoned(calls)
-			p.mu.Unlock()
+			// behind and its late result ignored (closed, below). Its call
+			// keeps its slot until it returns (see flow).
+			calls, total := p.flow.abandon()
 			p.log.Error("handlers_abandoned", "in_hand", inHand, "calls", calls,
 				"abandoned_calls", total, "max_in_flight", p.run.cfg.MaxInFlight)
 		}

@@ -254,3 +254,59 @@ func TestConsumer_MaxInFlightOneIsSequential(t *testing.T) {
 		t.Error(overlap)
 	}
 }
+
+// A record waiting to be tried again holds no handling slot; each attempt
+// holds one. With one slot and an hour's backoff after the first attempt
+// at "a", "b" (another key, published after that attempt) is handled while
+// "a" waits, never beside an attempt at "a", and "a" is tried once.
+func TestConsumer_NoSlotHeldBetweenAttempts(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "between-attempts")
+	brokers := testBrokers(t, 1, topic)
+	MustPublish(t, brokers, topic, kafka.Message{Key: []byte("SHP-A"), Value: []byte("a")})
+	cfg, _ := testConfig(brokers, topic)
+	cfg.MaxInFlight = 1
+	cfg.RetryInitialBackoff, cfg.RetryMaxBackoff = time.Hour, time.Hour
+	var mu sync.Mutex
+	running := 0
+	calls := map[string]int{}
+	var overlap error
+	rc := MustRun(t, cfg, ports.HandlerFunc(func(_ context.Context, rec ports.Record) error {
+		mu.Lock()
+		running++
+		calls[string(rec.Value)]++
+		if running > 1 && overlap == nil {
+			overlap = errors.New("two calls at once with MaxInFlight 1")
+		}
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}()
+		if string(rec.Value) == "a" {
+			return errors.New("twilio: 503")
+		}
+		return nil
+	}))
+	waitFor(t, 20*time.Second, `the first attempt at "a"`, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["a"] == 1
+	})
+	MustPublish(t, brokers, topic, kafka.Message{Key: []byte("SHP-B"), Value: []byte("b")})
+	waitFor(t, 20*time.Second, `"b" handled while "a" waits for its second attempt`, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["b"] == 1
+	})
+	rc.MustStop(t, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap != nil {
+		t.Error(overlap)
+	}
+	if calls["a"] != 1 || calls["b"] != 1 {
+		t.Errorf("calls %v, want a once (then an hour's backoff) and b once", calls)
+	}
+}

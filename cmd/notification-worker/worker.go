@@ -69,6 +69,8 @@ type Main struct {
 	http     *httpapi.Server // nil when HTTP_ADDR is off
 	debug    string          // the debug server's address; "" when DEBUG_ADDR is empty
 	running  atomic.Bool     // Run is consuming
+	// policy is the record policy the consumer runs handler behind.
+	policy []ports.Middleware
 	// stopping is when Run's context was done (SIGTERM): the start of the
 	// shutdown SHUTDOWN_TIMEOUT bounds. Zero until then.
 	stopping atomic.Pointer[time.Time]
@@ -254,7 +256,8 @@ func (m *Main) openConsumer(brokers []string, h ports.Handler, stallAfter time.D
 	if m.consumer, err = kafka.NewConsumer(kcfg); err != nil {
 		return err
 	}
-	m.handler, err = m.recordPolicy(m.consumer.DeadLetterSink(), h)
+	m.handler = h
+	m.policy, err = m.recordPolicy(m.consumer.DeadLetterSink())
 	return err
 }
 
@@ -358,7 +361,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.stopping.Store(&now)
 	})
 	defer stopWatch()
-	err := m.consumer.Run(ctx, m.handler)
+	err := m.consumer.RunPolicy(ctx, m.handler, m.policy...)
 	m.running.Store(false)
 	m.logger.Info("worker_stopped")
 	return err
@@ -396,10 +399,11 @@ func (m *Main) Close() {
 	m.closers = nil
 }
 
-// recordPolicy returns h behind the record policy, the middlewares listed
-// in the order a record meets them. The consumer only delivers, orders and
-// commits: what a failure means is decided here.
-func (m *Main) recordPolicy(sink ports.DeadLetterSink, h ports.Handler) (ports.Handler, error) {
+// recordPolicy returns the record policy, the middlewares listed in the
+// order a record meets them, the handler last. The consumer only delivers,
+// orders, commits and holds one of its MAX_IN_FLIGHT slots for each call of
+// the handler (each attempt): what a failure means is decided here.
+func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, error) {
 	k := m.Config.Kafka
 	pcfg := policy.Config{
 		MaxRecordBytes:      k.MaxRecordBytes,
@@ -412,7 +416,7 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink, h ports.Handler) (ports.H
 	if err := pcfg.Validate(); err != nil {
 		return nil, err
 	}
-	return policy.Chain(h,
+	return []ports.Middleware{
 		// What the middlewares below give up on is written to the dead
 		// letter topic, and then the record is finished.
 		policy.DeadLetter(sink, pcfg),
@@ -424,9 +428,7 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink, h ports.Handler) (ports.H
 		// ones for as long as the partition is held, all sharing one
 		// record's Deliveries.
 		policy.Retry(pcfg),
-		// Each attempt holds one of the consumer's MAX_IN_FLIGHT slots.
-		policy.Slot(),
-	), nil
+	}, nil
 }
 
 func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {

@@ -19,7 +19,6 @@ import (
 	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
-	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -279,10 +278,10 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 	if err != nil {
 		b.Fatalf("NewService: %v", err)
 	}
-	// The worker runs every attempt through policy.Slot: that is what holds
-	// one of the consumer's MaxInFlight slots. Without it, handler calls are
-	// bounded only by the consumer's read-ahead window.
-	handler := policy.Chain(r.tracer.Handler(svc), policy.Slot())
+	// The consumer holds one of its MaxInFlight slots for each call of
+	// handler, inside measure (below), as it does for each attempt inside
+	// the worker's policy.
+	handler := r.tracer.Handler(svc)
 	c, err := kafka.NewConsumer(kafka.Config{
 		Brokers:         br.brokers,
 		Topic:           br.topic,
@@ -303,26 +302,28 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 		end      time.Time
 		reached  = make(chan struct{})
 	)
-	h := ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-		first.CompareAndSwap(0, time.Now().UnixNano())
-		t := &tally{}
-		err := handler.Handle(context.WithValue(ctx, tallyKey{}, t), rec)
-		if n := finished.Add(1); n <= int64(r.want) {
-			mu.Lock()
-			times = append(times, time.Duration(t.nanos.Load()))
-			if n == int64(r.want) {
-				end = time.Now()
-				close(reached)
+	measure := func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+			first.CompareAndSwap(0, time.Now().UnixNano())
+			t := &tally{}
+			err := next.Handle(context.WithValue(ctx, tallyKey{}, t), rec)
+			if n := finished.Add(1); n <= int64(r.want) {
+				mu.Lock()
+				times = append(times, time.Duration(t.nanos.Load()))
+				if n == int64(r.want) {
+					end = time.Now()
+					close(reached)
+				}
+				mu.Unlock()
 			}
-			mu.Unlock()
-		}
-		return err
-	})
+			return err
+		})
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	started := time.Now()
-	go func() { done <- c.Run(ctx, h) }()
+	go func() { done <- c.RunPolicy(ctx, handler, measure) }()
 	stop := func() {
 		cancel()
 		select {
