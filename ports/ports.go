@@ -144,7 +144,7 @@ type Notifier interface {
 	// message was not accepted. An error wrapping ErrRecipientOptedOut
 	// means the provider refused the message because the recipient asked
 	// for no more: its Receipt's ProviderID then names the provider's
-	// verdict (such as "opted-out:21610"), and is what the sent record
+	// verdict (ProviderIDOptedOut and its code), and is what the sent record
 	// keeps. Send must be safe for concurrent use.
 	Send(ctx context.Context, m Message) (Receipt, error)
 }
@@ -155,6 +155,12 @@ type Notifier interface {
 // recipient opts in again: it is the customer's choice, not a failure. The
 // domain records it like a sent notification (OutcomeOptedOut).
 var ErrRecipientOptedOut = errors.New("recipient opted out: the provider refuses to deliver to this address")
+
+// ProviderIDOptedOut is the ProviderID a sent record keeps for a recipient
+// who opted out: a Notifier's receipt for ErrRecipientOptedOut names it,
+// followed by ":" and the provider's own code ("opted-out:21610" for
+// Twilio), and the domain records it bare when the receipt names none.
+const ProviderIDOptedOut = "opted-out"
 
 // ErrOutcomeUnknown is wrapped by a Notifier's error when the provider may
 // have accepted the message: sending it again could duplicate it, and

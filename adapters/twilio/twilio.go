@@ -471,10 +471,11 @@ var senderCodes = map[int]bool{
 // codeOptedOut: the recipient replied STOP to this sender (21610). It is
 // the customer's choice, not a failure: Send wraps ports.ErrRecipientOptedOut
 // and returns a receipt whose ProviderID is optedOutID.
-const (
-	codeOptedOut = 21610
-	optedOutID   = "opted-out:21610"
-)
+const codeOptedOut = 21610
+
+// optedOutID is the ProviderID of an opted-out recipient's receipt:
+// ports.ProviderIDOptedOut and Twilio's code, "opted-out:21610".
+var optedOutID = ports.ProviderIDOptedOut + ":" + strconv.Itoa(codeOptedOut)
 
 // codeQueueFull: the sender's queue is full (21611). It drains at the
 // sender's rate limit, so it is worth retrying, not dead-lettering.
