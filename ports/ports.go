@@ -253,9 +253,10 @@ type Claim struct {
 }
 
 // Lease is a pending claim: whose it is and when it runs out. Until its
-// lease passes, a claim's worker is taken to be sending; after, the claim is
-// abandoned, and the next Claim of its key takes it over. The key itself
-// outlives the lease, so an abandoned claim is found rather than forgotten.
+// lease passes (Passed states when), a claim's worker is taken to be
+// sending; after, the claim is abandoned, and the next Claim of its key
+// takes it over. The key itself outlives the lease, so an abandoned claim
+// is found rather than forgotten.
 type Lease struct {
 	Token string
 	Start time.Time // when the claim was made; zero if unknown

@@ -75,7 +75,7 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 		return ports.Claim{State: ports.Claimed}, nil
 	case e.lease.Token == "":
 		return ports.Claim{State: ports.AlreadySent, Receipt: e.receipt}, nil
-	case now.Before(e.lease.Until):
+	case !e.lease.Passed(now):
 		return ports.Claim{State: ports.InFlight, Lease: e.lease}, nil
 	}
 	mine.lease.First, mine.lease.Digest = e.lease.First, e.lease.Digest

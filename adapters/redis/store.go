@@ -157,11 +157,14 @@ return 0
 
 var releaseScript = rueidis.NewLuaScriptRetryable(releaseLua)
 
-// takeoverLua replaces KEYS[1]'s abandoned claim ARGV[1] by ours, ARGV[2],
-// living ARGV[3] ms, if the key still holds exactly ARGV[1]: of many
-// workers taking the same claim over, one wins, and a record written
-// meanwhile is never replaced. It returns 1 when it took the claim over,
-// else what the key holds (nil when absent).
+// takeoverLua implements the takeover of a claim whose lease has passed by
+// the one lease rule, ports.Lease.Passed: the caller judges ARGV[1], the
+// value the claim's SET found, by that rule, and the script replaces it by
+// ours, ARGV[2], living ARGV[3] ms, only if KEYS[1] still holds exactly
+// ARGV[1]. The lease replaced is then the lease judged passed: of many
+// workers taking the same claim over, one wins, and a record or a newer
+// claim written meanwhile is never replaced. It returns 1 when it took the
+// claim over, else what the key holds (nil when absent).
 const takeoverLua = `
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
@@ -175,11 +178,12 @@ return v
 // would find our own claim and report it as another worker's.
 var takeoverScript = rueidis.NewLuaScript(takeoverLua)
 
-// takeAwayLua deletes KEYS[1] if it still holds exactly ARGV[1], an
-// abandoned claim under the other format's key: of many workers taking it
-// over, one wins, and a record or a takeover written meanwhile stands. It
-// returns 1 when it deleted the claim, else what the key holds (nil when
-// absent).
+// takeAwayLua implements, for the other format's key, the same takeover by
+// ports.Lease.Passed: the caller judged ARGV[1] abandoned by that rule, and
+// the script deletes KEYS[1] only if it still holds exactly ARGV[1]: of
+// many workers taking it over, one wins, and a record or a takeover written
+// meanwhile stands. It returns 1 when it deleted the claim, else what the
+// key holds (nil when absent).
 const takeAwayLua = `
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
@@ -696,7 +700,7 @@ func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, 
 	switch {
 	case !ok:
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
-	case c.State != ports.InFlight || c.Lease.Until.IsZero() || now.Before(c.Lease.Until):
+	case c.State != ports.InFlight || !c.Lease.Passed(now):
 		return c, nil
 	}
 	return s.takeOver(ctx, k, old, mine.inherit(c.Lease).encode(), px, c.Lease)
@@ -710,7 +714,7 @@ func abandoned(res rueidis.RedisResult, now time.Time) bool {
 		return false
 	}
 	c, ok := decodeValue(v)
-	return ok && c.State == ports.InFlight && !c.Lease.Until.IsZero() && !now.Before(c.Lease.Until)
+	return ok && c.State == ports.InFlight && c.Lease.Passed(now)
 }
 
 // otherDecides returns what decides a Claim whose own key holds an
@@ -739,7 +743,7 @@ func otherDecides(other string, res rueidis.RedisResult, now time.Time) (ports.C
 	switch {
 	case !ok:
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
-	case o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
+	case o.State == ports.InFlight && o.Lease.Passed(now):
 		return ports.Claim{}, nil
 	}
 	return o, nil
@@ -769,7 +773,7 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 	switch {
 	case err == nil && !ok:
 		err = ErrForeignValue
-	case err == nil && o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
+	case err == nil && o.State == ports.InFlight && o.Lease.Passed(now):
 		if c.State == ports.Claimed {
 			return s.takeOverOther(ctx, key, k, other, v, o.Lease, mine, px)
 		}
