@@ -110,6 +110,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -120,7 +121,6 @@ const (
 	DefaultKeyPrefix     = "notification-worker:idem:"
 	DefaultCompactPrefix = "n"
 	DefaultTimeout       = 200 * time.Millisecond
-	DefaultKeepAbandoned = 48 * time.Hour
 )
 
 // ErrForeignValue is wrapped by Claim when the key holds a value this store
@@ -249,7 +249,9 @@ type Config struct {
 	MaxUnanswered int
 	// KeepAbandoned is how long a claim's key outlives its lease, so that
 	// a claim left by a worker that died mid-send is found and taken over
-	// rather than forgotten. Zero: DefaultKeepAbandoned.
+	// rather than forgotten: the sent records' TTL (IDEMPOTENCY_TTL), so
+	// that a replay that would find the record finds the claim. Zero:
+	// domain.DefaultTTL, that TTL's default.
 	KeepAbandoned time.Duration
 	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
 	// private CA, a client certificate). Its ServerName defaults to the URL's
@@ -321,7 +323,7 @@ func (c Config) withDefaults() Config {
 		c.Timeout = DefaultTimeout
 	}
 	if c.KeepAbandoned == 0 {
-		c.KeepAbandoned = DefaultKeepAbandoned
+		c.KeepAbandoned = domain.DefaultTTL
 	}
 	return c
 }
