@@ -279,8 +279,10 @@ type Lease struct {
 // IdempotencyStore remembers which notifications were sent. Keys are
 // independent of each other; implementations may add a prefix of their own.
 // Every method must be safe for concurrent use, and must return promptly when
-// ctx is done. Any error means "the store could not answer": the caller
-// applies its failure mode.
+// ctx is done. ctx's deadline is the call's whole budget, set by the caller
+// (the domain gives every call IDEMPOTENCY_TIMEOUT): a store adds no timeout
+// of its own to a call that has one. Any error means "the store could not
+// answer": the caller applies its failure mode.
 type IdempotencyStore interface {
 	// Claim atomically sets key to a pending claim owned by token, with a
 	// lease of ttl from now, if key is absent (Claimed) or holds a claim
