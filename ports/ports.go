@@ -1,7 +1,9 @@
 // Package ports holds the interfaces the domain depends on (EventSource,
-// IdempotencyStore, Notifier, Observer) and the plain types that cross them.
-// It imports nothing of this module, so every adapter and the domain can
-// depend on it without a cycle.
+// IdempotencyStore, Notifier, Observer), the plain types that cross them,
+// and the rules their users share, each stated once: when a lease has
+// passed (Lease.Passed), how to wait and how to pace a repeating log
+// (Sleep, LogLimit). It imports nothing of this module, so every adapter
+// and the domain can depend on it without a cycle.
 package ports
 
 import (
