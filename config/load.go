@@ -15,6 +15,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
 )
@@ -683,10 +684,6 @@ func (l *loader) topic(name string) string {
 	return v
 }
 
-var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
-
-// alphanumeric checks the Twilio identifiers: Twilio answers anything else
-// with error 21222 (invalid credentials) at the first send, long after start.
 // groupInstanceID returns the value if Kafka accepts it as a
 // group.instance.id: up to 249 of [a-zA-Z0-9._-], not "." or "..".
 func (l *loader) groupInstanceID(name string) string {
@@ -705,9 +702,12 @@ func (l *loader) groupInstanceID(name string) string {
 	return v
 }
 
+// alphanumeric checks a Twilio identifier by twilio.Alphanumeric: Twilio
+// answers anything else with error 21222 (invalid credentials) at the first
+// send, long after start.
 func (l *loader) alphanumeric(name string) string {
 	v := l.value(name)
-	if v != "" && !alphanumeric.MatchString(v) {
+	if v != "" && !twilio.Alphanumeric(v) {
 		l.fail(name, "want letters and digits only (Twilio rejects anything else with error 21222); look for stray quotes or white space")
 		return ""
 	}

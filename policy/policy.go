@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -214,7 +213,7 @@ func Retry(cfg Config) ports.Middleware {
 				cfg.Metrics.RecordRetried(rec.Topic, kind)
 				cfg.Logger.Warn("record_retry_scheduled", append(recordAttrs(rec), "attempt", attempt,
 					"kind", kind.String(), "backoff", wait, "error", err)...)
-				if !sleep(stopping, wait) {
+				if !ports.Sleep(stopping, wait) {
 					return ports.ErrStopping
 				}
 			}
@@ -231,7 +230,7 @@ func Retry(cfg Config) ports.Middleware {
 // while a write keeps failing.
 func DeadLetter(sink ports.DeadLetterSink, cfg Config) ports.Middleware {
 	cfg = cfg.WithDefaults()
-	logs := &rateLimit{every: deadLetterLogEvery}
+	logs := &ports.LogLimit{Every: deadLetterLogEvery}
 	return func(next ports.Handler) ports.Handler {
 		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 			err := next.Handle(ctx, rec)
@@ -250,11 +249,11 @@ func DeadLetter(sink ports.DeadLetterSink, cfg Config) ports.Middleware {
 					return nil
 				}
 				wait := Backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
-				if failures, ok := logs.allow(time.Now()); ok {
+				if held, ok := logs.Allow(time.Now()); ok {
 					cfg.Logger.Error("dead_letter_failed", append(recordAttrs(rec), "attempt", attempt,
-						"failures", failures, "backoff", wait, "error", werr)...)
+						"failures", held+1, "backoff", wait, "error", werr)...)
 				}
-				if !sleep(stopping, wait) || ctx.Err() != nil {
+				if !ports.Sleep(stopping, wait) || ctx.Err() != nil {
 					return ports.ErrStopping
 				}
 			}
@@ -283,39 +282,4 @@ func Backoff(attempt int, initial, max time.Duration) time.Duration {
 	d = min(d, max)
 	half := d / 2
 	return half + rand.N(d-half+1)
-}
-
-// sleep waits d, or until done is closed; it reports whether it waited the
-// full d. A nil done never closes.
-func sleep(done <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
-	}
-}
-
-// rateLimit lets one event through per every, counting those held back.
-type rateLimit struct {
-	every time.Duration
-
-	mu       sync.Mutex
-	last     time.Time
-	withheld int
-}
-
-// allow reports whether an event at now may be logged, and how many events
-// that includes since the last one allowed.
-func (r *rateLimit) allow(now time.Time) (events int, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.withheld++
-	if !r.last.IsZero() && now.Sub(r.last) < r.every {
-		return 0, false
-	}
-	events, r.withheld, r.last = r.withheld, 0, now
-	return events, true
 }

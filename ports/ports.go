@@ -1,7 +1,9 @@
 // Package ports holds the interfaces the domain depends on (EventSource,
-// IdempotencyStore, Notifier, Observer) and the plain types that cross them.
-// It imports nothing of this module, so every adapter and the domain can
-// depend on it without a cycle.
+// IdempotencyStore, Notifier, Observer), the plain types that cross them,
+// and the rules their users share, each stated once: when a lease has
+// passed (Lease.Passed), how to wait and how to pace a repeating log
+// (Sleep, LogLimit). It imports nothing of this module, so every adapter
+// and the domain can depend on it without a cycle.
 package ports
 
 import (
@@ -144,7 +146,7 @@ type Notifier interface {
 	// message was not accepted. An error wrapping ErrRecipientOptedOut
 	// means the provider refused the message because the recipient asked
 	// for no more: its Receipt's ProviderID then names the provider's
-	// verdict (such as "opted-out:21610"), and is what the sent record
+	// verdict (ProviderIDOptedOut and its code), and is what the sent record
 	// keeps. Send must be safe for concurrent use.
 	Send(ctx context.Context, m Message) (Receipt, error)
 }
@@ -155,6 +157,12 @@ type Notifier interface {
 // recipient opts in again: it is the customer's choice, not a failure. The
 // domain records it like a sent notification (OutcomeOptedOut).
 var ErrRecipientOptedOut = errors.New("recipient opted out: the provider refuses to deliver to this address")
+
+// ProviderIDOptedOut is the ProviderID a sent record keeps for a recipient
+// who opted out: a Notifier's receipt for ErrRecipientOptedOut names it,
+// followed by ":" and the provider's own code ("opted-out:21610" for
+// Twilio), and the domain records it bare when the receipt names none.
+const ProviderIDOptedOut = "opted-out"
 
 // ErrOutcomeUnknown is wrapped by a Notifier's error when the provider may
 // have accepted the message: sending it again could duplicate it, and
@@ -247,9 +255,10 @@ type Claim struct {
 }
 
 // Lease is a pending claim: whose it is and when it runs out. Until its
-// lease passes, a claim's worker is taken to be sending; after, the claim is
-// abandoned, and the next Claim of its key takes it over. The key itself
-// outlives the lease, so an abandoned claim is found rather than forgotten.
+// lease passes (Passed states when), a claim's worker is taken to be
+// sending; after, the claim is abandoned, and the next Claim of its key
+// takes it over. The key itself outlives the lease, so an abandoned claim
+// is found rather than forgotten.
 type Lease struct {
 	Token string
 	Start time.Time // when the claim was made; zero if unknown
@@ -272,8 +281,10 @@ type Lease struct {
 // IdempotencyStore remembers which notifications were sent. Keys are
 // independent of each other; implementations may add a prefix of their own.
 // Every method must be safe for concurrent use, and must return promptly when
-// ctx is done. Any error means "the store could not answer": the caller
-// applies its failure mode.
+// ctx is done. ctx's deadline is the call's whole budget, set by the caller
+// (the domain gives every call IDEMPOTENCY_TIMEOUT): a store adds no timeout
+// of its own to a call that has one. Any error means "the store could not
+// answer": the caller applies its failure mode.
 type IdempotencyStore interface {
 	// Claim atomically sets key to a pending claim owned by token, with a
 	// lease of ttl from now, if key is absent (Claimed) or holds a claim

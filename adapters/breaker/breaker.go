@@ -1,7 +1,7 @@
 // Package breaker is a circuit breaker around any ports.IdempotencyStore.
 // When the store keeps failing, every call fails at once instead of waiting
-// the store's timeout, so the domain applies its failure mode (fail open:
-// send anyway) without adding that timeout to every notification; a
+// out its deadline, so the domain applies its failure mode (fail open:
+// send anyway) without adding that wait to every notification; a
 // background probe closes the circuit when the store answers again.
 //
 // It knows no technology: it decorates the port and imports ports only.

@@ -16,16 +16,14 @@ import (
 
 // Defaults applied by NewConsumer and NewPublisher to zero Config fields.
 const (
-	DefaultMaxInFlight         = 64
-	DefaultMaxBufferedBytes    = 32 << 20
-	DefaultRetryInitialBackoff = 200 * time.Millisecond
-	DefaultRetryMaxBackoff     = 10 * time.Second
-	DefaultCommitInterval      = time.Second
-	DefaultShutdownTimeout     = 30 * time.Second
-	DefaultSessionTimeout      = 10 * time.Second
-	DefaultHeartbeatInterval   = 3 * time.Second
-	DefaultLagInterval         = 5 * time.Second
-	DefaultClientID            = "notification-worker"
+	DefaultMaxInFlight       = 64
+	DefaultMaxBufferedBytes  = 32 << 20
+	DefaultCommitInterval    = time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultHeartbeatInterval = 3 * time.Second
+	DefaultLagInterval       = 5 * time.Second
+	DefaultClientID          = "notification-worker"
 )
 
 // Rebalance strategies accepted in Config.RebalanceStrategy.
@@ -89,7 +87,9 @@ type Config struct {
 
 	// RetryInitialBackoff and RetryMaxBackoff shape the capped exponential
 	// backoff (with jitter) between attempts to start a consumer group
-	// session; defaults 200ms and 10s.
+	// session, and between the dead letter producer's retries; zero takes
+	// policy.DefaultRetryInitialBackoff and policy.DefaultRetryMaxBackoff,
+	// the same backoff the retry policy applies to records.
 	RetryInitialBackoff, RetryMaxBackoff time.Duration
 
 	// CommitInterval is how often marked offsets are committed; default 1s.
@@ -166,8 +166,8 @@ func (cfg Config) withDefaults() Config {
 	}
 	setDefault(&cfg.MaxInFlight, DefaultMaxInFlight)
 	setDefault(&cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
-	setDefault(&cfg.RetryInitialBackoff, DefaultRetryInitialBackoff)
-	setDefault(&cfg.RetryMaxBackoff, DefaultRetryMaxBackoff)
+	setDefault(&cfg.RetryInitialBackoff, policy.DefaultRetryInitialBackoff)
+	setDefault(&cfg.RetryMaxBackoff, policy.DefaultRetryMaxBackoff)
 	setDefault(&cfg.CommitInterval, DefaultCommitInterval)
 	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&cfg.SessionTimeout, DefaultSessionTimeout)

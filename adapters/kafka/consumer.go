@@ -190,7 +190,7 @@ func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, gh *
 		}
 		failures++
 		log.Warn("consume_failed", "error", err, "attempt", failures)
-		if !sleepCtx(ctx.Done(), policy.Backoff(failures, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)) {
+		if !ports.Sleep(ctx.Done(), policy.Backoff(failures, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)) {
 			log.Info("consumer_stopped")
 			return nil
 		}
@@ -447,18 +447,5 @@ func (d doneOnly) Err() error {
 		return context.Canceled
 	default:
 		return nil
-	}
-}
-
-// sleepCtx waits d, or until done is closed; it reports whether it waited
-// the full d.
-func sleepCtx(done <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
 	}
 }

@@ -20,7 +20,7 @@ func TestRetriesSpanning(t *testing.T) {
 		want                      int // 0: not pinned, only the span checked
 	}{
 		// 100+200+400+800ms+1.6+3.2s, then 5s each: 31.3s at the least.
-		{"Defaults", kafka.DeadLetterUnreadyAfter, kafka.DefaultRetryInitialBackoff, kafka.DefaultRetryMaxBackoff, 11},
+		{"Defaults", kafka.DeadLetterUnreadyAfter, policy.DefaultRetryInitialBackoff, policy.DefaultRetryMaxBackoff, 11},
 		{"IntegrationRig", kafka.DeadLetterUnreadyAfter, 50 * time.Millisecond, 250 * time.Millisecond, 0},
 		{"CapBelowInitial", time.Second, time.Second, 100 * time.Millisecond, 20},
 		{"NoSpan", 0, 200 * time.Millisecond, 10 * time.Second, 1},

@@ -209,7 +209,7 @@ func (p *partition) stop() {
 		p.mu.Unlock()
 		p.log.Warn("shutdown_timeout_exceeded", "in_hand", inHand, "timeout", p.run.cfg.ShutdownTimeout)
 		p.cancelHandler()
-		if waitedFull := sleepCtx(done, abandonGrace); waitedFull {
+		if waitedFull := ports.Sleep(done, abandonGrace); waitedFull {
 			// Still running: a handler ignoring its context. Its record
 			// stays unmarked and will be replayed; the goroutine is left
 			// behind and its late result ignored (closed, below). Its call

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -19,16 +20,13 @@ type entry struct {
 	expireAt time.Time
 }
 
-// DefaultKeepAbandoned is how long, past its lease, a claim stays to be
-// found and taken over, unless Config says otherwise: the sent records' TTL
-// by default, so a replay that would find the record finds the claim.
-const DefaultKeepAbandoned = 48 * time.Hour
-
 // Config configures NewWithConfig.
 type Config struct {
 	Now func() time.Time // the clock; nil: time.Now
-	// KeepAbandoned is how long a claim's key outlives its lease
-	// (DefaultKeepAbandoned when zero).
+	// KeepAbandoned is how long, past its lease, a claim stays to be found
+	// and taken over: the sent records' TTL (IDEMPOTENCY_TTL), so that a
+	// replay that would find the record finds the claim. Zero:
+	// domain.DefaultTTL, that TTL's default.
 	KeepAbandoned time.Duration
 }
 
@@ -43,7 +41,7 @@ type Store struct {
 }
 
 // New returns an empty store on the clock now (nil: time.Now), keeping
-// abandoned claims DefaultKeepAbandoned.
+// abandoned claims domain.DefaultTTL past their lease.
 func New(now func() time.Time) *Store { return NewWithConfig(Config{Now: now}) }
 
 // NewWithConfig returns an empty store configured by cfg.
@@ -52,7 +50,7 @@ func NewWithConfig(cfg Config) *Store {
 		cfg.Now = time.Now
 	}
 	if cfg.KeepAbandoned <= 0 {
-		cfg.KeepAbandoned = DefaultKeepAbandoned
+		cfg.KeepAbandoned = domain.DefaultTTL
 	}
 	return &Store{now: cfg.Now, keep: cfg.KeepAbandoned, entries: make(map[string]entry)}
 }
@@ -75,7 +73,7 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 		return ports.Claim{State: ports.Claimed}, nil
 	case e.lease.Token == "":
 		return ports.Claim{State: ports.AlreadySent, Receipt: e.receipt}, nil
-	case now.Before(e.lease.Until):
+	case !e.lease.Passed(now):
 		return ports.Claim{State: ports.InFlight, Lease: e.lease}, nil
 	}
 	mine.lease.First, mine.lease.Digest = e.lease.First, e.lease.Digest

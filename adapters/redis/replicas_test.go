@@ -63,13 +63,20 @@ func TestMinReplicas(t *testing.T) {
 	const timeout = time.Second
 	cfg := redis.Config{URL: primary.URL(), Timeout: timeout, MinReplicas: 1, CompactPrefix: "mr:"}
 	s := MustStore(t, cfg)
-	// patient is the same store with a budget no load on the machine
-	// exhausts, for the steps whose timing is not what is tested: the
-	// set-up, and the writes once replication flows.
-	patientCfg := cfg
-	patientCfg.Timeout = 30 * time.Second
-	patient := MustStore(t, patientCfg)
-	ctx := testCtx(t)
+	// budget gives each call the timeout as its deadline, as the domain
+	// does: the caller's deadline is the call's budget. patient gives one
+	// no load on the machine exhausts, for the steps whose timing is not
+	// what is tested: the set-up, and the writes once replication flows.
+	budget := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(testCtx(t), timeout)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	patient := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
 	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
 
 	// within runs f and fails the test when it took past the timeout.
@@ -86,7 +93,7 @@ func TestMinReplicas(t *testing.T) {
 	t.Run("HeldBack", func(t *testing.T) {
 		// An abandoned claim to take over below: its lease is long past.
 		abandoned := uniqueKey(t)
-		if _, err := patient.Claim(ctx, abandoned, "dead", "", time.Millisecond); err != nil {
+		if _, err := s.Claim(patient(t), abandoned, "dead", "", time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -95,7 +102,7 @@ func TestMinReplicas(t *testing.T) {
 		defer link.Release()
 
 		k := uniqueKey(t)
-		err := within("Claim", func() error { _, err := s.Claim(ctx, k, "tok", "", time.Minute); return err })
+		err := within("Claim", func() error { _, err := s.Claim(budget(t), k, "tok", "", time.Minute); return err })
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("Claim with replication held back: %v, want ErrNotReplicated", err)
 		}
@@ -104,13 +111,13 @@ func TestMinReplicas(t *testing.T) {
 			t.Errorf("key after a claim that fell short holds %q, want it released", v)
 		}
 
-		c, err := s.Claim(ctx, abandoned, "taker", "", time.Minute)
+		c, err := s.Claim(budget(t), abandoned, "taker", "", time.Minute)
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("takeover with replication held back: %+v, %v, want ErrNotReplicated", c, err)
 		}
 
 		r := uniqueKey(t)
-		err = within("Record", func() error { return s.Record(ctx, r, receipt, time.Hour) })
+		err = within("Record", func() error { return s.Record(budget(t), r, receipt, time.Hour) })
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("Record with replication held back: %v, want ErrNotReplicated", err)
 		}
@@ -121,13 +128,13 @@ func TestMinReplicas(t *testing.T) {
 
 	t.Run("Flowing", func(t *testing.T) {
 		k := uniqueKey(t)
-		if c, err := patient.Claim(ctx, k, "tok", "", time.Minute); err != nil || c.State != ports.Claimed {
+		if c, err := s.Claim(patient(t), k, "tok", "", time.Minute); err != nil || c.State != ports.Claimed {
 			t.Fatalf("Claim: %+v, %v", c, err)
 		}
 		if _, ok := MustGet(t, onReplica, cfg.Key(k)); !ok {
 			t.Errorf("claim acknowledged but not on the replica")
 		}
-		if err := patient.Record(ctx, k, receipt, time.Hour); err != nil {
+		if err := s.Record(patient(t), k, receipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if v, _ := MustGet(t, onReplica, cfg.Key(k)); v == "" || v[0] == 'p' {
@@ -136,24 +143,29 @@ func TestMinReplicas(t *testing.T) {
 	})
 }
 
-// TestMinReplicas_ShortBudget: with the default 200 ms budget and
-// replication held back, a claim and a record fail within the budget
-// (plus the margin), with ErrNotReplicated or the deadline's error.
+// TestMinReplicas_ShortBudget: with the default 200 ms budget (the
+// caller's deadline, as the domain sets it) and replication held back, a
+// claim and a record fail within the budget (plus the margin), with
+// ErrNotReplicated or the deadline's error.
 func TestMinReplicas_ShortBudget(t *testing.T) {
 	primary := redistest.MustStart(t)
 	_, link := redistest.MustStartReplica(t, primary)
 	s := MustStore(t, redis.Config{URL: primary.URL(), Timeout: timeout, MinReplicas: 1})
-	ctx := testCtx(t)
 	link.Hold()
 	defer link.Release()
-	for name, call := range map[string]func() error{
-		"Claim": func() error { _, err := s.Claim(ctx, uniqueKey(t), "tok", "", time.Minute); return err },
-		"Record": func() error {
+	for name, call := range map[string]func(ctx context.Context) error{
+		"Claim": func(ctx context.Context) error {
+			_, err := s.Claim(ctx, uniqueKey(t), "tok", "", time.Minute)
+			return err
+		},
+		"Record": func(ctx context.Context) error {
 			return s.Record(ctx, uniqueKey(t), ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour)
 		},
 	} {
+		ctx, cancel := context.WithTimeout(testCtx(t), timeout)
 		start := time.Now()
-		err := call()
+		err := call(ctx)
+		cancel()
 		if took := time.Since(start); took > timeout+margin {
 			t.Errorf("%s took %v, want at most %v", name, took, timeout+margin)
 		}
@@ -350,4 +362,28 @@ func judgeFailover(t *testing.T, n, lost, owed int, lagging string) {
 		t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of the records written while %s lagged were lost in the failover; a replay sends each of them twice", lost, lagging)
 	}
 	t.Logf("owed (the store refused them, the caller writes them again): %d", owed)
+}
+
+// TestMinReplicas_CallersDeadlineIsTheBudget: a call's budget is its
+// caller's deadline (the worker's domain sets IDEMPOTENCY_TIMEOUT on every
+// call), not Config.Timeout on top of it: a Record given three seconds,
+// on a primary no replica can acknowledge, waits for replicas within those
+// seconds (WAIT's timeout is drawn from them) and fails with
+// ErrNotReplicated, not with its store's much shorter Timeout.
+func TestMinReplicas_CallersDeadlineIsTheBudget(t *testing.T) {
+	primary := redistest.MustStart(t)
+	s := MustStore(t, redis.Config{URL: primary.URL(), Timeout: 100 * time.Millisecond, MinReplicas: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := s.Record(ctx, uniqueKey(t), ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour)
+	took := time.Since(start)
+	if !errors.Is(err, redis.ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("Record without a replica, given 3s: %v, want ErrNotReplicated, 0 of 1", err)
+	}
+	// WAIT blocks server-side for its timeout: 3s less the reply share
+	// and a server tick is over 2s. Cut to Config.Timeout, it would be 1ms.
+	if took < time.Second {
+		t.Fatalf("Record returned after %v: its WAIT did not take the caller's 3s budget", took)
+	}
 }

@@ -4,15 +4,23 @@
 // # Values
 //
 // The caller's key maps to one Redis key in each Format (keys.go): a
-// compact one, the default, and the readable one of the releases before.
-// A key holds a claim or a sent record, in the forms values.go lists
-// (every release's forms are read). A claim's key lives its lease plus
-// Config.KeepAbandoned, so a claim whose worker died is found, and taken
-// over, by the next Claim past its lease. Claims keep times to the
-// millisecond, compact records to the second, readable ones to the
-// millisecond; nothing finer survives a round trip. Any other value under our prefix is not ours to interpret:
-// Claim reports it as an error wrapping ErrForeignValue rather than
-// guessing "sent" or "free".
+// compact one, the default, and a readable one, which earlier releases
+// write. A key holds a claim or a sent record, in the forms values.go lists
+// (every form any release wrote is read). A claim's key lives its lease
+// plus Config.KeepAbandoned, so a claim whose worker died is found, and
+// taken over, by the next Claim once its lease has passed
+// (ports.Lease.Passed). Claims keep times to the millisecond, compact
+// records to the second, readable ones to the millisecond; nothing finer
+// survives a round trip. Any other value under our prefix is not ours to
+// interpret: Claim reports it as an error wrapping ErrForeignValue rather
+// than guessing "sent" or "free".
+//
+// # Calls
+//
+// Claim, Record and Release may be called concurrently by any number of
+// callers. Each call's budget is its ctx's deadline (Config.Timeout when
+// it has none): every command of the call, and the replicas'
+// acknowledgement with Config.MinReplicas, runs within it.
 //
 // # Redis Cluster
 //
@@ -21,40 +29,37 @@
 // URL for the slot map (CLUSTER SLOTS; CLUSTER SHARDS from Redis 8 on), sends
 // each command to the node that owns its key's slot, follows MOVED when a
 // slot has moved since, and falls back to a single-node client when the
-// server is not a cluster. Against a real 3-node cluster (Redis 7.0) given
-// one node's URL, the store contract suite passes, keys land on every node,
-// and a claim in a slot moved after New follows the MOVED. More seed nodes can be given as "?addr=host:port" query parameters;
-// a seed refusing connections is skipped, though New then takes up to a
-// second longer (a delayed rueidis topology refresh).
+// server is not a cluster. One node's URL is enough: the store then uses
+// every node of the slot map. More seed nodes can be given as
+// "?addr=host:port" query parameters; a seed refusing connections is
+// skipped, at the cost of up to a second more in New (a delayed rueidis
+// topology refresh).
 //
 // On Cluster the URL must name database 0 or none: New fails otherwise
 // (Cluster has no SELECT). An ACL user needs, on every node (ACLs are not
 // shared between nodes), the rights listed under ACL plus "+cluster|slots"
-// (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map
-// (tested on 7.0, where "+cluster|shards" alone is not enough). Without
-// them, rueidis quietly treats the seed as a standalone server, and every key
-// in a slot the seed does not own fails with MOVED. New's self-check
-// catches this: it claims and releases 16 keys under the key prefix,
-// "self-check:{<tag>}:<random>", whose hash tags put them in slots 0, 1024,
-// ..., 15360, and fails when any of them gets MOVED, saying the ACL must
-// allow CLUSTER SLOTS and CLUSTER SHARDS. It could pass only if the seed
-// owned all 16 of those slots, which no other node owning 1024 consecutive
-// slots allows, nor any cluster of two or more primaries splitting the slots
-// evenly in ranges (on 3 nodes, 10 starts in 10 fail). The
-// claims go out in one batch and the releases in another, so a standalone
-// New takes one round trip for each. A KeyPrefix
-// with a hash tag of its own puts every key, these included, in the
-// prefix's one slot: the check then covers that slot, the only one used.
-// The check needs every one of those slots served: on a cluster running
-// with cluster-require-full-coverage no and a primary down, New fails (and
-// a new pod does not start) until the slots are served again, while stores
-// already running go on, failing over to the worker's failure mode for the
-// keys of the missing slots.
+// (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map;
+// on Redis 7, "+cluster|shards" alone is not enough. Without them, rueidis
+// treats the seed as a standalone server, and every key in a slot the seed
+// does not own fails with MOVED: New's self-check refuses that. It claims
+// and releases 16 keys under the key prefix, "self-check:{<tag>}:<random>",
+// whose hash tags put them in slots 0, 1024, ..., 15360, and fails, saying
+// the ACL must allow CLUSTER SLOTS and CLUSTER SHARDS, when any of them gets
+// MOVED. Only a seed owning all 16 of those slots could pass unnoticed,
+// which no cluster of two or more primaries splitting the slots evenly in
+// ranges allows. The claims go out in one batch and the releases in
+// another: one round trip each. A KeyPrefix with a hash tag of its own puts
+// every key, these included, in the prefix's one slot: the check then
+// covers that slot, the only one used. The check needs every one of those
+// slots served: on a cluster running with cluster-require-full-coverage no
+// and a primary down, New fails (and a new pod does not start) until the
+// slots are served again, while stores already running go on, the keys of
+// the missing slots failing over to the worker's failure mode.
 //
 // During a failover a node answers CLUSTERDOWN or TRYAGAIN. rueidis retries
-// those, within the timeout, only for commands marked retryable: Record and
-// Release are, Claim is not (see Claim), so a Claim then fails and the
-// worker's failure mode applies, as in any other store outage.
+// those, within the call's budget, only for commands marked retryable:
+// Record and Release are, Claim is not (see Claim), so a Claim then fails
+// and the worker's failure mode applies, as in any other store outage.
 //
 // # ACL
 //
@@ -65,13 +70,12 @@
 // Config.WaitAOF, plus CLUSTER SLOTS or SHARDS on Cluster (see above); the
 // scripts themselves run GET, SET and DEL, which ACL checks too. A user
 // restricted to "~<prefix>* ~<other prefix>* +@connection +select +set
-// +get +del +evalsha +eval +ping +info" is enough on a standalone server
-// (tested); New's self-check fails when the other prefix is not readable,
-// and New fails when INFO is refused. INFO, not CONFIG GET, is what the
-// store reads the server's settings with: an ACL user rarely has CONFIG.
-// With Config.MinReplicas the user needs "+wait" too, and "+waitaof" with
-// Config.WaitAOF (New fails without it); neither was tried with an ACL
-// user, nor were Sentinels requiring one.
+// +get +del +evalsha +eval +ping +info" is enough on a standalone server;
+// New's self-check fails when the other prefix is not readable, and New
+// fails when INFO is refused. INFO, not CONFIG GET, is what the store reads
+// the server's settings with: an ACL user rarely has CONFIG. With
+// Config.MinReplicas the user needs "+wait" too, and "+waitaof" with
+// Config.WaitAOF (New fails without it).
 //
 // # Eviction and resets
 //
@@ -110,6 +114,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -119,8 +124,7 @@ var _ ports.IdempotencyStore = (*Store)(nil)
 const (
 	DefaultKeyPrefix     = "notification-worker:idem:"
 	DefaultCompactPrefix = "n"
-	DefaultTimeout       = 200 * time.Millisecond
-	DefaultKeepAbandoned = 48 * time.Hour
+	DefaultTimeout       = domain.DefaultStoreTimeout
 )
 
 // ErrForeignValue is wrapped by Claim when the key holds a value this store
@@ -142,11 +146,11 @@ const clusterRefreshInterval = 5 * time.Second
 // on Redis Cluster both mean one connection per node.
 const pipelineMultiplex = -1
 
-// releaseScript deletes KEYS[1] only if it still holds our pending claim
-// (ARGV[1] = "pending:<token>", with or without a lease after it). The
-// compare and the delete must be one atomic step: between a GET and a DEL
-// on the client, another worker could take the claim over, and we would
-// delete its claim.
+// releaseLua deletes KEYS[1] only if it still holds the caller's pending
+// claim (ARGV[1] = "pending:<token>", with or without a lease after it).
+// The compare and the delete must be one atomic step: between a GET and a
+// DEL on the client, another worker could take the claim over, and the DEL
+// would delete its claim.
 const releaseLua = `
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] or (v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ".") then
@@ -157,11 +161,14 @@ return 0
 
 var releaseScript = rueidis.NewLuaScriptRetryable(releaseLua)
 
-// takeoverLua replaces KEYS[1]'s abandoned claim ARGV[1] by ours, ARGV[2],
-// living ARGV[3] ms, if the key still holds exactly ARGV[1]: of many
-// workers taking the same claim over, one wins, and a record written
-// meanwhile is never replaced. It returns 1 when it took the claim over,
-// else what the key holds (nil when absent).
+// takeoverLua implements the takeover of a claim whose lease has passed by
+// the one lease rule, ports.Lease.Passed: the caller judges ARGV[1], the
+// value the claim's SET found, by that rule, and the script replaces it by
+// ours, ARGV[2], living ARGV[3] ms, only if KEYS[1] still holds exactly
+// ARGV[1]. The lease replaced is then the lease judged passed: of many
+// workers taking the same claim over, one wins, and a record or a newer
+// claim written meanwhile is never replaced. It returns 1 when it took the
+// claim over, else what the key holds (nil when absent).
 const takeoverLua = `
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
@@ -175,11 +182,12 @@ return v
 // would find our own claim and report it as another worker's.
 var takeoverScript = rueidis.NewLuaScript(takeoverLua)
 
-// takeAwayLua deletes KEYS[1] if it still holds exactly ARGV[1], an
-// abandoned claim under the other format's key: of many workers taking it
-// over, one wins, and a record or a takeover written meanwhile stands. It
-// returns 1 when it deleted the claim, else what the key holds (nil when
-// absent).
+// takeAwayLua implements, for the other format's key, the same takeover by
+// ports.Lease.Passed: the caller judged ARGV[1] abandoned by that rule, and
+// the script deletes KEYS[1] only if it still holds exactly ARGV[1]: of
+// many workers taking it over, one wins, and a record or a takeover written
+// meanwhile stands. It returns 1 when it deleted the claim, else what the
+// key holds (nil when absent).
 const takeAwayLua = `
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
@@ -221,20 +229,23 @@ type Config struct {
 	// IDEMPOTENCY_TTL after a change of Format. It costs one GET per Claim,
 	// sent with the claim's SET in one round trip.
 	ReadBoth bool
-	// Timeout bounds every call, on top of the caller's context. Zero:
-	// DefaultTimeout. Connecting in New is bounded by rueidis' dial timeout
-	// instead (5s, or the URL's dial_timeout), so a slow start-up handshake
-	// does not stop the service from starting.
+	// Timeout is the budget of a Claim, Record or Release whose caller's
+	// ctx has no deadline, and bounds Ping and Inspect on top of theirs.
+	// A caller's deadline is its call's whole budget, the acknowledgement
+	// of MinReplicas included (ports.IdempotencyStore: the caller owns
+	// it), and Timeout does not shorten it. Zero: DefaultTimeout.
+	// Connecting in New is bounded by rueidis' dial timeout instead (5s,
+	// or the URL's dial_timeout), so a slow start-up handshake does not
+	// stop the service from starting.
 	Timeout time.Duration
 	// MaxUnanswered is the most calls that may await an answer on one
 	// connection at once: the calls being made, plus those whose callers
 	// stopped waiting at their deadline and that the server has not
 	// answered (yet). A call is one command at a time, or two at once for
 	// a Claim with ReadBoth. Each connection's ring is sized to hold their
-	// commands. rueidis
-	// keeps a command in its ring until the server answers it, and a new
-	// command waits for a free slot without looking at its context
-	// (redis/rueidis#858): a call finding the ring full would hang past its
+	// commands. rueidis keeps a command in its ring until the server
+	// answers it, and a new command waits for a free slot without looking
+	// at its context: a call finding the ring full would hang past its
 	// deadline until the server answered or rueidis dropped the connection
 	// (UnansweredFor). The store does not bound what callers leave
 	// unanswered; the circuit breaker in front of it does (see
@@ -245,7 +256,9 @@ type Config struct {
 	MaxUnanswered int
 	// KeepAbandoned is how long a claim's key outlives its lease, so that
 	// a claim left by a worker that died mid-send is found and taken over
-	// rather than forgotten. Zero: DefaultKeepAbandoned.
+	// rather than forgotten: the sent records' TTL (IDEMPOTENCY_TTL), so
+	// that a replay that would find the record finds the claim. Zero:
+	// domain.DefaultTTL, that TTL's default.
 	KeepAbandoned time.Duration
 	// TLSConfig, when set, replaces the TLS settings of a rediss:// URL (a
 	// private CA, a client certificate). Its ServerName defaults to the URL's
@@ -292,8 +305,9 @@ const MaxRing = 1 << 16
 // Store is a ports.IdempotencyStore on Redis. It is safe for concurrent use;
 // commands from concurrent calls are pipelined on shared connections.
 //
-// Every method returns an error when Redis does not answer within
-// Config.Timeout or before ctx is done, as long as no more than
+// Every method returns an error when Redis does not answer before ctx's
+// deadline (Config.Timeout for a call without one; see Config.Timeout) or
+// before ctx is done, as long as no more than
 // Config.MaxUnanswered commands await an answer on a connection; errors name
 // the Redis key, never its value. After an outage the store reconnects by
 // itself on the next call: it never needs to be rebuilt.
@@ -317,7 +331,7 @@ func (c Config) withDefaults() Config {
 		c.Timeout = DefaultTimeout
 	}
 	if c.KeepAbandoned == 0 {
-		c.KeepAbandoned = DefaultKeepAbandoned
+		c.KeepAbandoned = domain.DefaultTTL
 	}
 	return c
 }
@@ -413,19 +427,18 @@ func New(cfg Config) (*Store, error) {
 // tune sets the client options the store runs with, whatever the URL says.
 func tune(opt *rueidis.ClientOption) {
 	opt.DisableCache = true
-	// With a reader goroutine on every connection (not only on busy ones), a
-	// connection the server closed is noticed and replaced at once. Without
-	// it, after a Redis restart the first command on each idle connection
-	// met the dead socket and failed with EOF, though the server was back.
-	// It also lets a cancelled caller return early on a live connection.
+	// A reader goroutine on every connection (not only on busy ones)
+	// notices a connection the server closed and replaces it at once, so
+	// the first command after a Redis restart does not meet the dead
+	// socket and fail with EOF while the server is back. It also lets a
+	// cancelled caller return early on a live connection.
 	opt.AlwaysPipelining = true
-	// Without a pause, the pipeline writes every command in a syscall of its
-	// own, and each write wakes the server: with 64 handlers making two calls
-	// per record, those writes were the largest CPU cost Redis added to a
-	// record (make bench, 2 cores). Letting concurrent commands gather for up
-	// to maxFlushDelay cut the worker's CPU per record from about 90 to 70 us
-	// and raised throughput by 20-30%. rueidis skips the pause when calls do
-	// not overlap, so a quiet worker's round trip is unchanged.
+	// Concurrent commands gather for up to maxFlushDelay and go out in one
+	// write, rather than each in a syscall of its own that wakes the
+	// server: with many handlers making two calls per record, those writes
+	// are the largest CPU cost Redis adds to a record. rueidis skips the
+	// pause when calls do not overlap, so a quiet worker's round trip does
+	// not pay it.
 	opt.MaxFlushDelay = maxFlushDelay
 	// One connection, not rueidis' default of two to four (by GOMAXPROCS):
 	// every command then joins the same pipeline, so more of them
@@ -451,9 +464,8 @@ func tune(opt *rueidis.ClientOption) {
 const selfCheckTimeout = 5 * time.Second
 
 // selfCheckTags are the hash tags of New's self-check keys: tag i hashes to
-// slot i*1024 (CRC16 of the tag, mod 16384; found by searching
-// three-character strings), so the keys are
-// spread evenly over Redis Cluster's 16384 slots. On a cluster whose slot map
+// slot i*1024 (CRC16 of the tag, mod 16384), so the keys are spread evenly
+// over Redis Cluster's 16384 slots. On a cluster whose slot map
 // the client could not read, some of them get MOVED unless the seed node owns
 // all 16 of these slots: see the package comment.
 var selfCheckTags = [...]string{
@@ -472,10 +484,9 @@ var selfCheckTags = [...]string{
 //
 // The claims go in one DoMulti, and so do the releases (by EVALSHA, then by
 // EVAL for the keys whose node answered NOSCRIPT): each batch is one write
-// and one round trip on the pipelined connection, as many as the single key
-// took. Concurrent Claim and Release calls took longer: rueidis pauses for
-// maxFlushDelay after each flush while more than one caller waits, which
-// made a standalone New about 3ms slower; one DoMulti is one caller.
+// and one round trip on the pipelined connection, and one caller, so
+// rueidis' maxFlushDelay pause, which applies while more than one caller
+// waits, does not lengthen New.
 func (s *Store) selfCheck() error {
 	ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
 	defer cancel()
@@ -654,6 +665,8 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
 	}
+	ctx, cancel := s.budget(ctx)
+	defer cancel()
 	now := time.Now()
 	mine, px := newClaim(token, digest, now, ttl), ttl+s.keep
 	var reads rueidis.Commands
@@ -661,9 +674,7 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 	if s.cfg.ReadBoth {
 		reads = rueidis.Commands{s.client.B().Get().Key(other).Build()}
 	}
-	bctx, cancel := s.bound(ctx)
-	res, ackErr := s.acked(bctx, s.claimCmd(k, mine.encode(), px), reads...)
-	cancel()
+	res, ackErr := s.acked(ctx, s.claimCmd(k, mine.encode(), px), reads...)
 	if s.cfg.ReadBoth && abandoned(res[0], now) {
 		if o, err := otherDecides(other, res[1], now); err != nil || o.State != 0 {
 			return o, err
@@ -696,7 +707,7 @@ func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, 
 	switch {
 	case !ok:
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
-	case c.State != ports.InFlight || c.Lease.Until.IsZero() || now.Before(c.Lease.Until):
+	case c.State != ports.InFlight || !c.Lease.Passed(now):
 		return c, nil
 	}
 	return s.takeOver(ctx, k, old, mine.inherit(c.Lease).encode(), px, c.Lease)
@@ -710,7 +721,7 @@ func abandoned(res rueidis.RedisResult, now time.Time) bool {
 		return false
 	}
 	c, ok := decodeValue(v)
-	return ok && c.State == ports.InFlight && !c.Lease.Until.IsZero() && !now.Before(c.Lease.Until)
+	return ok && c.State == ports.InFlight && c.Lease.Passed(now)
 }
 
 // otherDecides returns what decides a Claim whose own key holds an
@@ -739,7 +750,7 @@ func otherDecides(other string, res rueidis.RedisResult, now time.Time) (ports.C
 	switch {
 	case !ok:
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
-	case o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
+	case o.State == ports.InFlight && o.Lease.Passed(now):
 		return ports.Claim{}, nil
 	}
 	return o, nil
@@ -769,7 +780,7 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 	switch {
 	case err == nil && !ok:
 		err = ErrForeignValue
-	case err == nil && o.State == ports.InFlight && !o.Lease.Until.IsZero() && !now.Before(o.Lease.Until):
+	case err == nil && o.State == ports.InFlight && o.Lease.Passed(now):
 		if c.State == ports.Claimed {
 			return s.takeOverOther(ctx, key, k, other, v, o.Lease, mine, px)
 		}
@@ -806,13 +817,11 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 // short, the error wraps ErrNotReplicated and our claim is kept: after a
 // failover old may be back under other, so the caller must not send on it.
 func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, prev ports.Lease, mine claimValue, px time.Duration) (ports.Claim, error) {
-	bctx, cancel := s.bound(ctx)
-	defer cancel()
 	inherit := func() error {
-		res, ackErr := s.script(bctx, takeoverScript, takeoverLua, k, mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10))
+		res, ackErr := s.script(ctx, takeoverScript, takeoverLua, k, mine.encode(), mine.inherit(prev).encode(), strconv.FormatInt(ms(px), 10))
 		return cmp.Or(res.Error(), ackErr)
 	}
-	res, ackErr := s.script(bctx, takeAwayScript, takeAwayLua, other, old)
+	res, ackErr := s.script(ctx, takeAwayScript, takeAwayLua, other, old)
 	if n, err := res.AsInt64(); err == nil && n == 1 {
 		inheritErr := inherit()
 		if ackErr != nil || errors.Is(inheritErr, ErrNotReplicated) {
@@ -857,8 +866,6 @@ func (s *Store) script(ctx context.Context, sc *rueidis.Lua, src, key string, ar
 
 // takeOver replaces the abandoned claim old (whose lease is prev) by mine.
 func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Duration, prev ports.Lease) (ports.Claim, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	res, ackErr := s.script(ctx, takeoverScript, takeoverLua, k, old, mine, strconv.FormatInt(ms(px), 10))
 	if n, err := res.AsInt64(); err == nil && n == 1 {
 		if ackErr != nil {
@@ -909,7 +916,7 @@ func (s *Store) Record(ctx context.Context, key string, r ports.Receipt, ttl tim
 		return fmt.Errorf("redis record %s: %w", k, err)
 	}
 	cmd := s.client.B().Set().Key(k).Value(encodeRecord(s.cfg.Format, r)).PxMilliseconds(ms(ttl)).Build().ToRetryable()
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel := s.budget(ctx)
 	defer cancel()
 	res, ackErr := s.acked(ctx, cmd)
 	if err := res[0].Error(); err != nil {
@@ -930,7 +937,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis release %s: %w", k, err)
 	}
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel := s.budget(ctx)
 	defer cancel()
 	if err := releaseScript.Exec(ctx, s.client, []string{k}, []string{pendingPrefix + token}).Error(); err != nil {
 		return fmt.Errorf("redis release %s: %w", k, err)
@@ -938,18 +945,22 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// do runs one command with the store's timeout on top of ctx. rueidis
-// returns by that deadline as long as the command finds a free slot in its
-// connection's ring (see Config.MaxUnanswered).
-func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	return s.client.Do(ctx, cmd)
+// budget returns the context a Claim, Record or Release runs under, its
+// one budget: ctx itself when the caller set a deadline (the caller owns
+// the call's budget: the worker's domain gives every call
+// IDEMPOTENCY_TIMEOUT), else ctx bounded by Config.Timeout. Every command
+// of the call, the acknowledgement's WAIT included (see acked), runs
+// within it.
+func (s *Store) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
 }
 
-// bound returns ctx bounded by the store's timeout. Only when the caller's
-// bound is looser: the domain sets its own store timeout on every call, and
-// a second timer would only cost a context and a timer per call.
+// bound returns ctx bounded by Config.Timeout as well, for Ping and
+// Inspect, which answer whether Redis answers within the store's timeout.
+// It adds no timer when the caller's deadline is the tighter one.
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
 		return ctx, func() {}

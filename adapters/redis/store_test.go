@@ -15,6 +15,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/harborlight/notification-worker/ports/storetest"
 )
@@ -147,7 +148,7 @@ func TestKeyFormat(t *testing.T) {
 			t.Fatalf("unprefixed key %s exists with %q", k, v)
 		}
 		// The lease, and the default 48h the key outlives it by.
-		if ttl, want := MustPTTL(t, raw, prefix+k), time.Minute+redis.DefaultKeepAbandoned; ttl > want || ttl < want-5*time.Second {
+		if ttl, want := MustPTTL(t, raw, prefix+k), time.Minute+domain.DefaultTTL; ttl > want || ttl < want-5*time.Second {
 			t.Fatalf("PTTL %v, want just under %v", ttl, want)
 		}
 	})

@@ -145,7 +145,16 @@ type sendInProgress struct {
 	wrote atomic.Bool
 }
 
+// alphanumeric is what Twilio accepts as an account SID, auth token or
+// messaging service SID; it answers anything else with error 21222 (invalid
+// credentials) at the first send.
 var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
+
+// Alphanumeric reports whether id has the form Twilio accepts for an
+// account SID, an auth token or a messaging service SID: one or more ASCII
+// letters and digits. It is the one statement of that rule: New checks
+// Config with it, and configuration loaders check the variables with it.
+func Alphanumeric(id string) bool { return alphanumeric.MatchString(id) }
 
 // New validates cfg, applies defaults and returns a Notifier with its
 // clients built. It does not contact Twilio. Its error names every missing
@@ -462,10 +471,11 @@ var senderCodes = map[int]bool{
 // codeOptedOut: the recipient replied STOP to this sender (21610). It is
 // the customer's choice, not a failure: Send wraps ports.ErrRecipientOptedOut
 // and returns a receipt whose ProviderID is optedOutID.
-const (
-	codeOptedOut = 21610
-	optedOutID   = "opted-out:21610"
-)
+const codeOptedOut = 21610
+
+// optedOutID is the ProviderID of an opted-out recipient's receipt:
+// ports.ProviderIDOptedOut and Twilio's code, "opted-out:21610".
+var optedOutID = ports.ProviderIDOptedOut + ":" + strconv.Itoa(codeOptedOut)
 
 // codeQueueFull: the sender's queue is full (21611). It drains at the
 // sender's rate limit, so it is worth retrying, not dead-lettering.
@@ -523,13 +533,13 @@ func (cfg Config) validate() (*url.URL, error) {
 	switch {
 	case cfg.AccountSID == "":
 		bad = append(bad, "AccountSID is required")
-	case !alphanumeric.MatchString(cfg.AccountSID):
+	case !Alphanumeric(cfg.AccountSID):
 		bad = append(bad, "AccountSID must be alphanumeric")
 	}
 	switch {
 	case cfg.AuthToken == "":
 		bad = append(bad, "AuthToken is required")
-	case !alphanumeric.MatchString(cfg.AuthToken):
+	case !Alphanumeric(cfg.AuthToken):
 		bad = append(bad, "AuthToken must be alphanumeric")
 	}
 	if cfg.From == "" && cfg.MessagingServiceSID == "" {

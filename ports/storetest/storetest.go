@@ -220,6 +220,38 @@ func leases(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("LeasesJudgedByTheRule", func(t *testing.T) {
+		// Every claim of a held key answers by ports.Lease.Passed at the
+		// store's now, which lies between the call's start and its
+		// return: InFlight only while the lease found has not passed,
+		// TakenOver only once it has.
+		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
+		MustClaim(t, s, c, k, "tok-a", 300*time.Millisecond)
+		deadline := time.Now().Add(5 * time.Second)
+		for n := 0; ; n++ {
+			before := time.Now()
+			got := MustClaim(t, s, c, k, fmt.Sprintf("tok-%d", n), time.Minute)
+			after := time.Now()
+			switch {
+			case got.State == ports.InFlight && got.Lease.Token == "tok-a":
+				if got.Lease.Passed(before) {
+					t.Fatalf("claim %d at %v: in_flight with a lease that had passed by the rule: %+v", n, before, got.Lease)
+				}
+			case got.State == ports.TakenOver && got.Lease.Token == "tok-a":
+				if !got.Lease.Passed(after) {
+					t.Fatalf("claim %d by %v: taken_over a lease that had not passed by the rule: %+v", n, after, got.Lease)
+				}
+				return
+			default:
+				t.Fatalf("claim %d: %+v, want in_flight or taken_over from tok-a", n, got)
+			}
+			if after.After(deadline) {
+				t.Fatalf("tok-a's claim not taken over within 5s of its 300ms lease: last %+v", got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
 	t.Run("AbandonedClaimExpiresAfterKeep", func(t *testing.T) {
 		keep := 300 * time.Millisecond
 		s, c, k := h.New(t, keep), ctx(t), key(t)
