@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -111,5 +112,31 @@ func TestSendRateLimited(t *testing.T) {
 				t.Errorf("err = %v carries a Retry-After", err)
 			}
 		})
+	}
+}
+
+// TestSendRateLimitedByTheDouble sends past the double's pace: the
+// second send is refused with the wait the double's Retry-After names,
+// and nothing past the first reached a customer.
+func TestSendRateLimitedByTheDouble(t *testing.T) {
+	d, apiURL := StartDouble(t)
+	d.LimitRate(double.RateLimit{PerSecond: 0.002, Burst: 1}) // 500s apart
+	n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: apiURL})
+	msg := ports.Message{IdempotencyKey: "k", EventID: "evt-1", Channel: ports.ChannelSMS, To: testTo, Text: "Parcel SHP-1: out for delivery"}
+
+	start := time.Now()
+	if _, err := n.Send(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.Send(context.Background(), msg)
+	slack := time.Since(start).Truncate(time.Second) + time.Second // whole seconds, rounded up
+	if !errors.Is(err, ports.ErrRateLimited) {
+		t.Fatalf("second send = %v, want it rate limited", err)
+	}
+	if after, _ := ports.RetryAfter(err); after > 500*time.Second || after < 500*time.Second-slack {
+		t.Errorf("RetryAfter = %v, want the double's 500s (less at most %v)", after, slack)
+	}
+	if got := len(d.Messages()); got != 1 || d.RateLimited() != 1 {
+		t.Errorf("double accepted %d messages and refused %d, want 1 and 1", got, d.RateLimited())
 	}
 }
