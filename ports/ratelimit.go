@@ -15,12 +15,16 @@ type Limit struct {
 	Burst int
 }
 
-// Valid reports whether l is a limit a RateLimiter accepts: a finite Rate
-// above zero whose Interval is at least a microsecond, and a Burst of at
-// least 1.
+// Valid reports whether l is a limit a RateLimiter accepts: a Rate of at
+// most a million a second (an Interval of at least a microsecond), a
+// Burst of at least 1, and Burst Intervals within maxPace, so that every
+// duration a limiter computes from them fits a time.Duration.
 func (l Limit) Valid() bool {
-	return l.Rate > 0 && !math.IsInf(l.Rate, 0) && l.Rate <= 1e6 && l.Burst >= 1
+	return l.Rate > 0 && l.Rate <= 1e6 && l.Burst >= 1 && float64(l.Burst)/l.Rate <= maxPace.Seconds()
 }
+
+// maxPace bounds Burst Intervals: ten years.
+const maxPace = 10 * 365 * 24 * time.Hour
 
 // Interval is the time between two sends at Rate (a second divided by
 // Rate), to the microsecond: the resolution every RateLimiter keeps.

@@ -32,13 +32,15 @@ func TestLimit(t *testing.T) {
 		}
 	})
 	t.Run("Valid", func(t *testing.T) {
-		for _, l := range []ports.Limit{{Rate: 0, Burst: 1}, {Rate: -1, Burst: 1}, {Rate: 1, Burst: 0}, {Rate: math.Inf(1), Burst: 1}, {Rate: math.NaN(), Burst: 1}, {Rate: 2e6, Burst: 1}} {
+		for _, l := range []ports.Limit{{Rate: 0, Burst: 1}, {Rate: -1, Burst: 1}, {Rate: 1, Burst: 0}, {Rate: math.Inf(1), Burst: 1}, {Rate: math.NaN(), Burst: 1}, {Rate: 2e6, Burst: 1}, {Rate: 1e-12, Burst: 1}, {Rate: 1, Burst: math.MaxInt}} {
 			if l.Valid() {
 				t.Errorf("%v is Valid", l)
 			}
 		}
-		if l := (ports.Limit{Rate: 0.01, Burst: 1}); !l.Valid() {
-			t.Errorf("%v is not Valid", l)
+		for _, l := range []ports.Limit{{Rate: 0.01, Burst: 1}, {Rate: 1e6, Burst: 1000}, {Rate: 1e-6, Burst: 1}} {
+			if !l.Valid() {
+				t.Errorf("%v is not Valid", l)
+			}
 		}
 	})
 	t.Run("Share", func(t *testing.T) {

@@ -114,7 +114,7 @@ func check(ctx context.Context, limit ports.Limit) error {
 		return err
 	}
 	if !limit.Valid() {
-		return fmt.Errorf("invalid limit %v: want a rate above 0 and at most 1e6 per second, and a burst of at least 1", limit)
+		return fmt.Errorf("invalid limit %v: want a rate above 0 and at most 1e6 a second, a burst of at least 1, and a burst of intervals within ten years", limit)
 	}
 	return nil
 }
