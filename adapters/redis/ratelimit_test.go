@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -244,4 +245,34 @@ func TestRateLimiterOutage(t *testing.T) {
 	if _, ok := MustGet(t, c, l.Key(s)); !ok {
 		t.Errorf("no key %s after the fleet answered again", l.Key(s))
 	}
+}
+
+// TestRateLimiterCluster: on a 3-node Redis Cluster given one node's URL,
+// the limiter passes the contract and its senders' keys land on every
+// node: each call goes to the node owning its one key.
+func TestRateLimiterCluster(t *testing.T) {
+	c := redistest.MustStartCluster(t, 3)
+	newLimiter := func(t *testing.T) ports.RateLimiter {
+		return MustRateLimiter(t, redis.RateLimiterConfig{Conn: redis.Config{URL: c.URL(), Timeout: 5 * time.Second}})
+	}
+	t.Run("Contract", func(t *testing.T) {
+		ratelimittest.Run(t, ratelimittest.Harness{New: newLimiter})
+	})
+	t.Run("KeysSpreadOverNodes", func(t *testing.T) {
+		l := MustRateLimiter(t, redis.RateLimiterConfig{Conn: redis.Config{URL: c.URL()}, KeyPrefix: "spread:"})
+		ctx := testCtx(t)
+		for i := range 30 {
+			ratelimittest.MustTake(t, l, ctx, fmt.Sprintf("+1555000%04d", i), ports.Limit{Rate: 0.1, Burst: 1}, time.Hour)
+		}
+		for i, s := range c.Nodes {
+			nc := s.MustClient(t, 0)
+			keys, err := nc.Do(ctx, nc.B().Keys().Pattern("spread:*").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) == 0 {
+				t.Errorf("node %d holds none of the 30 senders' keys", i)
+			}
+		}
+	})
 }
