@@ -115,6 +115,26 @@ func TestSendRateLimited(t *testing.T) {
 	}
 }
 
+// TestSendRetryAfterDateWithoutDate: without a Date header, a
+// Retry-After date is counted from this host's clock.
+func TestSendRetryAfterDateWithoutDate(t *testing.T) {
+	msg := ports.Message{IdempotencyKey: "k", EventID: "evt-1", Channel: ports.ChannelSMS, To: testTo, Text: "Parcel SHP-1: out for delivery"}
+	at := time.Now().Add(time.Minute).Truncate(time.Second)
+	fake := NewFakeTwilio(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Date"] = nil // net/http adds none then
+		w.Header().Set("Retry-After", at.UTC().Format(http.TimeFormat))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(twilioError(429, 20429, "Too Many Requests")))
+	})
+	n := MustNew(t, twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, APIURL: fake.URL})
+	_, err := n.Send(context.Background(), msg)
+	want := time.Until(at)
+	if got, ok := ports.RetryAfter(err); !ok || got < want || got > want+10*time.Second {
+		t.Errorf("RetryAfter = %v, %v, want about %v, counted from this host's clock", got, ok, want)
+	}
+}
+
 // TestSendRateLimitedByTheDouble sends past the double's pace: the
 // second send is refused with the wait the double's Retry-After names,
 // and nothing past the first reached a customer.
