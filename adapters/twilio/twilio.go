@@ -10,9 +10,39 @@
 // must not dead-letter every SMS meanwhile; a request that was written and
 // got no answer, and any 5xx (Twilio's JSON or a gateway's page) wrap
 // ports.ErrOutcomeUnknown, because Twilio may have accepted the message;
-// 408, 429, 21611 (the sender's queue is full), and failures before the
+// 429 and 21611 are backpressure (below); 408 and failures before the
 // request was written (dial, DNS, TLS) are retryable. Only a 2xx counts as
 // sent.
+//
+// # Refusals and backpressure
+//
+// Of Twilio's answers that say the message was not created, some are
+// definite refusals of it, and some only ask to send later:
+//
+//   - Refusals of the message: a 4xx with Twilio's JSON error about the
+//     message (21211, 21614, 21610, ...). The same message fails the same
+//     way whenever it is sent: Permanent.
+//   - Refusals of our configuration: 401, 403 and the sender codes. Every
+//     message fails alike until the operator acts: Unavailable.
+//   - Backpressure: HTTP 429 with error 20429, which Twilio documents as
+//     the account exceeding its concurrency on the REST API, and says a
+//     request answered 429 is not processed and is safe to retry after
+//     backing off; and 400 with error 21611, which Twilio documents as the
+//     sender's queue being full: Twilio queues a sender's messages at its
+//     rate (a US long code sends one segment a second) up to ten hours'
+//     worth, and refuses to create more on that sender until the queue
+//     drains. Neither says anything about the message: it will be accepted
+//     once the sender is slower. The error wraps ports.ErrRateLimited and
+//     carries, for ports.RetryAfter, the wait the answer's Retry-After
+//     header asks (seconds or an HTTP date; at most MaxRetryAfter), or
+//     DefaultRetryAfter (429) or DefaultQueueFullRetryAfter (21611) when it
+//     names none. Its kind stays Retryable: the caller slows the sender for
+//     every message and tries again; it is neither a failure of the message
+//     nor an unknown outcome. A 429 without Twilio's JSON (a proxy's) is
+//     backpressure too.
+//
+// A Messaging Service's queue overflow (30001) is not among them: Twilio
+// creates the message and fails it later, so Send counts it as sent.
 //
 // The Notifier is also a ports.Reconciler: it asks Twilio's Messages list
 // whether a message whose outcome was unknown was accepted (see Reconcile
@@ -143,6 +173,9 @@ type sendInProgress struct {
 	// connection (httptrace's WroteRequest without error): from then on
 	// Twilio may have accepted the message, whether or not an answer comes.
 	wrote atomic.Bool
+	// header is the answer's header, stored by RoundTrip with status: a
+	// refusal's Retry-After is in it.
+	header atomic.Pointer[http.Header]
 }
 
 // alphanumeric is what Twilio accepts as an account SID, auth token or
@@ -234,10 +267,13 @@ func pooledTransport(maxConns int) *http.Transport {
 //     POST may send it twice), and a 502, 503 or 504 from a gateway says
 //     nothing of what happened behind it. Twilio may have accepted the
 //     message: ask Reconcile before sending it again.
-//   - retryable: 408, 429 (Twilio: a request answered 429 was not
-//     processed), any failure before the request was written (dial refused,
-//     DNS, TLS handshake: Twilio never saw it), a 4xx that is not Twilio's
-//     JSON (a proxy's page, not Twilio's verdict).
+//   - rate limited (errors.Is(err, ports.ErrRateLimited), kind
+//     retryable): 429 or 20429 (Twilio: a request answered 429 was not
+//     processed) and 21611 (the sender's queue is full), with the wait to
+//     honour (ports.RetryAfter): see the package comment.
+//   - retryable: 408, any failure before the request was written (dial
+//     refused, DNS, TLS handshake: Twilio never saw it), a 4xx that is not
+//     Twilio's JSON (a proxy's page, not Twilio's verdict).
 //
 // A 2xx whose body cannot be decoded counts as sent, with an empty
 // ProviderID: Twilio has accepted the message, and a retry would send the
@@ -277,7 +313,11 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	if err == nil {
 		err = fmt.Errorf("unexpected HTTP status %d", status)
 	}
-	err = n.classify(ctx, m, status, s.wrote.Load(), err)
+	var header http.Header
+	if h := s.header.Load(); h != nil {
+		header = *h
+	}
+	err = n.classify(ctx, m, status, header, s.wrote.Load(), err)
 	if errors.Is(err, ports.ErrRecipientOptedOut) {
 		// Nothing went out; this receipt is what the sent record keeps.
 		return ports.Receipt{ProviderID: optedOutID, SentAt: sentAt}, err
@@ -340,6 +380,7 @@ func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.Host = ""
 	resp, err := t.base.RoundTrip(r)
 	if resp != nil {
+		s.header.Store(&resp.Header)
 		s.status.Store(int32(resp.StatusCode))
 	}
 	return resp, err
@@ -384,9 +425,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // classify turns a failed send into its error. status is the HTTP status
-// the transport saw (0: no answer), wrote whether the request was written
-// whole.
-func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, wrote bool, err error) error {
+// the transport saw (0: no answer) and header its answer's header (nil:
+// none), wrote whether the request was written whole.
+func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, header http.Header, wrote bool, err error) error {
 	masked := ports.MaskPhone(m.To)
 	mask := func(s string) string {
 		if m.To == "" {
@@ -441,10 +482,12 @@ func (n *Notifier) classify(ctx context.Context, m ports.Message, status int, wr
 	case senderCodes[e.Code]:
 		return ports.MarkUnavailable(e)
 	case e.Code == codeQueueFull:
-		return e
+		return ports.RateLimited(e, retryAfter(header, DefaultQueueFullRetryAfter))
+	case s == http.StatusTooManyRequests || e.Code == codeTooManyRequests:
+		return ports.RateLimited(e, retryAfter(header, DefaultRetryAfter))
 	case e.Code == codeOptedOut && tre != nil:
 		return ports.MarkPermanent(fmt.Errorf("%w: %w", ports.ErrRecipientOptedOut, e))
-	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests:
+	case s == http.StatusRequestTimeout:
 		return e
 	case s >= 400 && s < 500 && tre != nil:
 		// Only Twilio's own JSON error speaks about the message. A 4xx page
@@ -479,7 +522,60 @@ var optedOutID = ports.ProviderIDOptedOut + ":" + strconv.Itoa(codeOptedOut)
 
 // codeQueueFull: the sender's queue is full (21611). It drains at the
 // sender's rate limit, so it is worth retrying, not dead-lettering.
-const codeQueueFull = 21611
+// codeTooManyRequests: the account is over its concurrency on the REST
+// API (20429, with HTTP 429). Both are backpressure: see the package
+// comment.
+const (
+	codeQueueFull       = 21611
+	codeTooManyRequests = 20429
+)
+
+// The waits a rate-limited send's error carries (ports.RetryAfter) when
+// Twilio's answer names none in a Retry-After header, and the most it
+// carries whatever the header says.
+const (
+	// DefaultRetryAfter follows a 429: Twilio asks to back off and retry,
+	// and its limit is on requests in progress, each of which takes well
+	// under a second.
+	DefaultRetryAfter = time.Second
+	// DefaultQueueFullRetryAfter follows a 21611: the sender's queue holds
+	// ten hours of its sends and drains at its rate (one a second for a
+	// long code); a retry sooner mostly meets 21611 again.
+	DefaultQueueFullRetryAfter = 30 * time.Second
+	// MaxRetryAfter bounds what a Retry-After header can ask: a wrong one
+	// (from a proxy, say) must not stop a sender for days.
+	MaxRetryAfter = 15 * time.Minute
+)
+
+// retryAfter reads header's Retry-After, in seconds or as an HTTP date,
+// the date counted from the answer's Date (Twilio's clock) or, without
+// one, from this host's clock; a date already passed is 0. It returns def
+// when the header is absent or unreadable (negative, say), and never more
+// than MaxRetryAfter.
+func retryAfter(header http.Header, def time.Duration) time.Duration {
+	v := strings.TrimSpace(header.Get("Retry-After"))
+	if v == "" {
+		return def
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return def
+		}
+		if secs > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter
+		}
+		return time.Duration(secs) * time.Second
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return def
+	}
+	from := time.Now()
+	if date, err := http.ParseTime(header.Get("Date")); err == nil {
+		from = date
+	}
+	return min(max(at.Sub(from), 0), MaxRetryAfter)
+}
 
 // redirected returns raw (a URL twilio-go built) as the transport sent it:
 // to the configured API URL, with the account SID in place of the

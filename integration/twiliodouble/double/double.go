@@ -19,7 +19,21 @@
 //	POST   /faults    add a Fault (JSON body)
 //	DELETE /faults    remove every fault
 //	GET    /connections  {"accepted": n}: connections accepted so far
+//	PUT    /rate-limit  set the RateLimit (JSON body; per_second 0: off)
+//	GET    /rate-limit  the RateLimit and {"limited": n}: sends it refused
 //	GET    /healthz   200 once serving
+//
+// # Rate limit
+//
+// Off by default. With a RateLimit set, the double paces each sender (the
+// From number, or the Messaging Service when the send names no From) as
+// Twilio paces a sender: PerSecond sends a second, Burst at once after
+// the sender was idle. A send beyond it is not processed: it is answered
+// 429 with error 20429 and a Retry-After header, the whole seconds until
+// the sender's next send would be accepted (at least 1), and counted
+// (RateLimited, GET /rate-limit). The pace is checked after the request's
+// own validation and before any Fault, and a refused send does not use
+// up the pace.
 //
 // The double counts connections only on a listener it wrapped (see
 // Double.Listener): how many TCP handshakes, and so how many TLS handshakes
@@ -33,6 +47,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -125,12 +140,26 @@ type Double struct {
 	messages []Message
 	attempts []Attempt
 	faults   []*Fault
+
+	now     func() time.Time // the rate limit's clock
+	limit   RateLimit
+	paces   map[string]time.Time // sender -> when its pace reaches its next send
+	limited int64                // sends refused by the rate limit
+}
+
+// RateLimit is the pace the double allows each sender; see the package
+// comment. The zero value is off.
+type RateLimit struct {
+	// PerSecond is the sends a second each sender may make; 0: no limit.
+	PerSecond float64 `json:"per_second"`
+	// Burst is how many it may send at once after it was idle; below 1: 1.
+	Burst int `json:"burst,omitempty"`
 }
 
 // New returns a Double that accepts requests authenticated as accountSID
 // with authToken, the way Twilio's API does (HTTP basic auth).
 func New(accountSID, authToken string) *Double {
-	d := &Double{accountSID: accountSID, authToken: authToken, mux: http.NewServeMux()}
+	d := &Double{accountSID: accountSID, authToken: authToken, mux: http.NewServeMux(), now: time.Now, paces: make(map[string]time.Time)}
 	d.mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", d.createMessage)
 	d.mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages.json", d.listMessages)
 	d.mux.HandleFunc("GET /messages", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Messages()) })
@@ -140,6 +169,13 @@ func New(accountSID, authToken string) *Double {
 	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]int64{"accepted": d.Connections()})
+	})
+	d.mux.HandleFunc("PUT /rate-limit", d.putRateLimit)
+	d.mux.HandleFunc("GET /rate-limit", func(w http.ResponseWriter, _ *http.Request) {
+		d.mu.Lock()
+		l, n := d.limit, d.limited
+		d.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"per_second": l.PerSecond, "burst": l.Burst, "limited": n})
 	})
 	d.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return d
@@ -203,11 +239,67 @@ func (d *Double) ClearFaults() {
 	d.faults = nil
 }
 
-// Reset forgets messages and attempts; faults stay.
+// Reset forgets messages, attempts, the senders' paces and the count of
+// sends the rate limit refused; faults and the rate limit stay.
 func (d *Double) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.messages, d.attempts = nil, nil
+	d.paces, d.limited = make(map[string]time.Time), 0
+}
+
+// LimitRate sets the pace each sender is allowed (see RateLimit); the zero
+// RateLimit turns it off. The senders' paces start afresh.
+func (d *Double) LimitRate(l RateLimit) {
+	l.Burst = max(l.Burst, 1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.limit, d.paces = l, make(map[string]time.Time)
+}
+
+// RateLimited returns how many sends the rate limit refused (answered 429)
+// since New or the last Reset.
+func (d *Double) RateLimited() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.limited
+}
+
+func (d *Double) putRateLimit(w http.ResponseWriter, r *http.Request) {
+	var l RateLimit
+	if err := json.NewDecoder(r.Body).Decode(&l); err != nil {
+		http.Error(w, "rate limit: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if l.PerSecond < 0 || l.Burst < 0 || math.IsInf(l.PerSecond, 0) {
+		http.Error(w, "rate limit: per_second and burst must not be negative", http.StatusBadRequest)
+		return
+	}
+	d.LimitRate(l)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// admit reports whether sender may send now under the rate limit and, if
+// not, how long until it may. An admitted send moves the sender's pace.
+func (d *Double) admit(sender string) (bool, time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.limit.PerSecond <= 0 {
+		return true, 0
+	}
+	now := d.now()
+	interval := time.Duration(float64(time.Second) / d.limit.PerSecond)
+	tolerance := time.Duration(d.limit.Burst-1) * interval
+	pace := d.paces[sender]
+	if pace.Before(now) {
+		pace = now
+	}
+	if early := pace.Sub(now) - tolerance; early > 0 {
+		d.limited++
+		return false, early
+	}
+	d.paces[sender] = pace.Add(interval)
+	return true, 0
 }
 
 func (d *Double) addFault(w http.ResponseWriter, r *http.Request) {
@@ -289,6 +381,18 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	case m.From == "" && m.MessagingServiceSID == "":
 		d.answer(w, m, http.StatusBadRequest, 21603, "A 'From' phone number is required.")
+		return
+	}
+
+	sender := m.From
+	if sender == "" {
+		sender = m.MessagingServiceSID
+	}
+	if ok, after := d.admit(sender); !ok {
+		// Whole seconds, as the header carries them, rounded up so a
+		// client that honours it finds the pace free.
+		w.Header().Set("Retry-After", strconv.FormatInt(max(int64((after+time.Second-1)/time.Second), 1), 10))
+		d.answer(w, m, http.StatusTooManyRequests, 20429, "Too Many Requests")
 		return
 	}
 
