@@ -62,6 +62,10 @@ type Config struct {
 		Store       string // IDEMPOTENCY_STORE: "", "redis" or "memory"
 		SMS         string // SMS_NOTIFIER: "", "twilio" or "console"
 		Email       string // EMAIL_NOTIFIER: "", "smtp" or "console"
+		// Provided holds, by its Variable, the notifier of each channel
+		// whose provider LoadWorker was given (ports.Provider): its
+		// name, "console", or "" for a channel that is off.
+		Provided map[string]string
 	}
 	Kafka struct {
 		// Brokers is empty for the embedded in-process broker.
@@ -164,6 +168,12 @@ type Config struct {
 	Hostname  string
 	LogLevel  slog.Level // LOG_LEVEL
 	LogFormat string     // LOG_FORMAT: "json" or "text"
+
+	// declared and values are the variables the providers given to
+	// LoadWorker declared, and their values (each printed masked, as a
+	// Secret: which are secrets is the provider's word), for Settings.
+	declared map[string]Var
+	values   map[string]Secret
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/mail"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // Load reads the configuration through lookup (pass os.LookupEnv), applies
@@ -35,17 +37,18 @@ import (
 // Load leaves Config.Adapters as given and does not check how the adapters
 // combine: LoadWorker does, for the worker.
 func Load(lookup func(string) (string, bool)) (Config, error) {
-	l, c := load(lookup)
+	l, c := load(lookup, nil)
 	if len(l.problems) > 0 {
 		return Config{}, &Error{Problems: l.problems, LogFormat: c.LogFormat}
 	}
 	return c, nil
 }
 
-// load reads and checks every variable, for Load and LoadWorker; the
-// loader holds the problems found.
-func load(lookup func(string) (string, bool)) (*loader, Config) {
-	l := &loader{lookup: lookup}
+// load reads and checks every variable, for Load and LoadWorker, and the
+// variables declared by providers besides Reference (read by their own
+// Load, in LoadWorker); the loader holds the problems found.
+func load(lookup func(string) (string, bool), providers []ports.Provider) (*loader, Config) {
+	l := &loader{lookup: lookup, declared: declared(providers)}
 	var c Config
 	l.placeholders()
 
@@ -397,6 +400,11 @@ type loader struct {
 	lookup    func(string) (string, bool)
 	problems  []Problem
 	placeheld map[string]bool // variables holding the placeholder
+	// declared are the variables providers declared, besides Reference.
+	declared map[string]Var
+	// provided is set when a provider's notifier is chosen or configured
+	// (see providers), for the store's choice.
+	provided bool
 }
 
 // explicit returns the value the environment gives name, trimmed unless
@@ -406,7 +414,7 @@ func (l *loader) explicit(name string) string {
 	if !ok {
 		return ""
 	}
-	if mustVar(name).Secret {
+	if l.varOf(name).Secret {
 		return v
 	}
 	return strings.TrimSpace(v)
@@ -421,7 +429,7 @@ func (l *loader) value(name string) string {
 	if v := l.explicit(name); v != "" {
 		return v
 	}
-	return os.Expand(mustVar(name).Default, l.value)
+	return os.Expand(l.varOf(name).Default, l.value)
 }
 
 // firstSet returns the first of names that is set, or "".
@@ -458,7 +466,11 @@ const placeholder = "REPLACE_ME"
 // fail reports nothing more against such a variable: what else is wrong
 // with it is the placeholder.
 func (l *loader) placeholders() {
-	for _, v := range Reference {
+	vars := slices.Clone(Reference)
+	for _, name := range slices.Sorted(maps.Keys(l.declared)) {
+		vars = append(vars, l.declared[name])
+	}
+	for _, v := range vars {
 		if strings.Contains(l.explicit(v.Name), placeholder) {
 			l.fail(v.Name, "holds the placeholder "+placeholder+": set the real value")
 			if l.placeheld == nil {
@@ -475,20 +487,23 @@ func (l *loader) fail(name, reason string) {
 		return
 	}
 	v := l.value(name)
-	if mustVar(name).Secret && v != "" {
+	if l.varOf(name).Secret && v != "" {
 		v = masked
 	}
 	l.problems = append(l.problems, Problem{Var: name, Value: v, Reason: reason})
 }
 
-// mustVar returns name's entry in Reference. A name missing there is a bug
-// in this package, caught by its tests, hence the panic.
-func mustVar(name string) Var {
-	v, ok := reference[name]
-	if !ok {
-		panic("config: " + name + " is read by Load but missing from Reference")
+// varOf returns name's entry in Reference, or among the variables a
+// provider declared. A name missing from both is a bug in this package or
+// in the provider, caught by its tests, hence the panic.
+func (l *loader) varOf(name string) Var {
+	if v, ok := reference[name]; ok {
+		return v
 	}
-	return v
+	if v, ok := l.declared[name]; ok {
+		return v
+	}
+	panic("config: " + name + " is read by Load but missing from Reference and from every provider's Settings")
 }
 
 func (l *loader) str(name string) string { return l.value(name) }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // LoadWorker is Load for the worker itself: it checks each variable as Load
@@ -25,8 +27,14 @@ import (
 //
 // The commands that run no worker (key, publish, the demo) call Load: they
 // need some of the settings, not a worker's whole set.
-func LoadWorker(lookup func(string) (string, bool)) (Config, error) {
-	l, c := load(lookup)
+//
+// providers are the notifier adapters that declare and read their own
+// settings (ports.Provider), one per channel that has one: LoadWorker
+// reads each one's settings through its Load, resolves the choice its
+// Variable makes, and keeps the settings for Config.Settings.
+func LoadWorker(lookup func(string) (string, bool), providers ...ports.Provider) (Config, error) {
+	l, c := load(lookup, providers)
+	l.declaredProviders(&c, providers)
 	l.adapters(&c)
 	l.redisRing(&c)
 	l.notifierConfigs(&c)
@@ -76,7 +84,7 @@ func (l *loader) adapters(c *Config) {
 			l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID") != "", &a.SMS},
 		{"EMAIL_NOTIFIER", "smtp", "SMTP_HOST", c.SMTPEnabled(), l.firstSet("SMTP_HOST", "SMTP_FROM") != "", &a.Email},
 	}
-	realProvider := false
+	realProvider := l.provided
 	for _, n := range notifiers {
 		realProvider = realProvider || *n.pick == n.provider || *n.pick == "" && n.meant
 	}
@@ -145,6 +153,86 @@ func (l *loader) redisRing(c *Config) {
 		l.fail("MAX_IN_FLIGHT", fmt.Sprintf("with IDEMPOTENCY_BREAKER_COOLDOWN=%v and REDIS_URL's write_timeout (a command may wait %v for its answer) up to %d calls could await Redis; the store holds at most %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
 			i.BreakerCooldown, unansweredFor, maxUnanswered, most))
 	}
+}
+
+// Notifier returns the notifier chosen by variable, the variable of a
+// channel's notifier (SMS_NOTIFIER, EMAIL_NOTIFIER, a Provider's
+// Variable), as LoadWorker resolved it; "" for a provider's channel that is
+// off, and for a variable that names no notifier.
+func (c Config) Notifier(variable string) string {
+	switch variable {
+	case "SMS_NOTIFIER":
+		return c.Adapters.SMS
+	case "EMAIL_NOTIFIER":
+		return c.Adapters.Email
+	}
+	return c.Adapters.Provided[variable]
+}
+
+// declaredProviders reads each provider's settings through its Load and resolves
+// the notifier its Variable chooses (see ports.Provider): the provider
+// when configured, else off; "console" when asked for. A provider asked
+// for by name must be configured, and "console" contradicts a configured
+// one. The values read are kept for Settings.
+func (l *loader) declaredProviders(c *Config, providers []ports.Provider) {
+	c.Adapters.Provided = map[string]string{}
+	c.declared = l.declared
+	c.values = map[string]Secret{}
+	for _, p := range providers {
+		v := l.oneOf(p.Variable, false, p.Name, "console")
+		configured := p.Load(settings{l})
+		meant := false
+		for _, s := range p.Settings {
+			meant = meant || l.set(s.Name)
+			c.values[s.Name] = Secret(l.value(s.Name))
+		}
+		switch {
+		case l.bad(p.Variable):
+		case v == "" && configured:
+			v = p.Name
+		case v == p.Name && !configured && !meant:
+			l.fail(p.Variable, fmt.Sprintf("%s=%s, but none of the %s provider's variables is set", p.Variable, p.Name, p.Name))
+		case v == "console" && configured:
+			l.fail(p.Variable, fmt.Sprintf("contradicts the %s provider's variables, which are set; unset one or the other", p.Name))
+		}
+		l.provided = l.provided || v == p.Name || v == "" && meant
+		c.Adapters.Provided[p.Variable] = v
+	}
+}
+
+// Settings returns the settings the providers given to LoadWorker read,
+// with the values LoadWorker accepted, for their Open.
+func (c Config) Settings() ports.Settings {
+	values := c.values
+	return settings{&loader{
+		lookup:   func(name string) (string, bool) { v, ok := values[name]; return v.Reveal(), ok },
+		declared: c.declared,
+	}}
+}
+
+// settings is ports.Settings over a loader.
+type settings struct{ l *loader }
+
+func (s settings) Set(name string) bool            { return s.l.set(name) }
+func (s settings) String(name string) string       { return s.l.str(name) }
+func (s settings) Int(name string, lo, hi int) int { return s.l.intIn(name, lo, hi) }
+func (s settings) Fail(name, reason string)        { s.l.fail(name, reason) }
+func (s settings) URL(name string) string          { return s.l.optionalHTTPURL(name) }
+func (s settings) Duration(name string, lo time.Duration) time.Duration {
+	return s.l.duration(name, lo)
+}
+
+// declared returns the variables providers declare: each one's Variable
+// and Settings.
+func declared(providers []ports.Provider) map[string]Var {
+	out := map[string]Var{}
+	for _, p := range providers {
+		out[p.Variable] = Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."}
+		for _, s := range p.Settings {
+			out[s.Name] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
+		}
+	}
+	return out
 }
 
 // bad reports whether a problem has been recorded against any of names.

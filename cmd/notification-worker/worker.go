@@ -85,8 +85,8 @@ type Deps struct {
 	// store to two workers: it stands in for Redis, which outlives a
 	// restart.
 	Store ports.IdempotencyStore
-	// Notifiers replace, per channel, the notifier SMS_NOTIFIER or
-	// EMAIL_NOTIFIER names.
+	// Notifiers replace, per channel, the notifier its variable
+	// (SMS_NOTIFIER, EMAIL_NOTIFIER) names.
 	Notifiers map[ports.Channel]ports.Notifier
 	// Metrics replaces a fresh set. Tests pass one to two workers in turn,
 	// as they pass one Store, to read counts that span a restart.
@@ -116,6 +116,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.metrics = prometheus.New()
 	}
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
+	m.metrics.KnowChannels(channelNames()...)
 	m.metrics.SetVersion(version)
 	m.adapters = map[string]string{}
 	chosen, err := choose(cfg, m.Deps)
@@ -175,23 +176,17 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	// (and show in the trace).
 	store = m.tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers := map[ports.Channel]ports.Notifier{}
-	for _, n := range []struct {
-		ch       ports.Channel
-		name     string
-		registry map[string]func(*Main) (ports.Notifier, error)
-	}{
-		{ports.ChannelSMS, chosen.SMS, smsNotifiers},
-		{ports.ChannelEmail, chosen.Email, emailNotifiers},
-	} {
-		notifier := m.Deps.Notifiers[n.ch]
+	for _, ch := range channels {
+		name := chosen.Notifiers[ch.Name]
+		notifier := m.Deps.Notifiers[ch.Name]
 		if notifier == nil {
 			var err error
-			if notifier, err = n.registry[n.name](m); err != nil {
+			if notifier, err = ch.Notifiers[name](m); err != nil {
 				return nil, nil, err
 			}
 		}
-		notifiers[n.ch] = notifier
-		m.adapters[string(n.ch)] = n.name
+		notifiers[ch.Name] = notifier
+		m.adapters[string(ch.Name)] = name
 	}
 	return store, notifiers, nil
 }
@@ -208,7 +203,7 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		}
 		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
-	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
+	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels()...)
 	if err != nil {
 		return nil, err
 	}
