@@ -59,7 +59,7 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 	_, source := eventSources[c.Source]
 	_, store := stores[c.Store]
 	resolved := source && (store || c.Store == given)
-	for _, ch := range channels {
+	for _, ch := range active(cfg, d) {
 		name := cfg.Notifier(ch.Variable)
 		if d.Notifiers[ch.Name] != nil {
 			name = given

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -11,8 +12,8 @@ import (
 // domain.Channel of each row), the notifiers Open builds, the metrics'
 // series, the key command's keys. Adding a channel is a row here.
 var channels = []channel{
-	{domain.SMS, "SMS_NOTIFIER", map[string]openNotifier{"twilio": (*Main).openTwilio, "console": (*Main).openConsole}},
-	{domain.Email, "EMAIL_NOTIFIER", map[string]openNotifier{"smtp": (*Main).openSMTP, "console": (*Main).openConsole}},
+	{Channel: domain.SMS, Variable: "SMS_NOTIFIER", Notifiers: map[string]openNotifier{"twilio": (*Main).openTwilio, "console": (*Main).openConsole}},
+	{Channel: domain.Email, Variable: "EMAIL_NOTIFIER", Notifiers: map[string]openNotifier{"smtp": (*Main).openSMTP, "console": (*Main).openConsole}},
 }
 
 // channel is one row of channels: the channel as the domain knows it, and
@@ -24,24 +25,64 @@ type channel struct {
 	Variable string
 	// Notifiers build each notifier by the name Variable takes.
 	Notifiers map[string]openNotifier
+	// Provider is set for a channel whose notifier adapter declares and
+	// reads its own settings (see provided): the channel is off when
+	// Variable resolves to "".
+	Provider *ports.Provider
 }
 
 // openNotifier builds one notifier from m.Config.
 type openNotifier func(m *Main) (ports.Notifier, error)
 
-// domainChannels returns the domain's half of every row of channels.
-func domainChannels() []domain.Channel {
-	out := make([]domain.Channel, len(channels))
-	for n, c := range channels {
+// provided is the row of a channel whose notifier is p, an adapter that
+// reads its own settings (ports.Provider), or the console.
+func provided(ch domain.Channel, p ports.Provider) channel {
+	return channel{Channel: ch, Variable: p.Variable, Provider: &p, Notifiers: map[string]openNotifier{
+		p.Name: func(m *Main) (ports.Notifier, error) {
+			return p.Open(m.Config.Settings(), ports.NotifierEnv{SendTimeout: m.Config.SendTimeout, MaxConns: m.Config.Kafka.MaxInFlight})
+		},
+		"console": (*Main).openConsole,
+	}}
+}
+
+// providers returns the Provider of every row of channels that has one,
+// for config.LoadWorker.
+func providers() []ports.Provider {
+	var out []ports.Provider
+	for _, c := range channels {
+		if c.Provider != nil {
+			out = append(out, *c.Provider)
+		}
+	}
+	return out
+}
+
+// active returns the rows of channels the worker offers with cfg and d:
+// all but those of a provider that is off (its variable resolved to "")
+// and not given a notifier by d.
+func active(cfg config.Config, d Deps) []channel {
+	var out []channel
+	for _, c := range channels {
+		if c.Provider == nil || cfg.Notifier(c.Variable) != "" || d.Notifiers[c.Name] != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// domainChannels returns the domain's half of each row of rows.
+func domainChannels(rows []channel) []domain.Channel {
+	out := make([]domain.Channel, len(rows))
+	for n, c := range rows {
 		out[n] = c.Channel
 	}
 	return out
 }
 
-// channelNames returns the name of every row of channels.
-func channelNames() []ports.Channel {
-	out := make([]ports.Channel, len(channels))
-	for n, c := range channels {
+// channelNames returns the name of each row of rows.
+func channelNames(rows []channel) []ports.Channel {
+	out := make([]ports.Channel, len(rows))
+	for n, c := range rows {
 		out[n] = c.Name
 	}
 	return out

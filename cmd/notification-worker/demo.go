@@ -74,7 +74,7 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 		}
 		t := &totals[phase]
 		notifiers := map[ports.Channel]ports.Notifier{}
-		for _, ch := range channelNames() {
+		for _, ch := range channelNames(channels) {
 			notifiers[ch] = sends
 		}
 		m := &Main{Config: cfg, Stdout: stdout, Deps: Deps{

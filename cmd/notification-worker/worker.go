@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,7 @@ type Main struct {
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
+	channels []channel         // the rows of channels this worker offers
 	adapters map[string]string // what was built for each port, for the start-up log
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
@@ -116,7 +118,8 @@ func (m *Main) Open(ctx context.Context) error {
 		m.metrics = prometheus.New()
 	}
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
-	m.metrics.KnowChannels(channelNames()...)
+	m.channels = active(cfg, m.Deps)
+	m.metrics.KnowChannels(channelNames(m.channels)...)
 	m.metrics.SetVersion(version)
 	m.adapters = map[string]string{}
 	chosen, err := choose(cfg, m.Deps)
@@ -177,6 +180,10 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	store = m.tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers := map[ports.Channel]ports.Notifier{}
 	for _, ch := range channels {
+		if !slices.ContainsFunc(m.channels, func(c channel) bool { return c.Name == ch.Name }) {
+			m.adapters[string(ch.Name)] = "off (" + ch.Variable + " unset, and " + ch.Provider.Name + " not configured)"
+			continue
+		}
 		name := chosen.Notifiers[ch.Name]
 		notifier := m.Deps.Notifiers[ch.Name]
 		if notifier == nil {
@@ -203,7 +210,7 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		}
 		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
-	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels()...)
+	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels(m.channels)...)
 	if err != nil {
 		return nil, err
 	}
