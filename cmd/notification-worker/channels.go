@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/harborlight/notification-worker/channels/push"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
@@ -14,6 +15,7 @@ import (
 var channels = []channel{
 	{Channel: domain.SMS, Variable: "SMS_NOTIFIER", Notifiers: map[string]openNotifier{"twilio": (*Main).openTwilio, "console": (*Main).openConsole}},
 	{Channel: domain.Email, Variable: "EMAIL_NOTIFIER", Notifiers: map[string]openNotifier{"smtp": (*Main).openSMTP, "console": (*Main).openConsole}},
+	provided(push.Channel, push.Provider),
 }
 
 // channel is one row of channels: the channel as the domain knows it, and
