@@ -54,7 +54,7 @@ func load(lookup func(string) (string, bool), providers []ports.Provider) (*load
 
 	ad := &c.Adapters
 	ad.EventSource = l.oneOf("EVENT_SOURCE", false, "kafka", "embedded")
-	ad.Store = l.oneOf("IDEMPOTENCY_STORE", false, "redis", "memory")
+	ad.Store = l.oneOf("IDEMPOTENCY_STORE", false, storeNames(providers)...)
 	ad.SMS = l.oneOf("SMS_NOTIFIER", false, "twilio", "console")
 	ad.Email = l.oneOf("EMAIL_NOTIFIER", false, "smtp", "console")
 
@@ -110,6 +110,21 @@ func load(lookup func(string) (string, bool), providers []ports.Provider) (*load
 			"): a sent record must suppress replays for longer than a send may take")
 	}
 	return l, c
+}
+
+// storeNames are the values IDEMPOTENCY_STORE takes: redis, and each
+// store providers offer (memory among them for the worker).
+func storeNames(providers []ports.Provider) []string {
+	names := []string{"redis"}
+	for _, p := range providers {
+		if p.OpenStore != nil && !slices.Contains(names, p.Name) {
+			names = append(names, p.Name)
+		}
+	}
+	if !slices.Contains(names, "memory") {
+		names = append(names, "memory")
+	}
+	return names
 }
 
 // kafka reads the Kafka variables into c.Kafka.
@@ -405,6 +420,9 @@ type loader struct {
 	// provided is set when a provider's notifier is chosen or configured
 	// (see providers), for the store's choice.
 	provided bool
+	// stores are the store providers, by name, and whether each one's
+	// settings configure it.
+	stores map[string]storeProvided
 }
 
 // explicit returns the value the environment gives name, trimmed unless

@@ -103,3 +103,49 @@ func TestLoadWorker_Provider(t *testing.T) {
 		}
 	})
 }
+
+// vault is a shared store as its adapter declares it.
+var vault = ports.Provider{
+	Name:     "vault",
+	Settings: []ports.Setting{{Name: "VAULT_DSN", Secret: true}},
+	Load:     func(s ports.Settings) bool { return s.Set("VAULT_DSN") },
+	OpenStore: func(ports.Settings) (ports.IdempotencyStore, error) {
+		return nil, errors.New("not opened here")
+	},
+	Shared: true,
+}
+
+func TestLoadWorker_StoreProvider(t *testing.T) {
+	load := func(kv map[string]string) (config.Config, error) {
+		all := maps.Clone(brokersEnv)
+		maps.Copy(all, kv)
+		return config.LoadWorker(env(all), vault)
+	}
+	t.Run("ChosenByName", func(t *testing.T) {
+		c, err := load(map[string]string{"IDEMPOTENCY_STORE": "vault", "VAULT_DSN": "vault://x", "SMS_NOTIFIER": "console", "EMAIL_NOTIFIER": "console"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Adapters.Store != "vault" || c.Settings().String("VAULT_DSN") != "vault://x" {
+			t.Fatalf("store %q, DSN %q", c.Adapters.Store, c.Settings().String("VAULT_DSN"))
+		}
+	})
+	t.Run("UnconfiguredIsNamed", func(t *testing.T) {
+		_, err := load(map[string]string{"IDEMPOTENCY_STORE": "vault"})
+		if err == nil || !strings.Contains(err.Error(), "VAULT_DSN") {
+			t.Fatalf("err = %v, want VAULT_DSN named", err)
+		}
+	})
+	t.Run("ContradictsRedisURL", func(t *testing.T) {
+		_, err := load(map[string]string{"IDEMPOTENCY_STORE": "vault", "VAULT_DSN": "vault://x", "REDIS_URL": "redis://127.0.0.1:6379"})
+		if err == nil || !strings.Contains(err.Error(), "IDEMPOTENCY_STORE") {
+			t.Fatalf("err = %v, want IDEMPOTENCY_STORE named", err)
+		}
+	})
+	t.Run("SharedRefusesAnImplicitConsole", func(t *testing.T) {
+		_, err := load(map[string]string{"IDEMPOTENCY_STORE": "vault", "VAULT_DSN": "vault://x"})
+		if err == nil || !strings.Contains(err.Error(), "SMS_NOTIFIER") || strings.Contains(err.Error(), "vault://x") {
+			t.Fatalf("err = %v, want SMS_NOTIFIER refused beside a shared store, the DSN unshown", err)
+		}
+	})
+}

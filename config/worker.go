@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
@@ -90,8 +91,15 @@ func (l *loader) adapters(c *Config) {
 	}
 
 	redisSet := c.Idempotency.RedisURL != "" || l.set("REDIS_URL")
+	provider, declared := l.stores[a.Store]
 	switch {
 	case l.bad("IDEMPOTENCY_STORE"):
+	case (declared || a.Store == "memory") && redisSet:
+		l.fail("IDEMPOTENCY_STORE", "contradicts REDIS_URL, which is set; unset one of them")
+	case declared && !provider.configured:
+		if !l.bad(provider.vars...) {
+			l.fail("IDEMPOTENCY_STORE", fmt.Sprintf("the %s store is not configured: set %s", a.Store, strings.Join(provider.vars, ", ")))
+		}
 	case a.Store == "" && redisSet:
 		a.Store = "redis"
 	case a.Store == "" && realProvider:
@@ -100,10 +108,8 @@ func (l *loader) adapters(c *Config) {
 		a.Store = "memory"
 	case a.Store == "redis" && !redisSet:
 		l.fail("REDIS_URL", "required with IDEMPOTENCY_STORE=redis")
-	case a.Store == "memory" && redisSet:
-		l.fail("IDEMPOTENCY_STORE", "contradicts REDIS_URL, which is set; unset one of them")
 	}
-	shared := a.Store == "redis" || a.Store == "" && redisSet
+	shared := a.Store == "redis" || a.Store == "" && redisSet || provider.shared
 
 	for _, n := range notifiers {
 		switch v := *n.pick; {
@@ -113,7 +119,7 @@ func (l *loader) adapters(c *Config) {
 		case !n.configured && n.meant:
 			// Half-configured or bad: reported against its variables.
 		case v == "" && shared:
-			l.fail(n.name, fmt.Sprintf("unset, and %s is unset while the store is redis: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, n.provider, n.provider, n.name))
+			l.fail(n.name, fmt.Sprintf("unset, and %s is unset while the store is %s: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, a.Store, n.provider, n.provider, n.name))
 		case v == "":
 			*n.pick = "console"
 		case v == n.provider && !n.configured:
@@ -178,7 +184,17 @@ func (l *loader) declaredProviders(c *Config, providers []ports.Provider) {
 	c.Adapters.Provided = map[string]string{}
 	c.declared = l.declared
 	c.values = map[string]Secret{}
+	l.stores = map[string]storeProvided{}
 	for _, p := range providers {
+		if p.OpenStore != nil {
+			sp := storeProvided{configured: p.Load(settings{l}), shared: p.Shared}
+			for _, s := range p.Settings {
+				sp.vars = append(sp.vars, s.Name)
+				c.values[s.Name] = Secret(l.value(s.Name))
+			}
+			l.stores[p.Name] = sp
+			continue
+		}
 		v := l.oneOf(p.Variable, false, p.Name, "console")
 		configured := p.Load(settings{l})
 		meant := false
@@ -198,6 +214,12 @@ func (l *loader) declaredProviders(c *Config, providers []ports.Provider) {
 		l.provided = l.provided || v == p.Name || v == "" && meant
 		c.Adapters.Provided[p.Variable] = v
 	}
+}
+
+// storeProvided is what LoadWorker learnt of a store's provider.
+type storeProvided struct {
+	configured, shared bool
+	vars               []string // its settings
 }
 
 // Settings returns the settings the providers given to LoadWorker read,
@@ -222,15 +244,18 @@ func (s settings) Duration(name string, lo time.Duration) time.Duration {
 	return s.l.duration(name, lo)
 }
 
-// declared returns the variables providers declare: each one's Variable
-// and Settings.
+// declared returns the variables providers declare: each one's Settings,
+// and a notifier's Variable.
 func declared(providers []ports.Provider) map[string]Var {
 	out := map[string]Var{}
 	for _, p := range providers {
-		out[p.Variable] = Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."}
 		for _, s := range p.Settings {
 			out[s.Name] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
 		}
+		if p.OpenStore != nil {
+			continue
+		}
+		out[p.Variable] = Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."}
 	}
 	return out
 }

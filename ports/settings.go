@@ -46,10 +46,11 @@ type Settings interface {
 	Fail(name, reason string)
 }
 
-// Provider is a notifier adapter that declares and reads its own settings:
-// the worker offers it on a channel by the name its Variable takes, next to
-// "console", and the configuration checks its settings with every other
-// variable's.
+// Provider is an adapter that declares and reads its own settings: a
+// notifier (Open), which the worker offers on a channel by the name its
+// Variable takes, next to "console"; or an idempotency store (OpenStore),
+// offered as a value of IDEMPOTENCY_STORE. The configuration checks its
+// settings with every other variable's.
 type Provider struct {
 	// Name is the value of Variable that picks this provider ("push").
 	Name string
@@ -57,6 +58,7 @@ type Provider struct {
 	// Unset, it is Name when Configured, else the channel is off: the
 	// worker does not offer the channel at all (its recipient field and
 	// its name are refused in an event, as for a channel it never had).
+	// Empty for a store.
 	Variable string
 	// Settings are the variables Load and Open read.
 	Settings []Setting
@@ -67,6 +69,16 @@ type Provider struct {
 	// Open builds the notifier from s, whose settings Load accepted. Its
 	// error is a failure at start, not a configuration error.
 	Open func(s Settings, env NotifierEnv) (Notifier, error)
+	// OpenStore builds the store from s, whose settings Load accepted,
+	// for IDEMPOTENCY_STORE=Name (which must then be configured). A store
+	// with a Close method is closed when the worker stops.
+	OpenStore func(s Settings) (IdempotencyStore, error)
+	// Shared is set for a store that outlives the worker and is shared by
+	// its replicas (a database): the worker wraps it in the circuit
+	// breaker, and refuses a console notifier beside it unless asked for
+	// by name, since the console's sent records would suppress the real
+	// notifications. Unset: the store forgets on restart, like memory.
+	Shared bool
 }
 
 // NotifierEnv is what the worker tells every notifier it builds.

@@ -27,9 +27,11 @@ var (
 		"kafka":    func(m *Main) ([]string, error) { return m.Config.Kafka.Brokers, nil },
 		"embedded": (*Main).startEmbedded,
 	}
-	stores = map[string]func(m *Main, ctx context.Context) (ports.IdempotencyStore, error){
-		"redis":  (*Main).openRedis,
-		"memory": func(*Main, context.Context) (ports.IdempotencyStore, error) { return memory.New(nil), nil },
+	// stores: a store that declares and reads its own settings
+	// (ports.Provider) is one line, providedStore(its Provider), as memory.
+	stores = map[string]store{
+		"redis":  {open: (*Main).openRedis},
+		"memory": providedStore(memory.Provider),
 	}
 )
 
@@ -40,7 +42,8 @@ type choice struct {
 	// Notifiers holds each channel's notifier, by channel.
 	Notifiers map[ports.Channel]string
 	// consoleShared lists the variables that chose a console notifier
-	// beside the redis store, explicitly: allowed, and logged at start.
+	// beside a shared store (redis, or a provider's that is Shared),
+	// explicitly: allowed, and logged at start.
 	consoleShared []string
 }
 
@@ -57,14 +60,15 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 		c.Store = given
 	}
 	_, source := eventSources[c.Source]
-	_, store := stores[c.Store]
+	st, store := stores[c.Store]
 	resolved := source && (store || c.Store == given)
+	shared := c.Store == "redis" || st.provider != nil && st.provider.Shared
 	for _, ch := range active(cfg, d) {
 		name := cfg.Notifier(ch.Variable)
 		if d.Notifiers[ch.Name] != nil {
 			name = given
 		}
-		if c.Store == "redis" && name == "console" {
+		if shared && name == "console" {
 			c.consoleShared = append(c.consoleShared, ch.Variable)
 		}
 		_, ok := ch.Notifiers[name]
@@ -75,6 +79,37 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 		return choice{}, fmt.Errorf("adapters %+v are not all resolved: the worker's Config comes from config.LoadWorker", a)
 	}
 	return c, nil
+}
+
+// store is one entry of stores: how the worker opens it, and its Provider
+// when it declares its own settings.
+type store struct {
+	open     func(m *Main, ctx context.Context) (ports.IdempotencyStore, error)
+	provider *ports.Provider
+}
+
+// providedStore is the entry of a store whose adapter reads its own
+// settings: built by p.OpenStore from Config.Settings, closed at stop if
+// it has a Close method, and behind the circuit breaker when p.Shared.
+func providedStore(p ports.Provider) store {
+	return store{provider: &p, open: func(m *Main, _ context.Context) (ports.IdempotencyStore, error) {
+		s, err := p.OpenStore(m.Config.Settings())
+		if err != nil {
+			return nil, err
+		}
+		if c, ok := s.(interface{ Close() }); ok {
+			m.closers = append(m.closers, c.Close)
+		}
+		if !p.Shared {
+			return s, nil
+		}
+		cfg := m.Config.Idempotency
+		b := breaker.New(s, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown})
+		m.closers = append(m.closers, b.Close)
+		m.breaker = b
+		m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
+		return b, nil
+	}}
 }
 
 // startEmbedded starts the in-process broker, with the topic and the dead

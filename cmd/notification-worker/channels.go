@@ -1,6 +1,9 @@
 package main
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/harborlight/notification-worker/channels/push"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/domain"
@@ -47,13 +50,18 @@ func provided(ch domain.Channel, p ports.Provider) channel {
 	}}
 }
 
-// providers returns the Provider of every row of channels that has one,
-// for config.LoadWorker.
+// providers returns the Provider of every row of channels and of every
+// entry of stores that has one, for config.LoadWorker.
 func providers() []ports.Provider {
 	var out []ports.Provider
 	for _, c := range channels {
 		if c.Provider != nil {
 			out = append(out, *c.Provider)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(stores)) {
+		if p := stores[name].provider; p != nil {
+			out = append(out, *p)
 		}
 	}
 	return out

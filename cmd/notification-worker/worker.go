@@ -155,7 +155,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
 	for _, name := range chosen.consoleShared {
 		m.logger.Warn("console_notifier_shared_store", slog.String("variable", name),
-			slog.String("reason", name+"=console with the redis store: this channel's notifications go to the console and their sent records into the shared store, where they suppress the real ones for IDEMPOTENCY_TTL; for a test lab only"))
+			slog.String("reason", name+"=console with the "+chosen.Store+" store: this channel's notifications go to the console and their sent records into the shared store, where they suppress the real ones for IDEMPOTENCY_TTL; for a test lab only"))
 	}
 	if cfg.AllowInsecureTransport {
 		m.logger.Warn("insecure_transport_allowed",
@@ -170,7 +170,7 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	store := m.Deps.Store
 	if store == nil {
 		var err error
-		if store, err = stores[chosen.Store](m, ctx); err != nil {
+		if store, err = stores[chosen.Store].open(m, ctx); err != nil {
 			return nil, nil, err
 		}
 	}
