@@ -179,10 +179,7 @@ type Config struct {
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
 // the auth token and a sender (from number or messaging service) are all
 // set. Load rejects a partial set, so otherwise SMS goes to the console.
-func (c Config) TwilioEnabled() bool {
-	t := c.Twilio
-	return t.AccountSID != "" && t.AuthToken != "" && (t.FromNumber != "" || t.MessagingServiceSID != "")
-}
+func (c Config) TwilioEnabled() bool { return c.TwilioConfig().Configured() }
 
 // TracesURL returns the URL spans are exported to over OTLP/HTTP:
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else

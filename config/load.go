@@ -5,10 +5,8 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/mail"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +14,8 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
@@ -260,25 +260,18 @@ func (l *loader) eventAge(c *Config) {
 	}
 }
 
-// providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP.
+// providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP,
+// through each adapter's own loader, which checks them.
 func (l *loader) providers(c *Config) {
+	// The Twilio and SMTP adapters read and check their own settings.
+	tc := twilio.LoadSettings(settings{l})
 	t := &c.Twilio
-	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
-	t.AuthToken = Secret(l.alphanumeric("TWILIO_AUTH_TOKEN"))
-	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
-	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
-	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
-	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
-	l.twilioComplete()
+	t.AccountSID, t.AuthToken, t.FromNumber, t.MessagingServiceSID = tc.AccountSID, Secret(tc.AuthToken), tc.From, tc.MessagingServiceSID
+	t.APIURL, t.ListLag = tc.APIURL, tc.ListLag
 
+	sc := smtp.LoadSettings(settings{l})
 	s := &c.SMTP
-	s.Host = l.hostName("SMTP_HOST")
-	s.Port = l.intIn("SMTP_PORT", 1, 65535)
-	s.Username = l.str("SMTP_USERNAME")
-	s.Password = Secret(l.str("SMTP_PASSWORD"))
-	s.From = l.address("SMTP_FROM")
-	s.TLSPolicy = l.oneOf("SMTP_TLS_POLICY", false, "mandatory", "opportunistic", "none")
-	l.smtpComplete()
+	s.Host, s.Port, s.Username, s.Password, s.From, s.TLSPolicy = sc.Host, sc.Port, sc.Username, Secret(sc.Password), sc.From, sc.TLSPolicy
 }
 
 // kafkaSecurity rejects TLS and SASL settings that cannot take effect: on
@@ -369,44 +362,6 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// twilioComplete rejects a partial Twilio set: with some credentials given,
-// the operator expects SMS through Twilio, and silently printing them to the
-// console instead would lose every SMS.
-func (l *loader) twilioComplete() {
-	given := l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID")
-	if given == "" {
-		return
-	}
-	for _, name := range []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN"} {
-		if !l.set(name) {
-			l.fail(name, "required when "+given+" is set")
-		}
-	}
-	if !l.set("TWILIO_FROM_NUMBER") && !l.set("TWILIO_MESSAGING_SERVICE_SID") {
-		l.fail("TWILIO_FROM_NUMBER", "required (or TWILIO_MESSAGING_SERVICE_SID) when "+given+" is set")
-	}
-}
-
-// smtpComplete rejects a partial SMTP set, for the reason twilioComplete
-// gives. SMTP_PORT and SMTP_TLS_POLICY have defaults, so setting them alone
-// configures nothing and is not an error.
-func (l *loader) smtpComplete() {
-	if l.set("SMTP_HOST") {
-		if !l.set("SMTP_FROM") {
-			l.fail("SMTP_FROM", "required when SMTP_HOST is set")
-		}
-	} else if given := l.firstSet("SMTP_FROM", "SMTP_USERNAME", "SMTP_PASSWORD"); given != "" {
-		l.fail("SMTP_HOST", "required when "+given+" is set (without it, email goes to the console)")
-	}
-	// Authentication takes both halves; one alone fails at the first send.
-	if l.set("SMTP_PASSWORD") && !l.set("SMTP_USERNAME") {
-		l.fail("SMTP_USERNAME", "required when SMTP_PASSWORD is set")
-	}
-	if l.set("SMTP_USERNAME") && !l.set("SMTP_PASSWORD") {
-		l.fail("SMTP_PASSWORD", "required when SMTP_USERNAME is set")
-	}
 }
 
 // loader reads variables through lookup and collects problems, so that one
@@ -716,10 +671,6 @@ func (l *loader) topic(name string) string {
 	return v
 }
 
-var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
-
-// alphanumeric checks the Twilio identifiers: Twilio answers anything else
-// with error 21222 (invalid credentials) at the first send, long after start.
 // groupInstanceID returns the value if Kafka accepts it as a
 // group.instance.id: up to 249 of [a-zA-Z0-9._-], not "." or "..".
 func (l *loader) groupInstanceID(name string) string {
@@ -733,28 +684,6 @@ func (l *loader) groupInstanceID(name string) string {
 	}
 	if !legal {
 		l.fail(name, "want up to 249 letters, digits, '.', '_' or '-' (not \".\" or \"..\"), unique in the group")
-		return ""
-	}
-	return v
-}
-
-func (l *loader) alphanumeric(name string) string {
-	v := l.value(name)
-	if v != "" && !alphanumeric.MatchString(v) {
-		l.fail(name, "want letters and digits only (Twilio rejects anything else with error 21222); look for stray quotes or white space")
-		return ""
-	}
-	return v
-}
-
-// e164Number is the E.164 format Twilio requires: "+", a country code that
-// does not start with 0, at most 15 digits in all.
-var e164Number = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
-
-func (l *loader) e164(name string) string {
-	v := l.value(name)
-	if v != "" && !e164Number.MatchString(v) {
-		l.fail(name, "want an E.164 phone number such as +15551234567")
 		return ""
 	}
 	return v
@@ -814,46 +743,6 @@ func (l *loader) redisURL(name string) string {
 			l.fail(name, "want a database number as the path, such as /0")
 			return ""
 		}
-	}
-	return v
-}
-
-// hostName checks SMTP_HOST: a host name or IP address, the port being
-// SMTP_PORT's business. A "host:port" here is a common slip worth naming.
-func (l *loader) hostName(name string) string {
-	v := l.value(name)
-	if v == "" {
-		return ""
-	}
-	if strings.Contains(v, "://") {
-		l.fail(name, "want a host name, not a URL")
-		return ""
-	}
-	if net.ParseIP(v) != nil {
-		return v
-	}
-	if strings.Contains(v, ":") {
-		l.fail(name, "want a host name without a port; put the port in SMTP_PORT")
-		return ""
-	}
-	if strings.ContainsAny(v, " /@") {
-		l.fail(name, "want a host name or IP address")
-		return ""
-	}
-	return v
-}
-
-// address checks SMTP_FROM with net/mail, so a display name
-// ("Harborlight <noreply@example.com>") is allowed. The value is kept as
-// given; the SMTP adapter parses it again for the envelope.
-func (l *loader) address(name string) string {
-	v := l.value(name)
-	if v == "" {
-		return ""
-	}
-	if _, err := mail.ParseAddress(v); err != nil {
-		l.fail(name, "want an email address, display name allowed: noreply@example.com or \"Harborlight <noreply@example.com>\"")
-		return ""
 	}
 	return v
 }

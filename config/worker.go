@@ -20,8 +20,11 @@ import (
 // does and, in the same pass, how they combine into a running worker. It
 // resolves the adapter each port gets (Config.Adapters: no field is left
 // empty) and refuses a choice that is half-configured, contradictory or
-// unsafe, and settings an adapter would refuse when the worker builds it.
-// The returned *Error lists every problem of both kinds at once.
+// unsafe. Each notifier adapter's settings are read and checked by the
+// adapter itself (twilio.LoadSettings, smtp.LoadSettings, a Provider's
+// Load), in Load as here: config composes them, and checks only how they
+// combine with the worker's (RECONCILE_TIMEOUT and TWILIO_LIST_LAG, clear
+// text to TWILIO_API_URL). The returned *Error lists every problem at once.
 //
 // Unlike Load it reads a file: KAFKA_TLS_CA_FILE, which must hold a PEM
 // certificate.
@@ -29,16 +32,16 @@ import (
 // The commands that run no worker (key, publish, the demo) call Load: they
 // need some of the settings, not a worker's whole set.
 //
-// providers are the notifier adapters that declare and read their own
-// settings (ports.Provider), one per channel that has one: LoadWorker
-// reads each one's settings through its Load, resolves the choice its
-// Variable makes, and keeps the settings for Config.Settings.
+// providers are the adapters that declare and read their own settings
+// (ports.Provider): a notifier per channel that has one, a store per
+// IDEMPOTENCY_STORE value that has one. LoadWorker reads each one's
+// settings through its Load, resolves the choice, and keeps the settings
+// for Config.Settings.
 func LoadWorker(lookup func(string) (string, bool), providers ...ports.Provider) (Config, error) {
 	l, c := load(lookup, providers)
 	l.declaredProviders(&c, providers)
 	l.adapters(&c)
 	l.redisRing(&c)
-	l.notifierConfigs(&c)
 	if c.Kafka.TLS && c.Kafka.TLSCAFile != "" && !l.bad("KAFKA_TLS_CA_FILE") {
 		if _, err := c.kafkaTLS(); err != nil {
 			l.fail("KAFKA_TLS_CA_FILE", "want a readable PEM file of the CA: "+err.Error())
@@ -300,34 +303,6 @@ func (c Config) SMTPConfig() smtp.Config {
 		Password:  s.Password.Reveal(),
 		From:      s.From,
 		TLSPolicy: s.TLSPolicy,
-	}
-}
-
-// notifierConfigs asks each notifier adapter the worker will build whether
-// it takes its configuration (its Config's Validate, what its New checks),
-// so that a rule only the adapter knows stops the worker here, with every
-// other problem, rather than alone at start-up. It is reported against the
-// variable that chose the adapter. A provider whose variables were already
-// reported is not asked: its problems are named.
-func (l *loader) notifierConfigs(c *Config) {
-	for _, n := range []struct {
-		name, adapter string
-		vars          []string
-		validate      func() error
-	}{
-		{"SMS_NOTIFIER", "twilio", []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID", "TWILIO_API_URL", "TWILIO_LIST_LAG", "SEND_TIMEOUT", "MAX_IN_FLIGHT"}, c.TwilioConfig().Validate},
-		{"EMAIL_NOTIFIER", "smtp", []string{"SMTP_HOST", "SMTP_PORT", "SMTP_USERNAME", "SMTP_PASSWORD", "SMTP_FROM", "SMTP_TLS_POLICY"}, c.SMTPConfig().Validate},
-	} {
-		chosen := c.Adapters.SMS
-		if n.name == "EMAIL_NOTIFIER" {
-			chosen = c.Adapters.Email
-		}
-		if chosen != n.adapter || l.bad(n.vars...) {
-			continue
-		}
-		if err := n.validate(); err != nil {
-			l.problems = append(l.problems, Problem{Var: n.name, Value: n.adapter, Reason: "the " + n.adapter + " adapter refuses its configuration: " + err.Error()})
-		}
 	}
 }
 
