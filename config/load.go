@@ -16,7 +16,6 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
-	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -62,7 +61,6 @@ func load(lookup func(string) (string, bool), providers []ports.Provider) (*load
 	l.idempotency(&c)
 	l.eventAge(&c)
 	l.providers(&c)
-	i := &c.Idempotency
 
 	tr := &c.Tracing
 	tr.Endpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -91,23 +89,9 @@ func load(lookup func(string) (string, bool), providers []ports.Provider) (*load
 	c.LogLevel = l.level("LOG_LEVEL")
 	c.LogFormat = l.oneOf("LOG_FORMAT", false, "json", "text")
 
-	// Checked here, once both values are known; a zero means the value
-	// itself was bad and has been reported already.
-	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.Timeout > 0 && domain.CheckClaimTTL(i.ClaimTTL, c.SendTimeout, i.Timeout) != nil {
-		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT + "+domain.LeaseClockSkew.String()+" ("+domain.MinClaimTTL(c.SendTimeout, i.Timeout).String()+
-			"): a claim must outlive its own round trip, the send, the round trip of the write that records it, and the clock skew between workers, or another worker may claim the notification and send it again before the first send is recorded")
-	}
-	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+2*i.Timeout {
-		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+2*i.Timeout).String()+
-			"): a send in hand at shutdown must be able to claim, send and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
-	}
-	if c.ReconcileTimeout > 0 && c.Twilio.ListLag > 0 && c.ReconcileTimeout <= c.Twilio.ListLag {
-		l.fail("RECONCILE_TIMEOUT", "must exceed TWILIO_LIST_LAG ("+c.Twilio.ListLag.String()+
-			"): until the list has caught up Twilio can only answer \"cannot tell\", and every unknown SMS would fall to UNKNOWN_OUTCOME_POLICY")
-	}
-	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
-		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+
-			"): a sent record must suppress replays for longer than a send may take")
+	// Checked here, once every value is known.
+	for _, v := range c.invariants() {
+		l.fail(v.Var, v.Reason)
 	}
 	return l, c
 }

@@ -108,10 +108,14 @@ type Deps struct {
 // measured by the metrics, and serves /healthz, /readyz and /metrics on
 // Config.HTTPAddr (unless it is empty), and net/http/pprof on
 // Config.DebugAddr (only when it is set). /readyz answers 503 until Run has
-// joined the group. On error, what was built so far is closed by Close; a
-// port in use is such an error.
+// joined the group. It refuses a Config whose settings do not combine
+// (config.Config.Check: a *config.Error, as from LoadWorker). On error,
+// what was built so far is closed by Close; a port in use is such an error.
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
+	if err := cfg.Check(); err != nil {
+		return err
+	}
 	m.logger = cmp.Or(m.Deps.Logger, newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat))
 	m.metrics = m.Deps.Metrics
 	if m.metrics == nil {
