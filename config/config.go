@@ -62,6 +62,10 @@ type Config struct {
 		Store       string // IDEMPOTENCY_STORE: "", "redis" or "memory"
 		SMS         string // SMS_NOTIFIER: "", "twilio" or "console"
 		Email       string // EMAIL_NOTIFIER: "", "smtp" or "console"
+		// Provided holds, by its Variable, the notifier of each channel
+		// whose provider LoadWorker was given (ports.Provider): its
+		// name, "console", or "" for a channel that is off.
+		Provided map[string]string
 	}
 	Kafka struct {
 		// Brokers is empty for the embedded in-process broker.
@@ -164,15 +168,18 @@ type Config struct {
 	Hostname  string
 	LogLevel  slog.Level // LOG_LEVEL
 	LogFormat string     // LOG_FORMAT: "json" or "text"
+
+	// declared and values are the variables the providers given to
+	// LoadWorker declared, and their values (each printed masked, as a
+	// Secret: which are secrets is the provider's word), for Settings.
+	declared map[string]Var
+	values   map[string]Secret
 }
 
 // TwilioEnabled reports whether SMS goes through Twilio: the account SID,
 // the auth token and a sender (from number or messaging service) are all
 // set. Load rejects a partial set, so otherwise SMS goes to the console.
-func (c Config) TwilioEnabled() bool {
-	t := c.Twilio
-	return t.AccountSID != "" && t.AuthToken != "" && (t.FromNumber != "" || t.MessagingServiceSID != "")
-}
+func (c Config) TwilioEnabled() bool { return c.TwilioConfig().Configured() }
 
 // TracesURL returns the URL spans are exported to over OTLP/HTTP:
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else

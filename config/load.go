@@ -3,11 +3,10 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
-	"net/mail"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,9 +14,10 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
-	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // Load reads the configuration through lookup (pass os.LookupEnv), applies
@@ -36,23 +36,24 @@ import (
 // Load leaves Config.Adapters as given and does not check how the adapters
 // combine: LoadWorker does, for the worker.
 func Load(lookup func(string) (string, bool)) (Config, error) {
-	l, c := load(lookup)
+	l, c := load(lookup, nil)
 	if len(l.problems) > 0 {
 		return Config{}, &Error{Problems: l.problems, LogFormat: c.LogFormat}
 	}
 	return c, nil
 }
 
-// load reads and checks every variable, for Load and LoadWorker; the
-// loader holds the problems found.
-func load(lookup func(string) (string, bool)) (*loader, Config) {
-	l := &loader{lookup: lookup}
+// load reads and checks every variable, for Load and LoadWorker, and the
+// variables declared by providers besides Reference (read by their own
+// Load, in LoadWorker); the loader holds the problems found.
+func load(lookup func(string) (string, bool), providers []ports.Provider) (*loader, Config) {
+	l := &loader{lookup: lookup, declared: declared(providers)}
 	var c Config
 	l.placeholders()
 
 	ad := &c.Adapters
 	ad.EventSource = l.oneOf("EVENT_SOURCE", false, "kafka", "embedded")
-	ad.Store = l.oneOf("IDEMPOTENCY_STORE", false, "redis", "memory")
+	ad.Store = l.oneOf("IDEMPOTENCY_STORE", false, storeNames(providers)...)
 	ad.SMS = l.oneOf("SMS_NOTIFIER", false, "twilio", "console")
 	ad.Email = l.oneOf("EMAIL_NOTIFIER", false, "smtp", "console")
 
@@ -60,7 +61,6 @@ func load(lookup func(string) (string, bool)) (*loader, Config) {
 	l.idempotency(&c)
 	l.eventAge(&c)
 	l.providers(&c)
-	i := &c.Idempotency
 
 	tr := &c.Tracing
 	tr.Endpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -89,25 +89,26 @@ func load(lookup func(string) (string, bool)) (*loader, Config) {
 	c.LogLevel = l.level("LOG_LEVEL")
 	c.LogFormat = l.oneOf("LOG_FORMAT", false, "json", "text")
 
-	// Checked here, once both values are known; a zero means the value
-	// itself was bad and has been reported already.
-	if i.ClaimTTL > 0 && c.SendTimeout > 0 && i.Timeout > 0 && domain.CheckClaimTTL(i.ClaimTTL, c.SendTimeout, i.Timeout) != nil {
-		l.fail("IDEMPOTENCY_CLAIM_TTL", "must exceed SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT + "+domain.LeaseClockSkew.String()+" ("+domain.MinClaimTTL(c.SendTimeout, i.Timeout).String()+
-			"): a claim must outlive its own round trip, the send, the round trip of the write that records it, and the clock skew between workers, or another worker may claim the notification and send it again before the first send is recorded")
-	}
-	if c.ShutdownTimeout > 0 && c.SendTimeout > 0 && i.Timeout > 0 && c.ShutdownTimeout < c.SendTimeout+2*i.Timeout {
-		l.fail("SHUTDOWN_TIMEOUT", "must be at least SEND_TIMEOUT + 2 x IDEMPOTENCY_TIMEOUT ("+(c.SendTimeout+2*i.Timeout).String()+
-			"): a send in hand at shutdown must be able to claim, send and be recorded, or it is cut off after the provider may have taken it, and sent again on replay")
-	}
-	if c.ReconcileTimeout > 0 && c.Twilio.ListLag > 0 && c.ReconcileTimeout <= c.Twilio.ListLag {
-		l.fail("RECONCILE_TIMEOUT", "must exceed TWILIO_LIST_LAG ("+c.Twilio.ListLag.String()+
-			"): until the list has caught up Twilio can only answer \"cannot tell\", and every unknown SMS would fall to UNKNOWN_OUTCOME_POLICY")
-	}
-	if i.TTL > 0 && i.ClaimTTL > 0 && i.TTL < i.ClaimTTL {
-		l.fail("IDEMPOTENCY_TTL", "must be at least IDEMPOTENCY_CLAIM_TTL ("+i.ClaimTTL.String()+
-			"): a sent record must suppress replays for longer than a send may take")
+	// Checked here, once every value is known.
+	for _, v := range c.invariants() {
+		l.fail(v.Var, v.Reason)
 	}
 	return l, c
+}
+
+// storeNames are the values IDEMPOTENCY_STORE takes: redis, and each
+// store providers offer (memory among them for the worker).
+func storeNames(providers []ports.Provider) []string {
+	names := []string{"redis"}
+	for _, p := range providers {
+		if p.OpenStore != nil && !slices.Contains(names, p.Name) {
+			names = append(names, p.Name)
+		}
+	}
+	if !slices.Contains(names, "memory") {
+		names = append(names, "memory")
+	}
+	return names
 }
 
 // kafka reads the Kafka variables into c.Kafka.
@@ -243,25 +244,18 @@ func (l *loader) eventAge(c *Config) {
 	}
 }
 
-// providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP.
+// providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP,
+// through each adapter's own loader, which checks them.
 func (l *loader) providers(c *Config) {
+	// The Twilio and SMTP adapters read and check their own settings.
+	tc := twilio.LoadSettings(settings{l})
 	t := &c.Twilio
-	t.AccountSID = l.alphanumeric("TWILIO_ACCOUNT_SID")
-	t.AuthToken = Secret(l.alphanumeric("TWILIO_AUTH_TOKEN"))
-	t.FromNumber = l.e164("TWILIO_FROM_NUMBER")
-	t.MessagingServiceSID = l.alphanumeric("TWILIO_MESSAGING_SERVICE_SID")
-	t.APIURL = strings.TrimRight(l.httpURL("TWILIO_API_URL"), "/")
-	t.ListLag = l.duration("TWILIO_LIST_LAG", positive)
-	l.twilioComplete()
+	t.AccountSID, t.AuthToken, t.FromNumber, t.MessagingServiceSID = tc.AccountSID, Secret(tc.AuthToken), tc.From, tc.MessagingServiceSID
+	t.APIURL, t.ListLag = tc.APIURL, tc.ListLag
 
+	sc := smtp.LoadSettings(settings{l})
 	s := &c.SMTP
-	s.Host = l.hostName("SMTP_HOST")
-	s.Port = l.intIn("SMTP_PORT", 1, 65535)
-	s.Username = l.str("SMTP_USERNAME")
-	s.Password = Secret(l.str("SMTP_PASSWORD"))
-	s.From = l.address("SMTP_FROM")
-	s.TLSPolicy = l.oneOf("SMTP_TLS_POLICY", false, "mandatory", "opportunistic", "none")
-	l.smtpComplete()
+	s.Host, s.Port, s.Username, s.Password, s.From, s.TLSPolicy = sc.Host, sc.Port, sc.Username, Secret(sc.Password), sc.From, sc.TLSPolicy
 }
 
 // kafkaSecurity rejects TLS and SASL settings that cannot take effect: on
@@ -354,50 +348,20 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// twilioComplete rejects a partial Twilio set: with some credentials given,
-// the operator expects SMS through Twilio, and silently printing them to the
-// console instead would lose every SMS.
-func (l *loader) twilioComplete() {
-	given := l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID")
-	if given == "" {
-		return
-	}
-	for _, name := range []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN"} {
-		if !l.set(name) {
-			l.fail(name, "required when "+given+" is set")
-		}
-	}
-	if !l.set("TWILIO_FROM_NUMBER") && !l.set("TWILIO_MESSAGING_SERVICE_SID") {
-		l.fail("TWILIO_FROM_NUMBER", "required (or TWILIO_MESSAGING_SERVICE_SID) when "+given+" is set")
-	}
-}
-
-// smtpComplete rejects a partial SMTP set, for the reason twilioComplete
-// gives. SMTP_PORT and SMTP_TLS_POLICY have defaults, so setting them alone
-// configures nothing and is not an error.
-func (l *loader) smtpComplete() {
-	if l.set("SMTP_HOST") {
-		if !l.set("SMTP_FROM") {
-			l.fail("SMTP_FROM", "required when SMTP_HOST is set")
-		}
-	} else if given := l.firstSet("SMTP_FROM", "SMTP_USERNAME", "SMTP_PASSWORD"); given != "" {
-		l.fail("SMTP_HOST", "required when "+given+" is set (without it, email goes to the console)")
-	}
-	// Authentication takes both halves; one alone fails at the first send.
-	if l.set("SMTP_PASSWORD") && !l.set("SMTP_USERNAME") {
-		l.fail("SMTP_USERNAME", "required when SMTP_PASSWORD is set")
-	}
-	if l.set("SMTP_USERNAME") && !l.set("SMTP_PASSWORD") {
-		l.fail("SMTP_PASSWORD", "required when SMTP_USERNAME is set")
-	}
-}
-
 // loader reads variables through lookup and collects problems, so that one
 // Load reports every bad variable rather than the first.
 type loader struct {
 	lookup    func(string) (string, bool)
 	problems  []Problem
 	placeheld map[string]bool // variables holding the placeholder
+	// declared are the variables providers declared, besides Reference.
+	declared map[string]Var
+	// provided is set when a provider's notifier is chosen or configured
+	// (see providers), for the store's choice.
+	provided bool
+	// stores are the store providers, by name, and whether each one's
+	// settings configure it.
+	stores map[string]storeProvided
 }
 
 // explicit returns the value the environment gives name, trimmed unless
@@ -407,7 +371,7 @@ func (l *loader) explicit(name string) string {
 	if !ok {
 		return ""
 	}
-	if mustVar(name).Secret {
+	if l.varOf(name).Secret {
 		return v
 	}
 	return strings.TrimSpace(v)
@@ -422,7 +386,7 @@ func (l *loader) value(name string) string {
 	if v := l.explicit(name); v != "" {
 		return v
 	}
-	return os.Expand(mustVar(name).Default, l.value)
+	return os.Expand(l.varOf(name).Default, l.value)
 }
 
 // firstSet returns the first of names that is set, or "".
@@ -459,7 +423,11 @@ const placeholder = "REPLACE_ME"
 // fail reports nothing more against such a variable: what else is wrong
 // with it is the placeholder.
 func (l *loader) placeholders() {
-	for _, v := range Reference {
+	vars := slices.Clone(Reference)
+	for _, name := range slices.Sorted(maps.Keys(l.declared)) {
+		vars = append(vars, l.declared[name])
+	}
+	for _, v := range vars {
 		if strings.Contains(l.explicit(v.Name), placeholder) {
 			l.fail(v.Name, "holds the placeholder "+placeholder+": set the real value")
 			if l.placeheld == nil {
@@ -476,20 +444,23 @@ func (l *loader) fail(name, reason string) {
 		return
 	}
 	v := l.value(name)
-	if mustVar(name).Secret && v != "" {
+	if l.varOf(name).Secret && v != "" {
 		v = masked
 	}
 	l.problems = append(l.problems, Problem{Var: name, Value: v, Reason: reason})
 }
 
-// mustVar returns name's entry in Reference. A name missing there is a bug
-// in this package, caught by its tests, hence the panic.
-func mustVar(name string) Var {
-	v, ok := reference[name]
-	if !ok {
-		panic("config: " + name + " is read by Load but missing from Reference")
+// varOf returns name's entry in Reference, or among the variables a
+// provider declared. A name missing from both is a bug in this package or
+// in the provider, caught by its tests, hence the panic.
+func (l *loader) varOf(name string) Var {
+	if v, ok := reference[name]; ok {
+		return v
 	}
-	return v
+	if v, ok := l.declared[name]; ok {
+		return v
+	}
+	panic("config: " + name + " is read by Load but missing from Reference and from every provider's Settings")
 }
 
 func (l *loader) str(name string) string { return l.value(name) }
@@ -702,31 +673,6 @@ func (l *loader) groupInstanceID(name string) string {
 	return v
 }
 
-// alphanumeric checks a Twilio identifier by twilio.Alphanumeric: Twilio
-// answers anything else with error 21222 (invalid credentials) at the first
-// send, long after start.
-func (l *loader) alphanumeric(name string) string {
-	v := l.value(name)
-	if v != "" && !twilio.Alphanumeric(v) {
-		l.fail(name, "want letters and digits only (Twilio rejects anything else with error 21222); look for stray quotes or white space")
-		return ""
-	}
-	return v
-}
-
-// e164Number is the E.164 format Twilio requires: "+", a country code that
-// does not start with 0, at most 15 digits in all.
-var e164Number = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
-
-func (l *loader) e164(name string) string {
-	v := l.value(name)
-	if v != "" && !e164Number.MatchString(v) {
-		l.fail(name, "want an E.164 phone number such as +15551234567")
-		return ""
-	}
-	return v
-}
-
 func (l *loader) httpURL(name string) string {
 	v := l.value(name)
 	u, err := url.Parse(v)
@@ -781,46 +727,6 @@ func (l *loader) redisURL(name string) string {
 			l.fail(name, "want a database number as the path, such as /0")
 			return ""
 		}
-	}
-	return v
-}
-
-// hostName checks SMTP_HOST: a host name or IP address, the port being
-// SMTP_PORT's business. A "host:port" here is a common slip worth naming.
-func (l *loader) hostName(name string) string {
-	v := l.value(name)
-	if v == "" {
-		return ""
-	}
-	if strings.Contains(v, "://") {
-		l.fail(name, "want a host name, not a URL")
-		return ""
-	}
-	if net.ParseIP(v) != nil {
-		return v
-	}
-	if strings.Contains(v, ":") {
-		l.fail(name, "want a host name without a port; put the port in SMTP_PORT")
-		return ""
-	}
-	if strings.ContainsAny(v, " /@") {
-		l.fail(name, "want a host name or IP address")
-		return ""
-	}
-	return v
-}
-
-// address checks SMTP_FROM with net/mail, so a display name
-// ("Harborlight <noreply@example.com>") is allowed. The value is kept as
-// given; the SMTP adapter parses it again for the envelope.
-func (l *loader) address(name string) string {
-	v := l.value(name)
-	if v == "" {
-		return ""
-	}
-	if _, err := mail.ParseAddress(v); err != nil {
-		l.fail(name, "want an email address, display name allowed: noreply@example.com or \"Harborlight <noreply@example.com>\"")
-		return ""
 	}
 	return v
 }

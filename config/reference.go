@@ -1,13 +1,17 @@
 package config
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/policy"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // Var documents one environment variable.
@@ -28,8 +32,10 @@ type Var struct {
 // Reference lists every variable Load reads, in the order the README shows
 // them. Load takes its defaults from here, and the README table is rendered
 // from here (the comment above the table says how), so a new variable is one
-// entry here plus its parsing in Load.
-var Reference = []Var{
+// entry here plus its parsing in Load. An adapter that reads its own
+// settings (twilio.Settings, smtp.Settings) has them merged here, where the
+// README lists them.
+var Reference = slices.Concat([]Var{
 	{Name: "EVENT_SOURCE", Default: "kafka", Meaning: "Where events come from: `kafka` (the brokers in `KAFKA_BROKERS`, which must be set) or `embedded` (an in-process broker for development, which loses everything on restart; `KAFKA_BROKERS` must be empty)."},
 	{Name: "IDEMPOTENCY_STORE", Meaning: "Where sent records are kept: `redis` (`REDIS_URL`, which must be set) or `memory` (this process only, forgotten on restart; `REDIS_URL` must be empty). Empty: `redis` when `REDIS_URL` is set; else `memory` when no real provider is configured (SMS and email both on the console: the development run); else refused at start, naming `REDIS_URL`: with Twilio or SMTP configured, an in-memory store would send again whatever a restart replays."},
 	{Name: "SMS_NOTIFIER", Meaning: "How SMS is sent: `twilio` (the `TWILIO_*` variables, which must be set) or `console` (printed, reaching no customer). Empty: `twilio` when Twilio is configured, else `console`, which is refused with the `redis` store: its sent records would suppress the real SMS for `IDEMPOTENCY_TTL` once Twilio is configured. Setting `console` with `redis` is allowed, for a test lab, and logged (`console_notifier_shared_store`)."},
@@ -75,18 +81,7 @@ var Reference = []Var{
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered (a `PING` to every Redis node, which closes it): a store that answers again is used again within one cooldown."},
 	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: strconv.Itoa(domain.DefaultLedgerSize), Meaning: "Most deliveries the worker remembers while their sent record is owed to the store (1 to 1000000): it suppresses their replays and writes the records when the store answers again. About 200 bytes each."},
 	{Name: "IDEMPOTENCY_ALLOW_EVICTION", Default: "false", Meaning: "Start on a Redis whose `maxmemory` is set and whose `maxmemory-policy` can evict the worker's keys (`allkeys-*`, or `volatile-*`: every key has a TTL). By default the worker refuses to start there (exit 2): an evicted sent record lets a replay send its notification again. `true` accepts that risk, logs `idempotency_eviction_allowed` at start, and evictions are logged `idempotency_keys_evicted` and counted. Prefer `noeviction` with `maxmemory` sized from docs/capacity.md."},
-	{Name: "TWILIO_ACCOUNT_SID", Meaning: "Twilio account SID (letters and digits). With `TWILIO_AUTH_TOKEN` and a sender, Twilio is configured (see `SMS_NOTIFIER`); a partial set is an error."},
-	{Name: "TWILIO_AUTH_TOKEN", Meaning: "Twilio auth token (letters and digits).", Secret: true},
-	{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},
-	{Name: "TWILIO_MESSAGING_SERVICE_SID", Meaning: "Twilio Messaging Service SID, the alternative to `TWILIO_FROM_NUMBER`."},
-	{Name: "TWILIO_API_URL", Default: "https://api.twilio.com", Meaning: "Absolute `http(s)` base URL of the Twilio API (a proxy, a test double), without user info, query or fragment."},
-	{Name: "TWILIO_LIST_LAG", Default: "1m", Meaning: "How long Twilio's Messages list may lag the messages Twilio accepted. Reconciling an SMS whose send outcome was unknown answers \"not delivered\" only once its attempt ended this long ago; before, a message not listed is \"cannot tell\" (docs/reconciliation.md)."},
-	{Name: "SMTP_HOST", Meaning: "SMTP server host name, without the port; required with `EMAIL_NOTIFIER=smtp`."},
-	{Name: "SMTP_PORT", Default: "587", Meaning: "SMTP server port."},
-	{Name: "SMTP_USERNAME", Meaning: "SMTP user name. Empty: no authentication."},
-	{Name: "SMTP_PASSWORD", Meaning: "SMTP password; needs `SMTP_USERNAME`.", Secret: true},
-	{Name: "SMTP_FROM", Meaning: "Sender address, display name allowed (`Harborlight <noreply@example.com>`). Required with `SMTP_HOST`."},
-	{Name: "SMTP_TLS_POLICY", Default: "mandatory", Meaning: "`mandatory` (STARTTLS or fail), `opportunistic` (STARTTLS when offered) or `none`."},
+}, vars(twilio.Settings), vars(smtp.Settings), []Var{
 	{Name: "ALLOW_INSECURE_TRANSPORT", Default: "false", Meaning: "`true` lets credentials cross the network in clear text, which the worker otherwise refuses at start: an `http://` `TWILIO_API_URL` whose host is not loopback (127.0.0.0/8, ::1, `localhost`), OTLP headers (`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TRACES_HEADERS`) to an `http://` traces endpoint whose host is not loopback, and `KAFKA_SASL_MECHANISM=PLAIN` without `KAFKA_TLS=true`. For a test lab only; the worker logs `insecure_transport_allowed` at start."},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Meaning: "Base `http(s)` URL of an OTLP/HTTP receiver (a collector, port 4318); traces go to its `/v1/traces`. Empty (and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` empty): tracing is off, at no cost. The scheme alone decides TLS: `OTEL_EXPORTER_OTLP_INSECURE` has no effect on OTLP/HTTP. The exporter reads the other standard `OTEL_EXPORTER_OTLP_*` variables (timeout, compression, certificates), the SDK `OTEL_TRACES_SAMPLER` and `OTEL_RESOURCE_ATTRIBUTES`."},
 	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Meaning: "Full `http(s)` URL traces are sent to, path included; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`."},
@@ -103,6 +98,15 @@ var Reference = []Var{
 	{Name: "DEBUG_ADDR", Meaning: "Listen address of a debug server serving Go's `net/http/pprof` under `/debug/pprof/` (goroutine dumps, CPU and heap profiles: the image has no shell for `kill -QUIT`), on its own listener, never on `HTTP_ADDR`. Empty: off. Without a host (`:6060`) it listens on loopback only (127.0.0.1), reached with `kubectl port-forward`; give a host to listen elsewhere."},
 	{Name: "LOG_LEVEL", Default: "info", Meaning: "`debug`, `info`, `warn` or `error`."},
 	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
+})
+
+// vars are an adapter's settings as Reference lists them.
+func vars(settings []ports.Setting) []Var {
+	out := make([]Var, len(settings))
+	for n, s := range settings {
+		out[n] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
+	}
+	return out
 }
 
 // reference indexes Reference by name for Load.

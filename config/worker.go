@@ -6,30 +6,42 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // LoadWorker is Load for the worker itself: it checks each variable as Load
 // does and, in the same pass, how they combine into a running worker. It
 // resolves the adapter each port gets (Config.Adapters: no field is left
 // empty) and refuses a choice that is half-configured, contradictory or
-// unsafe, and settings an adapter would refuse when the worker builds it.
-// The returned *Error lists every problem of both kinds at once.
+// unsafe. Each notifier adapter's settings are read and checked by the
+// adapter itself (twilio.LoadSettings, smtp.LoadSettings, a Provider's
+// Load), in Load as here: config composes them, and checks only how they
+// combine with the worker's (RECONCILE_TIMEOUT and TWILIO_LIST_LAG, clear
+// text to TWILIO_API_URL). The returned *Error lists every problem at once.
 //
 // Unlike Load it reads a file: KAFKA_TLS_CA_FILE, which must hold a PEM
 // certificate.
 //
 // The commands that run no worker (key, publish, the demo) call Load: they
 // need some of the settings, not a worker's whole set.
-func LoadWorker(lookup func(string) (string, bool)) (Config, error) {
-	l, c := load(lookup)
+//
+// providers are the adapters that declare and read their own settings
+// (ports.Provider): a notifier per channel that has one, a store per
+// IDEMPOTENCY_STORE value that has one. LoadWorker reads each one's
+// settings through its Load, resolves the choice, and keeps the settings
+// for Config.Settings.
+func LoadWorker(lookup func(string) (string, bool), providers ...ports.Provider) (Config, error) {
+	l, c := load(lookup, providers)
+	l.declaredProviders(&c, providers)
 	l.adapters(&c)
 	l.redisRing(&c)
-	l.notifierConfigs(&c)
 	if c.Kafka.TLS && c.Kafka.TLSCAFile != "" && !l.bad("KAFKA_TLS_CA_FILE") {
 		if _, err := c.kafkaTLS(); err != nil {
 			l.fail("KAFKA_TLS_CA_FILE", "want a readable PEM file of the CA: "+err.Error())
@@ -76,14 +88,21 @@ func (l *loader) adapters(c *Config) {
 			l.firstSet("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID") != "", &a.SMS},
 		{"EMAIL_NOTIFIER", "smtp", "SMTP_HOST", c.SMTPEnabled(), l.firstSet("SMTP_HOST", "SMTP_FROM") != "", &a.Email},
 	}
-	realProvider := false
+	realProvider := l.provided
 	for _, n := range notifiers {
 		realProvider = realProvider || *n.pick == n.provider || *n.pick == "" && n.meant
 	}
 
 	redisSet := c.Idempotency.RedisURL != "" || l.set("REDIS_URL")
+	provider, declared := l.stores[a.Store]
 	switch {
 	case l.bad("IDEMPOTENCY_STORE"):
+	case (declared || a.Store == "memory") && redisSet:
+		l.fail("IDEMPOTENCY_STORE", "contradicts REDIS_URL, which is set; unset one of them")
+	case declared && !provider.configured:
+		if !l.bad(provider.vars...) {
+			l.fail("IDEMPOTENCY_STORE", fmt.Sprintf("the %s store is not configured: set %s", a.Store, strings.Join(provider.vars, ", ")))
+		}
 	case a.Store == "" && redisSet:
 		a.Store = "redis"
 	case a.Store == "" && realProvider:
@@ -92,10 +111,8 @@ func (l *loader) adapters(c *Config) {
 		a.Store = "memory"
 	case a.Store == "redis" && !redisSet:
 		l.fail("REDIS_URL", "required with IDEMPOTENCY_STORE=redis")
-	case a.Store == "memory" && redisSet:
-		l.fail("IDEMPOTENCY_STORE", "contradicts REDIS_URL, which is set; unset one of them")
 	}
-	shared := a.Store == "redis" || a.Store == "" && redisSet
+	shared := a.Store == "redis" || a.Store == "" && redisSet || provider.shared
 
 	for _, n := range notifiers {
 		switch v := *n.pick; {
@@ -105,7 +122,7 @@ func (l *loader) adapters(c *Config) {
 		case !n.configured && n.meant:
 			// Half-configured or bad: reported against its variables.
 		case v == "" && shared:
-			l.fail(n.name, fmt.Sprintf("unset, and %s is unset while the store is redis: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, n.provider, n.provider, n.name))
+			l.fail(n.name, fmt.Sprintf("unset, and %s is unset while the store is %s: notifications would go to the console and their sent records into the shared store, suppressing the real ones for IDEMPOTENCY_TTL once %s is configured; configure %s, or set %s=console for a test lab", n.providerVar, a.Store, n.provider, n.provider, n.name))
 		case v == "":
 			*n.pick = "console"
 		case v == n.provider && !n.configured:
@@ -145,6 +162,105 @@ func (l *loader) redisRing(c *Config) {
 		l.fail("MAX_IN_FLIGHT", fmt.Sprintf("with IDEMPOTENCY_BREAKER_COOLDOWN=%v and REDIS_URL's write_timeout (a command may wait %v for its answer) up to %d calls could await Redis; the store holds at most %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
 			i.BreakerCooldown, unansweredFor, maxUnanswered, most))
 	}
+}
+
+// Notifier returns the notifier chosen by variable, the variable of a
+// channel's notifier (SMS_NOTIFIER, EMAIL_NOTIFIER, a Provider's
+// Variable), as LoadWorker resolved it; "" for a provider's channel that is
+// off, and for a variable that names no notifier.
+func (c Config) Notifier(variable string) string {
+	switch variable {
+	case "SMS_NOTIFIER":
+		return c.Adapters.SMS
+	case "EMAIL_NOTIFIER":
+		return c.Adapters.Email
+	}
+	return c.Adapters.Provided[variable]
+}
+
+// declaredProviders reads each provider's settings through its Load and resolves
+// the notifier its Variable chooses (see ports.Provider): the provider
+// when configured, else off; "console" when asked for. A provider asked
+// for by name must be configured, and "console" contradicts a configured
+// one. The values read are kept for Settings.
+func (l *loader) declaredProviders(c *Config, providers []ports.Provider) {
+	c.Adapters.Provided = map[string]string{}
+	c.declared = l.declared
+	c.values = map[string]Secret{}
+	l.stores = map[string]storeProvided{}
+	for _, p := range providers {
+		if p.OpenStore != nil {
+			sp := storeProvided{configured: p.Load(settings{l}), shared: p.Shared}
+			for _, s := range p.Settings {
+				sp.vars = append(sp.vars, s.Name)
+				c.values[s.Name] = Secret(l.value(s.Name))
+			}
+			l.stores[p.Name] = sp
+			continue
+		}
+		v := l.oneOf(p.Variable, false, p.Name, "console")
+		configured := p.Load(settings{l})
+		meant := false
+		for _, s := range p.Settings {
+			meant = meant || l.set(s.Name)
+			c.values[s.Name] = Secret(l.value(s.Name))
+		}
+		switch {
+		case l.bad(p.Variable):
+		case v == "" && configured:
+			v = p.Name
+		case v == p.Name && !configured && !meant:
+			l.fail(p.Variable, fmt.Sprintf("%s=%s, but none of the %s provider's variables is set", p.Variable, p.Name, p.Name))
+		case v == "console" && configured:
+			l.fail(p.Variable, fmt.Sprintf("contradicts the %s provider's variables, which are set; unset one or the other", p.Name))
+		}
+		l.provided = l.provided || v == p.Name || v == "" && meant
+		c.Adapters.Provided[p.Variable] = v
+	}
+}
+
+// storeProvided is what LoadWorker learnt of a store's provider.
+type storeProvided struct {
+	configured, shared bool
+	vars               []string // its settings
+}
+
+// Settings returns the settings the providers given to LoadWorker read,
+// with the values LoadWorker accepted, for their Open.
+func (c Config) Settings() ports.Settings {
+	values := c.values
+	return settings{&loader{
+		lookup:   func(name string) (string, bool) { v, ok := values[name]; return v.Reveal(), ok },
+		declared: c.declared,
+	}}
+}
+
+// settings is ports.Settings over a loader.
+type settings struct{ l *loader }
+
+func (s settings) Set(name string) bool            { return s.l.set(name) }
+func (s settings) String(name string) string       { return s.l.str(name) }
+func (s settings) Int(name string, lo, hi int) int { return s.l.intIn(name, lo, hi) }
+func (s settings) Fail(name, reason string)        { s.l.fail(name, reason) }
+func (s settings) URL(name string) string          { return s.l.optionalHTTPURL(name) }
+func (s settings) Duration(name string, lo time.Duration) time.Duration {
+	return s.l.duration(name, lo)
+}
+
+// declared returns the variables providers declare: each one's Settings,
+// and a notifier's Variable.
+func declared(providers []ports.Provider) map[string]Var {
+	out := map[string]Var{}
+	for _, p := range providers {
+		for _, s := range p.Settings {
+			out[s.Name] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
+		}
+		if p.OpenStore != nil {
+			continue
+		}
+		out[p.Variable] = Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."}
+	}
+	return out
 }
 
 // bad reports whether a problem has been recorded against any of names.
@@ -187,34 +303,6 @@ func (c Config) SMTPConfig() smtp.Config {
 		Password:  s.Password.Reveal(),
 		From:      s.From,
 		TLSPolicy: s.TLSPolicy,
-	}
-}
-
-// notifierConfigs asks each notifier adapter the worker will build whether
-// it takes its configuration (its Config's Validate, what its New checks),
-// so that a rule only the adapter knows stops the worker here, with every
-// other problem, rather than alone at start-up. It is reported against the
-// variable that chose the adapter. A provider whose variables were already
-// reported is not asked: its problems are named.
-func (l *loader) notifierConfigs(c *Config) {
-	for _, n := range []struct {
-		name, adapter string
-		vars          []string
-		validate      func() error
-	}{
-		{"SMS_NOTIFIER", "twilio", []string{"TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER", "TWILIO_MESSAGING_SERVICE_SID", "TWILIO_API_URL", "TWILIO_LIST_LAG", "SEND_TIMEOUT", "MAX_IN_FLIGHT"}, c.TwilioConfig().Validate},
-		{"EMAIL_NOTIFIER", "smtp", []string{"SMTP_HOST", "SMTP_PORT", "SMTP_USERNAME", "SMTP_PASSWORD", "SMTP_FROM", "SMTP_TLS_POLICY"}, c.SMTPConfig().Validate},
-	} {
-		chosen := c.Adapters.SMS
-		if n.name == "EMAIL_NOTIFIER" {
-			chosen = c.Adapters.Email
-		}
-		if chosen != n.adapter || l.bad(n.vars...) {
-			continue
-		}
-		if err := n.validate(); err != nil {
-			l.problems = append(l.problems, Problem{Var: n.name, Value: n.adapter, Reason: "the " + n.adapter + " adapter refuses its configuration: " + err.Error()})
-		}
 	}
 }
 

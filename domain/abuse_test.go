@@ -105,7 +105,7 @@ func TestAbuseHeaderInjection(t *testing.T) {
 		// Render is public: an Event that never went through Decode must
 		// not carry a line break into the To header either.
 		ev := domain.Event{EventID: "e1", Type: "shipment.created", ShipmentID: "S",
-			Recipient: domain.Recipient{Name: "Ada\r\nBcc: evil@example.com", Email: "ada@example.com"}}
+			Recipient: domain.Recipient{Name: "Ada\r\nBcc: evil@example.com", Addresses: map[ports.Channel]string{ports.ChannelEmail: "ada@example.com"}}}
 		m := mustRender(t, tpl, ev, ports.ChannelEmail)
 		if m.ToName != "Ada Bcc: evil@example.com" {
 			t.Fatalf("ToName %q, want one line", m.ToName)
@@ -340,14 +340,14 @@ func TestAbuseEmptyAndWhitespace(t *testing.T) {
 
 	t.Run("BlankPhoneIsNoPhone", func(t *testing.T) {
 		ev := mustDecode(t, rec(`,"recipient":{"phone":"   ","email":" ada@example.com "}`))
-		if ev.Recipient.Phone != "" || ev.Recipient.Email != "ada@example.com" || len(ev.Channels) != 1 || ev.Channels[0] != ports.ChannelEmail {
+		if ev.Recipient.Address(ports.ChannelSMS) != "" || ev.Recipient.Address(ports.ChannelEmail) != "ada@example.com" || len(ev.Channels) != 1 || ev.Channels[0] != ports.ChannelEmail {
 			t.Fatalf("recipient %+v channels %v, want the email alone", ev.Recipient, ev.Channels)
 		}
 	})
 	t.Run("PaddedPhoneNormalised", func(t *testing.T) {
 		ev := mustDecode(t, rec(`,"recipient":{"phone":" +31 20 123 4567 "}`))
-		if ev.Recipient.Phone != "+31201234567" {
-			t.Fatalf("phone %q", ev.Recipient.Phone)
+		if ev.Recipient.Address(ports.ChannelSMS) != "+31201234567" {
+			t.Fatalf("phone %q", ev.Recipient.Address(ports.ChannelSMS))
 		}
 	})
 	t.Run("BlankNameGreetsWithoutIt", func(t *testing.T) {

@@ -44,23 +44,46 @@ type Event struct {
 	Data       Data            `json:"data"`
 }
 
-// Recipient is who the notification is for. Phone is E.164 after Decode,
-// Email a bare address.
+// wireEvent is an Event as a record carries it: the recipient is read by
+// the channels' fields once the rest decoded.
+type wireEvent struct {
+	EventID    string          `json:"event_id"`
+	Type       string          `json:"type"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	ShipmentID string          `json:"shipment_id"`
+	Recipient  json.RawMessage `json:"recipient"`
+	Channels   []ports.Channel `json:"channels"`
+	Data       Data            `json:"data"`
+}
+
+// Recipient is who the notification is for: a name, and an address per
+// channel, each normalised by its channel (Channel.Normalize) after Decode.
 type Recipient struct {
-	Name  string `json:"name"`
-	Phone string `json:"phone"`
-	Email string `json:"email"`
+	Name string
+	// Addresses holds the address of each channel the event gave one for;
+	// a channel without an address is absent.
+	Addresses map[ports.Channel]string
+	// fields names the recipient field each address was read from.
+	fields map[ports.Channel]string
 }
 
 // Address returns the recipient's address on ch, or "" when there is none.
-func (r Recipient) Address(ch ports.Channel) string {
-	switch ch {
-	case ports.ChannelSMS:
-		return r.Phone
-	case ports.ChannelEmail:
-		return r.Email
+func (r Recipient) Address(ch ports.Channel) string { return r.Addresses[ch] }
+
+// MarshalJSON encodes r as an event's recipient object: "name" and each
+// address under its channel's recipient field (under the channel's name
+// for a Recipient that Decode did not make).
+func (r Recipient) MarshalJSON() ([]byte, error) {
+	obj := make(map[string]string, len(r.Addresses)+1)
+	obj["name"] = r.Name
+	for ch, a := range r.Addresses {
+		f := r.fields[ch]
+		if f == "" {
+			f = string(ch)
+		}
+		obj[f] = a
 	}
-	return ""
+	return json.Marshal(obj)
 }
 
 // Data holds the template values of an event. JSON strings, numbers and
@@ -105,7 +128,7 @@ func (d *Data) UnmarshalJSON(b []byte) error {
 //
 // Its text goes into logs and dead-letter headers, so it never holds a
 // field of the recipient in clear: a phone number or an email address
-// appears masked (ports.MaskPhone, ports.MaskEmail) or not at all, a name
+// appears masked (by its channel's Mask) or not at all, a name
 // never, and a length error gives the length, not the value.
 type InvalidEventError struct {
 	Field  string // JSON path of the offending field; empty for the record as a whole
@@ -127,9 +150,14 @@ func invalid(field, value, reason string) error {
 	return &InvalidEventError{Field: field, Value: clip(value, 64), Reason: reason}
 }
 
-// Decode parses and validates a record value. The returned event is
-// normalised: phone in E.164, email a bare address, name on one line,
-// channels defaulted and de-duplicated. Any error is an *InvalidEventError.
+// Decode is Templates.Decode for the Builtin channels: it parses and
+// validates a record value whose recipient may give a phone and an email.
+func Decode(value []byte) (Event, error) { return decode(value, Builtin) }
+
+// decode parses and validates a record value for chans. The returned event
+// is normalised: each address by its channel, the name on one line, the
+// channels defaulted (in the order of chans) and de-duplicated. Any error
+// is an *InvalidEventError.
 //
 // Besides the rules of the README's event section, Decode refuses what two JSON
 // readers could understand differently, so that no downstream system (an
@@ -139,7 +167,7 @@ func invalid(field, value, reason string) error {
 // read "Event_ID" as event_id; a case-sensitive reader would not). It also
 // refuses records nested deeper than MaxJSONDepth, and text that is not
 // valid UTF-8, including a lone surrogate escaped as "\ud800".
-func Decode(value []byte) (Event, error) {
+func decode(value []byte, chans []Channel) (Event, error) {
 	if !utf8.Valid(value) {
 		// encoding/json would silently replace bad bytes with U+FFFD, and a
 		// customer would get a message with garbage in it.
@@ -148,20 +176,74 @@ func Decode(value []byte) (Event, error) {
 	if tooDeep(value, MaxJSONDepth) {
 		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
 	}
-	var ev Event
-	if err := json.Unmarshal(value, &ev); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return Event{}, invalid(te.Field, "", "want a JSON "+te.Type.String()+", got "+te.Value)
-		}
-		// The error may quote the input (a bad occurred_at, say): clip it
-		// so a dead letter's reason stays readable.
-		return Event{}, invalid("", "", "not a JSON event: "+clip(err.Error(), 200))
+	var w wireEvent
+	if err := json.Unmarshal(value, &w); err != nil {
+		return Event{}, jsonError("", err)
 	}
-	if err := checkKeys(value); err != nil {
+	given, err := recipientFields(w.Recipient, chans)
+	if err != nil {
 		return Event{}, err
 	}
-	return ev, ev.normalize()
+	if err := checkKeys(value, chans); err != nil {
+		return Event{}, err
+	}
+	ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
+	ev.Recipient.Name = given["name"]
+	return ev, ev.normalize(chans, given)
+}
+
+// jsonError is the *InvalidEventError for err, encoding/json's error
+// decoding the value at path ("" for the record).
+func jsonError(path string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return invalid(join(path, te.Field), "", "want a JSON "+te.Type.String()+", got "+te.Value)
+	}
+	// The error may quote the input (a bad occurred_at, say): clip it
+	// so a dead letter's reason stays readable.
+	return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
+}
+
+// recipientFields returns the recipient's name and the address fields of
+// chans that raw, the recipient object, gives, as given (a null is "").
+// Other keys are left to checkKeys.
+func recipientFields(raw json.RawMessage, chans []Channel) (map[string]string, error) {
+	given := map[string]string{}
+	if len(raw) == 0 || string(raw) == "null" {
+		return given, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, invalid("recipient", "", "want a JSON object, got "+te.Value)
+		}
+		return nil, jsonError("recipient", err)
+	}
+	for _, f := range recipientKeys(chans) {
+		v, ok := obj[f]
+		if !ok {
+			continue
+		}
+		var s *string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return nil, jsonError("recipient."+f, err)
+		}
+		if s != nil {
+			given[f] = *s
+		}
+	}
+	return given, nil
+}
+
+// recipientKeys are the keys a recipient may hold: "name", then each
+// channel's Field.
+func recipientKeys(chans []Channel) []string {
+	keys := []string{"name"}
+	for _, c := range chans {
+		keys = append(keys, c.Field)
+	}
+	return keys
 }
 
 // tooDeep reports whether objects and arrays in b nest deeper than limit. It
@@ -192,31 +274,29 @@ func tooDeep(b []byte, limit int) bool {
 	return false
 }
 
-// The JSON names of Event's and Recipient's fields, for checkKeys.
-var (
-	eventFields     = []string{"event_id", "type", "occurred_at", "shipment_id", "recipient", "channels", "data"}
-	recipientFields = []string{"name", "phone", "email"}
-)
+// The JSON names of Event's fields, for checkKeys.
+var eventFields = []string{"event_id", "type", "occurred_at", "shipment_id", "recipient", "channels", "data"}
 
 // checkKeys refuses a record whose top-level, recipient or data object
 // repeats a key, or spells a field's name in another case, and a recipient
-// with a field not in recipientFields. value is valid JSON (json.Unmarshal
-// accepted it).
+// with a field not among recipientKeys(chans). value is valid JSON
+// (json.Unmarshal accepted it).
 //
 // The top level stays open: producers may add fields of their own (a trace
 // context, say), which the worker ignores. The recipient is closed: each of
 // its fields is an address or a name, and an address the worker does not
 // know ("mobile" for "phone") would otherwise be dropped without a word,
 // and its channel never notified.
-func checkKeys(value []byte) error {
-	return checkObject("", value, eventFields, false)
+func checkKeys(value []byte, chans []Channel) error {
+	return checkObject("", value, eventFields, false, recipientKeys(chans))
 }
 
 // checkObject checks the members of the object raw (anything else is left
 // alone: the typed decode already judged it). fields are the names
 // encoding/json matches case-insensitively; nil for a map, whose keys it
 // matches exactly. closed refuses a key not among fields.
-func checkObject(path string, raw json.RawMessage, fields []string, closed bool) error {
+// recipient are the recipient's fields, checked when path is the record.
+func checkObject(path string, raw json.RawMessage, fields []string, closed bool, recipient []string) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil
@@ -247,9 +327,9 @@ func checkObject(path string, raw json.RawMessage, fields []string, closed bool)
 		}
 		switch {
 		case path == "" && key == "recipient":
-			err = checkObject(field, v, recipientFields, true)
+			err = checkObject(field, v, recipient, true, nil)
 		case path == "" && key == "data":
-			err = checkObject(field, v, nil, false)
+			err = checkObject(field, v, nil, false, nil)
 		}
 		if err != nil {
 			return err
@@ -266,7 +346,7 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-func (ev *Event) normalize() error {
+func (ev *Event) normalize(chans []Channel, given map[string]string) error {
 	for _, f := range []struct{ name, value string }{
 		{"event_id", ev.EventID}, {"type", ev.Type}, {"shipment_id", ev.ShipmentID},
 	} {
@@ -286,55 +366,66 @@ func (ev *Event) normalize() error {
 		}
 	}
 
-	ev.Recipient.Name = oneLine(ev.Recipient.Name)
+	ev.Recipient.Name = OneLine(ev.Recipient.Name)
 	if n := utf8.RuneCountInString(ev.Recipient.Name); n > MaxNameRunes {
 		return invalid("recipient.name", "", fmt.Sprintf("%d characters, longer than %d", n, MaxNameRunes))
 	}
 	// A blank address is no address: a producer that writes "phone": " "
 	// has no phone for the customer, and the email should still go out.
-	ev.Recipient.Phone = strings.TrimSpace(ev.Recipient.Phone)
-	ev.Recipient.Email = strings.TrimSpace(ev.Recipient.Email)
-	if ev.Recipient.Phone != "" {
-		p, err := NormalizePhone(ev.Recipient.Phone)
-		if err != nil {
-			return invalidAddress("recipient.phone", ev.Recipient.Phone, phoneShaped, ports.MaskPhone, err)
+	ev.Recipient.Addresses = map[ports.Channel]string{}
+	ev.Recipient.fields = map[ports.Channel]string{}
+	for _, c := range chans {
+		v := strings.TrimSpace(given[c.Field])
+		if v == "" {
+			continue
 		}
-		ev.Recipient.Phone = p
-	}
-	if ev.Recipient.Email != "" {
-		e, err := normalizeEmail(ev.Recipient.Email)
+		a, err := c.Normalize(v)
 		if err != nil {
-			return invalidAddress("recipient.email", ev.Recipient.Email, emailShaped, ports.MaskEmail, err)
+			return invalidAddress("recipient."+c.Field, v, c.Shaped, c.Mask, err)
 		}
-		ev.Recipient.Email = e
+		ev.Recipient.Addresses[c.Name] = a
+		ev.Recipient.fields[c.Name] = c.Field
 	}
-	if ev.Recipient.Phone == "" && ev.Recipient.Email == "" {
-		return invalid("recipient", "", "neither phone nor email: nothing can be sent")
+	if len(ev.Recipient.Addresses) == 0 {
+		return invalid("recipient", "", noAddress(chans)+": nothing can be sent")
 	}
 
 	if len(ev.Channels) == 0 {
-		for _, ch := range ports.Channels {
-			if ev.Recipient.Address(ch) != "" {
-				ev.Channels = append(ev.Channels, ch)
+		for _, c := range chans {
+			if ev.Recipient.Address(c.Name) != "" {
+				ev.Channels = append(ev.Channels, c.Name)
 			}
 		}
 		return nil
 	}
 	seen := make(map[ports.Channel]bool, len(ev.Channels))
-	chans := ev.Channels[:0]
+	out := ev.Channels[:0]
 	for _, ch := range ev.Channels {
 		switch {
-		case !ch.Valid():
+		case !slices.ContainsFunc(chans, func(c Channel) bool { return c.Name == ch }):
 			return invalid("channels", string(ch), "unknown channel")
 		case ev.Recipient.Address(ch) == "":
 			return invalid("channels", string(ch), "the recipient has no address for this channel")
 		case !seen[ch]:
 			seen[ch] = true
-			chans = append(chans, ch)
+			out = append(out, ch)
 		}
 	}
-	ev.Channels = chans
+	ev.Channels = out
 	return nil
+}
+
+// noAddress says that the recipient has none of chans' fields: "neither
+// phone nor email", "none of phone, email, device_token".
+func noAddress(chans []Channel) string {
+	fields := recipientKeys(chans)[1:]
+	switch len(fields) {
+	case 1:
+		return "no " + fields[0]
+	case 2:
+		return "neither " + fields[0] + " nor " + fields[1]
+	}
+	return "none of " + strings.Join(fields, ", ")
 }
 
 // invalidAddress reports the recipient's address v in field as invalid
@@ -343,7 +434,7 @@ func (ev *Event) normalize() error {
 // characters or the domain would partly reveal (a name in the wrong field,
 // a 10 kB value), is shown by its length alone.
 func invalidAddress(field, v string, shapely func(string) bool, mask func(string) string, err error) error {
-	if !shapely(v) {
+	if shapely == nil || !shapely(v) {
 		return invalid(field, "", fmt.Sprintf("%v (a value of %d bytes, not shown)", err, len(v)))
 	}
 	return invalid(field, mask(v), err.Error())
@@ -529,9 +620,9 @@ func normalizeEmail(e string) (string, error) {
 	return a.Address, nil
 }
 
-// oneLine folds every run of white space and control characters into one
+// OneLine folds every run of white space and control characters into one
 // space, so a name can go into a header or an SMS without starting a new line.
-func oneLine(s string) string {
+func OneLine(s string) string {
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.IsControl(r)
 	}), " ")

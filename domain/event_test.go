@@ -20,8 +20,8 @@ func TestDecode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Decode: %v", err)
 		}
-		if ev.Recipient.Phone != "+31201234567" {
-			t.Errorf("phone %q, want E.164 +31201234567", ev.Recipient.Phone)
+		if ev.Recipient.Address(ports.ChannelSMS) != "+31201234567" {
+			t.Errorf("phone %q, want E.164 +31201234567", ev.Recipient.Address(ports.ChannelSMS))
 		}
 		if ev.Recipient.Name != "Ada Bcc: x" {
 			t.Errorf("name %q, want one line", ev.Recipient.Name)
@@ -136,7 +136,7 @@ func TestTemplates(t *testing.T) {
 		for _, typ := range tpl.Types() {
 			ev := ev
 			ev.Type = typ
-			for _, ch := range ports.Channels {
+			for _, ch := range tpl.Channels() {
 				m, err := tpl.Render(ev, ch)
 				if err != nil {
 					t.Fatalf("%s/%s: %v", typ, ch, err)

@@ -112,25 +112,25 @@ func checkEventInvariants(t *testing.T, ev domain.Event) {
 		}
 	}
 	rc := ev.Recipient
-	if rc.Phone == "" && rc.Email == "" {
+	if rc.Address(ports.ChannelSMS) == "" && rc.Address(ports.ChannelEmail) == "" {
 		t.Fatal("recipient without phone or email")
 	}
-	if rc.Phone != "" {
-		if !e164.MatchString(rc.Phone) {
-			t.Fatalf("phone %q is not E.164", rc.Phone)
+	if rc.Address(ports.ChannelSMS) != "" {
+		if !e164.MatchString(rc.Address(ports.ChannelSMS)) {
+			t.Fatalf("phone %q is not E.164", rc.Address(ports.ChannelSMS))
 		}
-		if p, err := domain.NormalizePhone(rc.Phone); err != nil || p != rc.Phone {
-			t.Fatalf("phone %q re-normalises to %q, %v", rc.Phone, p, err)
+		if p, err := domain.NormalizePhone(rc.Address(ports.ChannelSMS)); err != nil || p != rc.Address(ports.ChannelSMS) {
+			t.Fatalf("phone %q re-normalises to %q, %v", rc.Address(ports.ChannelSMS), p, err)
 		}
 	}
-	if rc.Email != "" {
-		a, err := mail.ParseAddress(rc.Email)
-		if err != nil || a.Name != "" || a.Address != rc.Email || len(rc.Email) > domain.MaxEmailLen {
-			t.Fatalf("email %q is not a bare address (%v)", rc.Email, err)
+	if rc.Address(ports.ChannelEmail) != "" {
+		a, err := mail.ParseAddress(rc.Address(ports.ChannelEmail))
+		if err != nil || a.Name != "" || a.Address != rc.Address(ports.ChannelEmail) || len(rc.Address(ports.ChannelEmail)) > domain.MaxEmailLen {
+			t.Fatalf("email %q is not a bare address (%v)", rc.Address(ports.ChannelEmail), err)
 		}
-		for _, r := range rc.Email {
+		for _, r := range rc.Address(ports.ChannelEmail) {
 			if unicode.IsSpace(r) || !unicode.IsGraphic(r) || r == utf8.RuneError {
-				t.Fatalf("email %q holds %U", rc.Email, r)
+				t.Fatalf("email %q holds %U", rc.Address(ports.ChannelEmail), r)
 			}
 		}
 	}
@@ -140,7 +140,7 @@ func checkEventInvariants(t *testing.T, ev domain.Event) {
 	}
 	seen := map[ports.Channel]bool{}
 	for _, ch := range ev.Channels {
-		if !ch.Valid() || seen[ch] || rc.Address(ch) == "" {
+		if (ch != ports.ChannelSMS && ch != ports.ChannelEmail) || seen[ch] || rc.Address(ch) == "" {
 			t.Fatalf("channels %v: %q unknown, repeated or without an address", ev.Channels, ch)
 		}
 		seen[ch] = true
@@ -199,7 +199,7 @@ func FuzzRender(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ uint8, eventID, shipmentID, name, text, url string) {
 		ev := domain.Event{
 			EventID: eventID, Type: types[int(typ)%len(types)], ShipmentID: shipmentID,
-			Recipient: domain.Recipient{Name: name, Phone: "+31201234567", Email: "ada@example.com"},
+			Recipient: domain.Recipient{Name: name, Addresses: map[ports.Channel]string{ports.ChannelSMS: "+31201234567", ports.ChannelEmail: "ada@example.com"}},
 			Data:      domain.Data{},
 		}
 		// The same event with every fuzzed value replaced by an inert one
@@ -215,7 +215,7 @@ func FuzzRender(f *testing.F) {
 			ev.Data[k], inert.Data[k] = url, placeholder(url)
 		}
 
-		for _, ch := range ports.Channels {
+		for _, ch := range tpl.Channels() {
 			m, err := tpl.Render(ev, ch)
 			if err != nil {
 				t.Fatalf("Render %s/%s: %v", ev.Type, ch, err)
@@ -365,7 +365,7 @@ func FuzzNotificationKey(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, ch := range ports.Channels {
+		for _, ch := range ev.Channels {
 			k := domain.NotificationKey(ev.EventID, ch)
 			if len(k) > domain.MaxKeyBytes || !utf8.ValidString(k) {
 				t.Fatalf("key %q: %d bytes (max %d) or not UTF-8", k, len(k), domain.MaxKeyBytes)
@@ -403,7 +403,7 @@ func FuzzFingerprint(f *testing.F) {
 		if k1 == k2 {
 			v1 = v2 // one key: the map holds one value
 		}
-		ev := domain.Event{Type: typ, ShipmentID: shipment, Recipient: domain.Recipient{Name: "Ada", Phone: addr, Email: addr}, Data: domain.Data{k1: v1, k2: v2}}
+		ev := domain.Event{Type: typ, ShipmentID: shipment, Recipient: domain.Recipient{Name: "Ada", Addresses: map[ports.Channel]string{ports.ChannelSMS: addr, ports.ChannelEmail: addr}}, Data: domain.Data{k1: v1, k2: v2}}
 		fp := domain.Fingerprint(ev, ports.ChannelSMS)
 		if len(fp) != domain.FingerprintLen {
 			t.Fatalf("fingerprint %q: length %d, want %d", fp, len(fp), domain.FingerprintLen)
@@ -411,7 +411,7 @@ func FuzzFingerprint(f *testing.F) {
 
 		same := ev
 		same.Recipient.Name, same.OccurredAt, same.EventID = change, time.Unix(int64(which), 0), change
-		same.Recipient.Email = addr + change // not the SMS channel's address
+		same.Recipient.Addresses = map[ports.Channel]string{ports.ChannelSMS: addr, ports.ChannelEmail: addr + change} // not the SMS channel's address
 		same.Data = domain.Data{k2: v2, k1: v1}
 		if got := domain.Fingerprint(same, ports.ChannelSMS); got != fp {
 			t.Fatalf("same deciding fields, fingerprints %q and %q", fp, got)
@@ -425,7 +425,7 @@ func FuzzFingerprint(f *testing.F) {
 		case 1:
 			other.ShipmentID = shipment + change + "!"
 		case 2:
-			other.Recipient.Phone = addr + change + "!"
+			other.Recipient.Addresses = map[ports.Channel]string{ports.ChannelSMS: addr + change + "!", ports.ChannelEmail: addr}
 		case 3:
 			other.Data[k1] = v1 + change + "!"
 		case 4:

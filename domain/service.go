@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,7 +141,7 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("no notifier"))
 	}
 	for ch, n := range c.Notifiers {
-		if !ch.Valid() || n == nil {
+		if !slices.Contains(c.Templates.Channels(), ch) || n == nil {
 			errs = append(errs, fmt.Errorf("notifier for channel %q: unknown channel or nil", ch))
 		}
 	}
@@ -257,7 +258,7 @@ func NewService(cfg Config) (*Service, error) {
 // not waiting on anything the service bounds: a notifier ignoring its
 // context, or a bug.
 func (s *Service) LongestHandle() time.Duration {
-	return time.Duration(len(ports.Channels)) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout)
+	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout)
 }
 
 // Owed returns how many deliveries the ledger holds whose sent record is
@@ -287,7 +288,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		slog.Int("partition", int(rec.Partition)),
 		slog.Int64("offset", rec.Offset),
 	)
-	ev, err := Decode(rec.Value)
+	ev, err := s.cfg.Templates.Decode(rec.Value)
 	if err != nil {
 		return ports.MarkPermanent(err)
 	}
@@ -484,7 +485,7 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 		now := s.cfg.Now()
 		done.SetUnknown(m.IdempotencyKey, ports.Unknown{Token: token, Since: start, Until: now, Digest: TextDigest(m.Text), First: now})
 		log.Warn("send_outcome_unknown",
-			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("to", m.ToMasked),
 			slog.String("error", err.Error()))
 		return ports.OutcomeUnknown, ports.MarkUnavailable(fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
 	}
@@ -496,7 +497,7 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 		}
 		s.delivered(ctx, log, m, done, receipt)
 		log.Info("recipient_opted_out",
-			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("to", m.ToMasked),
 			slog.String("provider_id", receipt.ProviderID),
 			slog.String("error", err.Error()))
 		return ports.OutcomeOptedOut, nil
@@ -510,14 +511,14 @@ func (s *Service) sendAndRecord(ctx context.Context, log *slog.Logger, m ports.M
 			outcome, level = ports.OutcomeFailedPermanent, slog.LevelError
 		}
 		log.Log(ctx, level, "notification_failed",
-			slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+			slog.String("to", m.ToMasked),
 			slog.String("outcome", string(outcome)),
 			slog.String("error", err.Error()))
 		return outcome, fmt.Errorf("send %s: %w", m.IdempotencyKey, err)
 	}
 	s.delivered(ctx, log, m, done, receipt)
 	log.Info("notification_sent",
-		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+		slog.String("to", m.ToMasked),
 		slog.String("provider_id", receipt.ProviderID),
 		slog.Bool("idempotency_checked", res == claimed))
 	return ports.OutcomeSent, nil
@@ -668,7 +669,7 @@ func conflicting(r ports.Receipt, m ports.Message) bool {
 // owners to look at.
 func (s *Service) conflict(log *slog.Logger, m ports.Message, sent ports.Receipt) (ports.Outcome, error) {
 	log.Error("event_id_conflict",
-		slog.String("to", ports.MaskAddress(m.Channel, m.To)),
+		slog.String("to", m.ToMasked),
 		slog.String("fingerprint", m.Fingerprint),
 		slog.String("sent_fingerprint", sent.Fingerprint),
 		slog.String("sent_provider_id", sent.ProviderID),

@@ -8,6 +8,7 @@ import (
 	htmltemplate "html/template"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	texttemplate "text/template"
@@ -38,20 +39,34 @@ var embedded embed.FS
 // has no template. It is permanent: the record goes to the dead letter topic.
 var ErrUnknownEventType = errors.New("domain: unknown event type")
 
-// Templates renders the messages of each event type. Each type has two
-// files: "<type>.tmpl" (text/template, defining "sms", "subject" and "text")
-// and "<type>.html" (html/template, the email's HTML body, escaped by
-// context). Templates is immutable and safe for concurrent use.
+// Templates turns records into messages for a set of channels: it decodes
+// an event with the channels' address rules (Decode) and renders the
+// messages of each event type on each channel (Render). Each type has two
+// files: "<type>.tmpl" (text/template, defining every channel's Blocks:
+// "sms", "subject" and "text" for the Builtin channels) and "<type>.html"
+// (html/template, the email's HTML body, escaped by context). Templates is
+// immutable and safe for concurrent use.
 type Templates struct {
-	text map[string]*texttemplate.Template
-	html map[string]*htmltemplate.Template
+	text  map[string]*texttemplate.Template
+	html  map[string]*htmltemplate.Template
+	chans []Channel
 }
 
 // LoadTemplates parses the embedded templates and then, if dir is not empty,
 // the files in dir, which replace embedded files of the same name and may add
-// event types. Every type must end up with both files and all three text
-// blocks, or LoadTemplates fails naming what is missing.
-func LoadTemplates(dir string) (*Templates, error) {
+// event types, for chans (the Builtin channels when none is given), in
+// the order a fan-out sends them. Every type must end up with both files
+// and every channel's text blocks, or LoadTemplates fails naming what is
+// missing. A channel whose blocks the embedded templates lack brings them
+// in Channel.Templates. Two channels of one name or one recipient field are
+// refused.
+func LoadTemplates(dir string, chans ...Channel) (*Templates, error) {
+	if len(chans) == 0 {
+		chans = Builtin
+	}
+	if err := checkChannels(chans); err != nil {
+		return nil, err
+	}
 	sub, err := fs.Sub(embedded, "templates")
 	if err != nil {
 		return nil, err
@@ -65,7 +80,7 @@ func LoadTemplates(dir string) (*Templates, error) {
 			return nil, fmt.Errorf("templates dir %s: %w", dir, err)
 		}
 	}
-	t := &Templates{text: map[string]*texttemplate.Template{}, html: map[string]*htmltemplate.Template{}}
+	t := &Templates{text: map[string]*texttemplate.Template{}, html: map[string]*htmltemplate.Template{}, chans: slices.Clone(chans)}
 	var problems []string
 	for name, body := range files {
 		switch {
@@ -76,11 +91,6 @@ func LoadTemplates(dir string) (*Templates, error) {
 				problems = append(problems, err.Error())
 				continue
 			}
-			for _, block := range []string{"sms", "subject", "text"} {
-				if tt.Lookup(block) == nil {
-					problems = append(problems, fmt.Sprintf("%s: no {{define %q}}", name, block))
-				}
-			}
 			t.text[typ] = tt
 		case strings.HasSuffix(name, ".html"):
 			typ := strings.TrimSuffix(name, ".html")
@@ -90,6 +100,43 @@ func LoadTemplates(dir string) (*Templates, error) {
 				continue
 			}
 			t.html[typ] = ht
+		}
+	}
+	for _, c := range chans {
+		if c.Templates == nil {
+			continue
+		}
+		extra := map[string][]byte{}
+		if err := readTemplates(c.Templates, extra); err != nil {
+			return nil, fmt.Errorf("templates of channel %s: %w", c.Name, err)
+		}
+		for name, body := range extra {
+			typ, ok := strings.CutSuffix(name, ".tmpl")
+			if tt := t.text[typ]; ok && tt != nil {
+				// Blocks the event type's own file defines win: an
+				// operator's TEMPLATES_DIR may reword a channel's text.
+				add, err := texttemplate.New(typ).Option("missingkey=zero").Parse(string(body))
+				if err != nil {
+					problems = append(problems, fmt.Sprintf("channel %s: %v", c.Name, err))
+					continue
+				}
+				for _, b := range add.Templates() {
+					if b.Name() != typ && tt.Lookup(b.Name()) == nil {
+						if _, err := tt.AddParseTree(b.Name(), b.Tree); err != nil {
+							problems = append(problems, fmt.Sprintf("channel %s: %s: %v", c.Name, name, err))
+						}
+					}
+				}
+			}
+		}
+	}
+	for typ, tt := range t.text {
+		for _, c := range chans {
+			for _, block := range c.Blocks {
+				if tt.Lookup(block) == nil {
+					problems = append(problems, fmt.Sprintf("%s.tmpl: no {{define %q}}", typ, block))
+				}
+			}
 		}
 	}
 	for typ := range t.text {
@@ -148,50 +195,97 @@ type view struct {
 	Data       Data
 }
 
-// Render returns the message for ev on channel ch. Errors wrap
-// ErrUnknownEventType or a template execution error; both are permanent for
-// this event.
+// checkChannels refuses a list that names a channel twice or reads one
+// recipient field for two channels, and a channel missing what Decode and
+// Render call.
+func checkChannels(chans []Channel) error {
+	names, fields := map[ports.Channel]bool{}, map[string]bool{"name": true}
+	for _, c := range chans {
+		switch {
+		case c.Name == "" || c.Field == "" || c.Normalize == nil || c.Mask == nil || c.Render == nil:
+			return fmt.Errorf("channel %q: Name, Field, Normalize, Mask and Render are required", c.Name)
+		case names[c.Name]:
+			return fmt.Errorf("channel %q is given twice", c.Name)
+		case fields[c.Field]:
+			return fmt.Errorf("channel %s: recipient field %q is another's", c.Name, c.Field)
+		}
+		names[c.Name], fields[c.Field] = true, true
+	}
+	return nil
+}
+
+// Decode parses and validates a record value: the event, its recipient's
+// address for each of t's channels (Channel.Field), normalised, and its
+// channels, defaulted to every channel the recipient has an address for,
+// in t's order. A recipient field that is no channel's is refused. Any
+// error is an *InvalidEventError; Decode's doc says what else is refused.
+func (t *Templates) Decode(value []byte) (Event, error) { return decode(value, t.chans) }
+
+// Channels returns t's channels' names, in the order a fan-out sends them.
+func (t *Templates) Channels() []ports.Channel {
+	names := make([]ports.Channel, len(t.chans))
+	for n, c := range t.chans {
+		names[n] = c.Name
+	}
+	return names
+}
+
+// channel returns the channel named ch.
+func (t *Templates) channel(ch ports.Channel) (Channel, bool) {
+	i := slices.IndexFunc(t.chans, func(c Channel) bool { return c.Name == ch })
+	if i < 0 {
+		return Channel{}, false
+	}
+	return t.chans[i], true
+}
+
+// Render returns the message for ev on channel ch, its address masked by
+// the channel in ToMasked. Errors wrap ErrUnknownEventType or a template
+// execution error; both are permanent for this event.
 func (t *Templates) Render(ev Event, ch ports.Channel) (ports.Message, error) {
 	tt, ok := t.text[ev.Type]
 	if !ok {
 		return ports.Message{}, fmt.Errorf("%w %q", ErrUnknownEventType, ev.Type)
 	}
+	c, ok := t.channel(ch)
+	if !ok {
+		return ports.Message{}, fmt.Errorf("render %s: unknown channel %q", ev.Type, ch)
+	}
 	// Decode already put the name on one line; an Event built by other
 	// means gets the same treatment, since ToName goes into a mail header.
-	name := oneLine(ev.Recipient.Name)
+	name := OneLine(ev.Recipient.Name)
 	v := view{
 		EventID: ev.EventID, Type: ev.Type, ShipmentID: ev.ShipmentID,
 		OccurredAt: ev.OccurredAt, Name: name, Data: ev.Data,
 	}
+	to := ev.Recipient.Address(ch)
 	m := ports.Message{
 		IdempotencyKey: NotificationKey(ev.EventID, ch),
 		EventID:        ev.EventID,
 		Channel:        ch,
-		To:             ev.Recipient.Address(ch),
+		To:             to,
+		ToMasked:       c.Mask(to),
 		ToName:         name,
 	}
-	var err error
-	switch ch {
-	case ports.ChannelSMS:
-		m.Text, err = execText(tt, "sms", v)
-		m.Text = truncateUTF16(strings.TrimSpace(m.Text), MaxSMSRunes)
-	case ports.ChannelEmail:
-		var subject string
-		if subject, err = execText(tt, "subject", v); err == nil {
-			m.Subject = truncate(oneLine(subject), MaxSubjectRunes)
-			if m.Text, err = execText(tt, "text", v); err == nil {
-				var b bytes.Buffer
-				err = t.html[ev.Type].Execute(&b, v)
-				m.HTML = b.String()
-			}
-		}
-	default:
-		return ports.Message{}, fmt.Errorf("render %s: unknown channel %q", ev.Type, ch)
-	}
-	if err != nil {
+	if err := c.Render(rendered{text: tt, html: t.html[ev.Type], v: v}, &m); err != nil {
 		return ports.Message{}, fmt.Errorf("render %s for %s: %w", ev.Type, ch, err)
 	}
 	return m, nil
+}
+
+// rendered is Rendered over one event type's templates and one event.
+type rendered struct {
+	text *texttemplate.Template
+	html *htmltemplate.Template
+	v    view
+}
+
+func (r rendered) Text(name string) (string, error) { return execText(r.text, name, r.v) }
+
+func (r rendered) HTML() (string, error) {
+	var b bytes.Buffer
+	err := r.html.Execute(&b, r.v)
+	return b.String(), err
 }
 
 func execText(t *texttemplate.Template, name string, v view) (string, error) {
@@ -200,8 +294,8 @@ func execText(t *texttemplate.Template, name string, v view) (string, error) {
 	return b.String(), err
 }
 
-// truncate cuts s to at most n runes, the last one an ellipsis when cut.
-func truncate(s string, n int) string {
+// Truncate cuts s to at most n runes, the last one an ellipsis when cut.
+func Truncate(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
@@ -209,9 +303,9 @@ func truncate(s string, n int) string {
 	return string(runes[:n-1]) + "…"
 }
 
-// truncateUTF16 cuts s to at most n UTF-16 code units, the last one an
+// TruncateUTF16 cuts s to at most n UTF-16 code units, the last one an
 // ellipsis when cut (the ellipsis is one unit). It never splits a rune.
-func truncateUTF16(s string, n int) string {
+func TruncateUTF16(s string, n int) string {
 	units := 0
 	for _, r := range s {
 		units += utf16.RuneLen(r)

@@ -45,7 +45,7 @@ func (d *Deliveries) Add(key string, r Receipt) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.done == nil {
-		d.done = make(map[string]Receipt, len(Channels))
+		d.done = make(map[string]Receipt)
 	}
 	d.done[key] = r
 	delete(d.unknown, key)

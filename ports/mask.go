@@ -13,7 +13,8 @@ import (
 // The masking functions keep enough of an address for an operator to tell two
 // customers apart in a log or an error, and too little to contact either.
 // They are here, not in an adapter, because every adapter and the domain log
-// recipients and adapters must not import each other.
+// recipients and adapters must not import each other. A channel names its
+// mask (domain.Channel.Mask), which fills ports.Message.ToMasked.
 
 // MaskPhone masks a phone number down to its country code and at most its
 // last 2 digits ("+15551234567" -> "+1********67"): enough to tell a
@@ -103,22 +104,6 @@ func MaskEmail(email string) string {
 		return firstRune(email) + "***"
 	}
 	return firstRune(email[:at]) + "***" + email[at:]
-}
-
-// MaskAddress masks addr as the address of channel ch: MaskPhone for SMS,
-// MaskEmail for email. For a channel it does not know, it guesses from the
-// shape of addr, so that an unknown channel never leaks an address in clear.
-func MaskAddress(ch Channel, addr string) string {
-	switch ch {
-	case ChannelSMS:
-		return MaskPhone(addr)
-	case ChannelEmail:
-		return MaskEmail(addr)
-	}
-	if strings.Contains(addr, "@") {
-		return MaskEmail(addr)
-	}
-	return MaskPhone(addr)
 }
 
 func firstRune(s string) string {

@@ -49,26 +49,6 @@ func TestMaskEmail(t *testing.T) {
 	}
 }
 
-func TestMaskAddress(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		ch   ports.Channel
-		in   string
-		want string
-	}{
-		{"SMS", ports.ChannelSMS, "+15551234567", "+1********67"},
-		{"Email", ports.ChannelEmail, "ada@example.com", "a***@example.com"},
-		{"UnknownChannelEmailShape", ports.Channel("push"), "ada@example.com", "a***@example.com"},
-		{"UnknownChannelOtherShape", ports.Channel("push"), "device-token-123456", "*****************56"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := ports.MaskAddress(tc.ch, tc.in); got != tc.want {
-				t.Errorf("MaskAddress(%q, %q) = %q, want %q", tc.ch, tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 // TestMaskPhone_KeepsAtMostTwoDigits checks every number of every supported
 // country's example: past the country code, at most 2 digits show.
 func TestMaskPhone_KeepsAtMostTwoDigits(t *testing.T) {

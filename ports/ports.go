@@ -13,28 +13,17 @@ import (
 	"time"
 )
 
-// Channel names the way a notification reaches a customer.
+// Channel names the way a notification reaches a customer. What a channel
+// is (its recipient field, its address rules, its templates, its
+// notifier) is declared where the worker is wired, as one value per
+// channel (domain.Channel); the worker knows the channels it is given.
 type Channel string
 
-// The channels the worker knows. A new channel is a new constant here, a
-// Notifier adapter, and one line of wiring in cmd.
+// The names of the two channels every worker has.
 const (
 	ChannelSMS   Channel = "sms"
 	ChannelEmail Channel = "email"
 )
-
-// Channels lists every known channel, in the order a fan-out sends them.
-var Channels = []Channel{ChannelSMS, ChannelEmail}
-
-// Valid reports whether c is one of Channels.
-func (c Channel) Valid() bool {
-	for _, k := range Channels {
-		if c == k {
-			return true
-		}
-	}
-	return false
-}
 
 // Record is one message as the event source delivered it, before decoding.
 type Record struct {
@@ -103,13 +92,21 @@ type Message struct {
 	IdempotencyKey string
 	EventID        string
 	Channel        Channel
-	// To is an E.164 phone number for SMS, an email address for email.
-	To     string
-	ToName string
-	// Subject and HTML are used by email only.
+	// To is the recipient's address on Channel, as the channel normalised
+	// it (an E.164 phone number for SMS, a bare address for email).
+	To string
+	// ToMasked is To as the channel masks it for logs and errors
+	// ("+1********67", "a***@example.com"): what anything but the notifier
+	// itself shows of the address.
+	ToMasked string
+	ToName   string
+	// Subject is a one-line title: the email's subject. Empty for a
+	// channel without one (SMS).
 	Subject string
-	// Text is the SMS body, or the email's plain-text part.
+	// Text is the message's body in plain text: the SMS, the email's
+	// plain-text part.
 	Text string
+	// HTML is the body as HTML, for a channel that renders one (email).
 	HTML string
 	// Fingerprint digests what decided this message (domain.Fingerprint);
 	// the sent record keeps it.

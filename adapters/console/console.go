@@ -32,9 +32,10 @@ func New(w io.Writer) *Notifier {
 }
 
 // Send writes m as one line and returns a receipt whose ProviderID is
-// "console-<n>", n counting sends from 1. The recipient is masked
-// (ports.MaskAddress), as in any log. The SMS text or the email subject is
-// quoted, so a newline in it cannot break the one-line format.
+// "console-<n>", n counting sends from 1. The recipient shows as the
+// channel masked it (Message.ToMasked), as in any log. The subject, when
+// the message has one (email), or else the text (SMS), is quoted, so a
+// newline in it cannot break the one-line format.
 //
 // Send returns ctx's error, without writing, when ctx is already done, and a
 // retryable error when the writer fails; the failed line's number is not
@@ -55,13 +56,13 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 }
 
 func line(id string, m ports.Message) string {
-	to := ports.MaskAddress(m.Channel, m.To)
-	switch m.Channel {
-	case ports.ChannelEmail:
-		return fmt.Sprintf("%s email to=%s event=%s subject=%q\n", id, to, m.EventID, m.Subject)
-	case ports.ChannelSMS:
-		return fmt.Sprintf("%s sms to=%s event=%s text=%q\n", id, to, m.EventID, m.Text)
+	to := m.ToMasked
+	if to == "" && m.To != "" {
+		// A message no channel rendered: show nothing of the address.
+		to = "***"
 	}
-	// A channel added to ports before its adapter: still say what it was.
-	return fmt.Sprintf("%s %s to=%s event=%s subject=%q text=%q\n", id, m.Channel, to, m.EventID, m.Subject, m.Text)
+	if m.Subject != "" {
+		return fmt.Sprintf("%s %s to=%s event=%s subject=%q\n", id, m.Channel, to, m.EventID, m.Subject)
+	}
+	return fmt.Sprintf("%s %s to=%s event=%s text=%q\n", id, m.Channel, to, m.EventID, m.Text)
 }

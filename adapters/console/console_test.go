@@ -17,7 +17,7 @@ func TestSend(t *testing.T) {
 	t.Run("SMS", func(t *testing.T) {
 		var buf bytes.Buffer
 		r, err := console.New(&buf).Send(context.Background(), ports.Message{
-			EventID: "evt-1", Channel: ports.ChannelSMS, To: "+15551234567",
+			EventID: "evt-1", Channel: ports.ChannelSMS, To: "+15551234567", ToMasked: ports.MaskPhone("+15551234567"),
 			Text: "Your parcel SHP-1 arrives 14:00-16:00",
 		})
 		if err != nil {
@@ -35,7 +35,7 @@ func TestSend(t *testing.T) {
 	t.Run("Email", func(t *testing.T) {
 		var buf bytes.Buffer
 		_, err := console.New(&buf).Send(context.Background(), ports.Message{
-			EventID: "evt-2", Channel: ports.ChannelEmail, To: "ada@example.com", ToName: "Ada",
+			EventID: "evt-2", Channel: ports.ChannelEmail, To: "ada@example.com", ToMasked: ports.MaskEmail("ada@example.com"), ToName: "Ada",
 			Subject: "Out for delivery", Text: "body text", HTML: "<p>body</p>",
 		})
 		if err != nil {
@@ -50,7 +50,7 @@ func TestSend(t *testing.T) {
 	t.Run("NewlineStaysOneLine", func(t *testing.T) {
 		var buf bytes.Buffer
 		_, err := console.New(&buf).Send(context.Background(), ports.Message{
-			EventID: "evt-3", Channel: ports.ChannelSMS, To: "+15551234567", Text: "line one\nline two",
+			EventID: "evt-3", Channel: ports.ChannelSMS, To: "+15551234567", ToMasked: ports.MaskPhone("+15551234567"), Text: "line one\nline two",
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -63,8 +63,8 @@ func TestSend(t *testing.T) {
 	t.Run("NeverPrintsFullAddress", func(t *testing.T) {
 		var buf bytes.Buffer
 		n := console.New(&buf)
-		MustSend(t, n, ports.Message{EventID: "e", Channel: ports.ChannelSMS, To: "+15551234567", Text: "x"})
-		MustSend(t, n, ports.Message{EventID: "e", Channel: ports.ChannelEmail, To: "ada@example.com", Subject: "x"})
+		MustSend(t, n, ports.Message{EventID: "e", Channel: ports.ChannelSMS, To: "+15551234567", ToMasked: ports.MaskPhone("+15551234567"), Text: "x"})
+		MustSend(t, n, ports.Message{EventID: "e", Channel: ports.ChannelEmail, To: "ada@example.com", ToMasked: ports.MaskEmail("ada@example.com"), Subject: "x"})
 		for _, addr := range []string{"+15551234567", "ada@example.com"} {
 			if strings.Contains(buf.String(), addr) {
 				t.Errorf("output contains %q in clear:\n%s", addr, buf.String())
@@ -76,7 +76,7 @@ func TestSend(t *testing.T) {
 		var buf bytes.Buffer
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := console.New(&buf).Send(ctx, ports.Message{EventID: "e", Channel: ports.ChannelSMS, To: "+15551234567"})
+		_, err := console.New(&buf).Send(ctx, ports.Message{EventID: "e", Channel: ports.ChannelSMS, To: "+15551234567", ToMasked: ports.MaskPhone("+15551234567")})
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
@@ -105,7 +105,7 @@ func TestSendConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				// t.Fatal must not run outside the test goroutine: report and stop.
-				m := ports.Message{EventID: fmt.Sprintf("g%d-%d", g, i), Channel: ports.ChannelSMS, To: "+15551234567", Text: "hi"}
+				m := ports.Message{EventID: fmt.Sprintf("g%d-%d", g, i), Channel: ports.ChannelSMS, To: "+15551234567", ToMasked: ports.MaskPhone("+15551234567"), Text: "hi"}
 				if _, err := n.Send(context.Background(), m); err != nil {
 					t.Errorf("send %s: %v", m.EventID, err)
 					return

@@ -143,3 +143,11 @@ func (s *Store) sweep(now time.Time) {
 	}
 	s.writes = 0
 }
+
+// Provider offers the store as IDEMPOTENCY_STORE=memory: no settings, not
+// shared (every sent record is forgotten on restart).
+var Provider = ports.Provider{
+	Name:      "memory",
+	Load:      func(ports.Settings) bool { return true },
+	OpenStore: func(ports.Settings) (ports.IdempotencyStore, error) { return New(nil), nil },
+}

@@ -8,7 +8,7 @@
 //
 // No span attribute, event or status carries a recipient's phone number,
 // email address or name: a send span holds the recipient masked
-// (ports.MaskAddress). Errors are recorded with their ports.Kind as
+// (ports.Message.ToMasked). Errors are recorded with their ports.Kind as
 // error.type, and their message as the logs carry it.
 package otel
 
@@ -163,7 +163,7 @@ func (n *tracedNotifier) Send(ctx context.Context, m ports.Message) (ports.Recei
 		n.channel, n.provider,
 		AttrEventID.String(m.EventID),
 		AttrKey.String(m.IdempotencyKey),
-		AttrRecipient.String(ports.MaskAddress(m.Channel, m.To)),
+		AttrRecipient.String(m.ToMasked),
 	))
 	r, err := n.next.Send(ctx, m)
 	if err == nil {

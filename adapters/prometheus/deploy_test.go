@@ -50,9 +50,10 @@ func gatherAll(t *testing.T) []*dto.MetricFamily {
 	t.Helper()
 	m := prometheus.New()
 	m.KnowTopic("shipment-events")
+	m.KnowChannels(ports.ChannelSMS, ports.ChannelEmail)
 	m.ConsumerLag("shipment-events", 0, 0)
 	m.WatchBreaker(func() bool { return false })
-	for _, ch := range ports.Channels {
+	for _, ch := range []ports.Channel{ports.ChannelSMS, ports.ChannelEmail} {
 		_, _ = m.InstrumentNotifier(ch, nopNotifier{}).Send(context.Background(), ports.Message{})
 	}
 	families, err := m.Registry().Gather()

@@ -86,10 +86,10 @@ type Metrics struct {
 var _ ports.Observer = (*Metrics)(nil)
 
 // New returns a Metrics on a fresh registry, which also carries the Go
-// runtime and process collectors. Every (channel, outcome) pair of
-// ports.Channels and ports.Outcomes, and every store operation, is exported
-// at 0 from the start: a rate() over a series that appears only at its
-// first increment misses that increment.
+// runtime and process collectors. Every store operation is exported at 0
+// from the start, and every (channel, outcome) pair of ports.Outcomes once
+// KnowChannels names the channels: a rate() over a series that appears only
+// at its first increment misses that increment.
 func New() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
@@ -201,15 +201,6 @@ func (m *Metrics) registerFuncs() {
 // exposeZeros creates every series with known labels at zero, so a rate or
 // an alert has a series to read before the first event.
 func (m *Metrics) exposeZeros() {
-	for _, ch := range ports.Channels {
-		m.unknown.WithLabelValues(string(ch))
-		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
-			m.reconciliations.WithLabelValues(string(ch), string(r))
-		}
-		for _, o := range ports.Outcomes {
-			m.notifications.WithLabelValues(string(ch), string(o))
-		}
-	}
 	for _, op := range []string{OpClaim, OpRecord, OpRelease} {
 		m.storeUnavailable.WithLabelValues(op)
 		m.storeDuration.WithLabelValues(op)
@@ -241,6 +232,22 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// KnowChannels exports at 0 every series of each channel in chs: each
+// outcome of ports.Outcomes, each reconciliation result, the unknown
+// outcomes. The channels are the worker's, known once it is wired, hence
+// not in New.
+func (m *Metrics) KnowChannels(chs ...ports.Channel) {
+	for _, ch := range chs {
+		m.unknown.WithLabelValues(string(ch))
+		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
+			m.reconciliations.WithLabelValues(string(ch), string(r))
+		}
+		for _, o := range ports.Outcomes {
+			m.notifications.WithLabelValues(string(ch), string(o))
+		}
+	}
 }
 
 // KnowTopic exports the dead letter counters of topic at 0 for both kinds a

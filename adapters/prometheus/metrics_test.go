@@ -48,10 +48,18 @@ func mustScrape(tb testing.TB, m *prometheus.Metrics) promtest.Samples {
 	return promtest.MustScrape(tb, srv.URL)
 }
 
+// newMetrics returns prometheus.New() for a worker whose channels are SMS
+// and email.
+func newMetrics() *prometheus.Metrics {
+	m := prometheus.New()
+	m.KnowChannels(ports.ChannelSMS, ports.ChannelEmail)
+	return m
+}
+
 func TestMetrics_Observe(t *testing.T) {
 	t.Run("EveryChannelAndOutcomeStartsAtZero", func(t *testing.T) {
-		s := mustScrape(t, prometheus.New())
-		for _, ch := range ports.Channels {
+		s := mustScrape(t, newMetrics())
+		for _, ch := range []ports.Channel{ports.ChannelSMS, ports.ChannelEmail} {
 			for _, o := range ports.Outcomes {
 				s.Want(t, `notification_worker_notifications_total{channel="`+string(ch)+`",outcome="`+string(o)+`"}`, 0)
 			}
@@ -65,7 +73,7 @@ func TestMetrics_Observe(t *testing.T) {
 		}
 	})
 	t.Run("CountsByChannelAndOutcome", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		m.Observe(ports.ChannelSMS, ports.OutcomeSent)
 		m.Observe(ports.ChannelSMS, ports.OutcomeSent)
 		m.Observe(ports.ChannelEmail, ports.OutcomeFailedPermanent)
@@ -78,7 +86,7 @@ func TestMetrics_Observe(t *testing.T) {
 		s.Want(t, "notification_worker_duplicates_suppressed_total", 2)
 	})
 	t.Run("RegistriesAreIndependent", func(t *testing.T) {
-		a, b := prometheus.New(), prometheus.New()
+		a, b := newMetrics(), newMetrics()
 		a.Observe(ports.ChannelSMS, ports.OutcomeSent)
 		mustScrape(t, a).Want(t, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 1)
 		mustScrape(t, b).Want(t, `notification_worker_notifications_total{channel="sms",outcome="sent"}`, 0)
@@ -87,7 +95,7 @@ func TestMetrics_Observe(t *testing.T) {
 
 func TestMetrics_Consumer(t *testing.T) {
 	t.Run("DeadLettersByTopicAndKind", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		m.KnowTopic("shipments")
 		s := mustScrape(t, m)
 		s.Want(t, `notification_worker_records_dead_lettered_total{kind="permanent",topic="shipments"}`, 0)
@@ -101,18 +109,18 @@ func TestMetrics_Consumer(t *testing.T) {
 		s.Want(t, `notification_worker_records_dead_lettered_total{kind="retryable",topic="shipments"}`, 1)
 	})
 	t.Run("Panics", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		m.HandlerPanicked("shipments")
 		mustScrape(t, m).Want(t, "notification_worker_handler_panics_total", 1)
 	})
 	t.Run("HandlersAbandonedUpAndDown", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		m.HandlersAbandoned(3)
 		m.HandlersAbandoned(-1)
 		mustScrape(t, m).Want(t, "notification_worker_handlers_abandoned", 2)
 	})
 	t.Run("LagPerPartitionLatestWins", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		m.ConsumerLag("shipments", 0, 40)
 		m.ConsumerLag("shipments", 0, 7)
 		m.ConsumerLag("shipments", 3, 12)
@@ -130,7 +138,7 @@ func TestMetrics_Consumer(t *testing.T) {
 func TestMetrics_InstrumentStore(t *testing.T) {
 	errDown := errors.New("connection refused")
 	t.Run("OK", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		want := ports.Claim{State: ports.AlreadySent, Receipt: ports.Receipt{ProviderID: "SM1"}}
 		s := m.InstrumentStore(&fakeStore{
 			ClaimFunc:   func(context.Context, string, string, string, time.Duration) (ports.Claim, error) { return want, nil },
@@ -161,7 +169,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 		}
 	})
 	t.Run("FailuresAndTimeoutsCountCancellationsDoNot", func(t *testing.T) {
-		m := prometheus.New()
+		m := newMetrics()
 		s := m.InstrumentStore(&fakeStore{
 			ClaimFunc: func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 				if ctx.Err() != nil {
@@ -204,7 +212,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 }
 
 func TestMetrics_InstrumentNotifier(t *testing.T) {
-	m := prometheus.New()
+	m := newMetrics()
 	errRejected := ports.MarkPermanent(errors.New("550 no such user"))
 	sms := m.InstrumentNotifier(ports.ChannelSMS, &fakeNotifier{SendFunc: func(context.Context, ports.Message) (ports.Receipt, error) {
 		return ports.Receipt{ProviderID: "SM1"}, nil
@@ -238,7 +246,7 @@ func TestMetrics_InstrumentNotifier(t *testing.T) {
 // The Redis store's health events: exported at 0 from the start, so an
 // alert's increase() sees the first eviction or reset.
 func TestMetrics_RedisHealth(t *testing.T) {
-	m := prometheus.New()
+	m := newMetrics()
 	s := mustScrape(t, m)
 	s.Want(t, "notification_worker_redis_evicted_keys_total", 0)
 	s.Want(t, "notification_worker_idempotency_store_resets_total", 0)

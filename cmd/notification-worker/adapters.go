@@ -18,35 +18,32 @@ import (
 )
 
 // The adapter registry: for each port, the adapters it can be given, by the
-// name its variable takes (EVENT_SOURCE, IDEMPOTENCY_STORE, SMS_NOTIFIER,
-// EMAIL_NOTIFIER). Adding an adapter is an entry here and its name among
-// the variable's values in config.
+// name its variable takes (EVENT_SOURCE, IDEMPOTENCY_STORE; each channel's
+// notifiers are in its row of channels). Adding an adapter is an entry here
+// and its name among the variable's values in config.
 var (
 	// eventSources return the brokers the consumer dials.
 	eventSources = map[string]func(m *Main) ([]string, error){
 		"kafka":    func(m *Main) ([]string, error) { return m.Config.Kafka.Brokers, nil },
 		"embedded": (*Main).startEmbedded,
 	}
-	stores = map[string]func(m *Main, ctx context.Context) (ports.IdempotencyStore, error){
-		"redis":  (*Main).openRedis,
-		"memory": func(*Main, context.Context) (ports.IdempotencyStore, error) { return memory.New(nil), nil },
-	}
-	smsNotifiers = map[string]func(m *Main) (ports.Notifier, error){
-		"twilio":  (*Main).openTwilio,
-		"console": (*Main).openConsole,
-	}
-	emailNotifiers = map[string]func(m *Main) (ports.Notifier, error){
-		"smtp":    (*Main).openSMTP,
-		"console": (*Main).openConsole,
+	// stores: a store that declares and reads its own settings
+	// (ports.Provider) is one line, providedStore(its Provider), as memory.
+	stores = map[string]store{
+		"redis":  {open: (*Main).openRedis},
+		"memory": providedStore(memory.Provider),
 	}
 )
 
 // choice is the adapter built for each port: the one config.LoadWorker
 // resolved, or "given" for a port the Deps give.
 type choice struct {
-	Source, Store, SMS, Email string
+	Source, Store string
+	// Notifiers holds each channel's notifier, by channel.
+	Notifiers map[ports.Channel]string
 	// consoleShared lists the variables that chose a console notifier
-	// beside the redis store, explicitly: allowed, and logged at start.
+	// beside a shared store (redis, or a provider's that is Shared),
+	// explicitly: allowed, and logged at start.
 	consoleShared []string
 }
 
@@ -58,30 +55,61 @@ const given = "given"
 // from config.Load, whose Adapters are left as given).
 func choose(cfg config.Config, d Deps) (choice, error) {
 	a := cfg.Adapters
-	c := choice{Source: a.EventSource, Store: a.Store, SMS: a.SMS, Email: a.Email}
+	c := choice{Source: a.EventSource, Store: a.Store, Notifiers: map[ports.Channel]string{}}
 	if d.Store != nil {
 		c.Store = given
 	}
-	if d.Notifiers[ports.ChannelSMS] != nil {
-		c.SMS = given
-	}
-	if d.Notifiers[ports.ChannelEmail] != nil {
-		c.Email = given
-	}
-	if c.Store == "redis" && c.SMS == "console" {
-		c.consoleShared = append(c.consoleShared, "SMS_NOTIFIER")
-	}
-	if c.Store == "redis" && c.Email == "console" {
-		c.consoleShared = append(c.consoleShared, "EMAIL_NOTIFIER")
-	}
 	_, source := eventSources[c.Source]
-	_, store := stores[c.Store]
-	_, sms := smsNotifiers[c.SMS]
-	_, email := emailNotifiers[c.Email]
-	if !source || !store && c.Store != given || !sms && c.SMS != given || !email && c.Email != given {
+	st, store := stores[c.Store]
+	resolved := source && (store || c.Store == given)
+	shared := c.Store == "redis" || st.provider != nil && st.provider.Shared
+	for _, ch := range active(cfg, d) {
+		name := cfg.Notifier(ch.Variable)
+		if d.Notifiers[ch.Name] != nil {
+			name = given
+		}
+		if shared && name == "console" {
+			c.consoleShared = append(c.consoleShared, ch.Variable)
+		}
+		_, ok := ch.Notifiers[name]
+		resolved = resolved && (ok || name == given)
+		c.Notifiers[ch.Name] = name
+	}
+	if !resolved {
 		return choice{}, fmt.Errorf("adapters %+v are not all resolved: the worker's Config comes from config.LoadWorker", a)
 	}
 	return c, nil
+}
+
+// store is one entry of stores: how the worker opens it, and its Provider
+// when it declares its own settings.
+type store struct {
+	open     func(m *Main, ctx context.Context) (ports.IdempotencyStore, error)
+	provider *ports.Provider
+}
+
+// providedStore is the entry of a store whose adapter reads its own
+// settings: built by p.OpenStore from Config.Settings, closed at stop if
+// it has a Close method, and behind the circuit breaker when p.Shared.
+func providedStore(p ports.Provider) store {
+	return store{provider: &p, open: func(m *Main, _ context.Context) (ports.IdempotencyStore, error) {
+		s, err := p.OpenStore(m.Config.Settings())
+		if err != nil {
+			return nil, err
+		}
+		if c, ok := s.(interface{ Close() }); ok {
+			m.closers = append(m.closers, c.Close)
+		}
+		if !p.Shared {
+			return s, nil
+		}
+		cfg := m.Config.Idempotency
+		b := breaker.New(s, breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown})
+		m.closers = append(m.closers, b.Close)
+		m.breaker = b
+		m.metrics.WatchBreaker(func() bool { return b.State() == breaker.StateOpen })
+		return b, nil
+	}}
 }
 
 // startEmbedded starts the in-process broker, with the topic and the dead

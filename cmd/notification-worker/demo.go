@@ -73,10 +73,14 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 			}
 		}
 		t := &totals[phase]
+		notifiers := map[ports.Channel]ports.Notifier{}
+		for _, ch := range channelNames(channels) {
+			notifiers[ch] = sends
+		}
 		m := &Main{Config: cfg, Stdout: stdout, Deps: Deps{
 			Logger:        log,
 			Store:         store,
-			Notifiers:     map[ports.Channel]ports.Notifier{ports.ChannelSMS: sends, ports.ChannelEmail: sends},
+			Notifiers:     notifiers,
 			Observer:      t,
 			RecordMetrics: t,
 		}}

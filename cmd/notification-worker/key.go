@@ -19,7 +19,7 @@ import (
 const keyTimeout = 30 * time.Second
 
 // runKey prints, for each event_id in args, the Redis keys of its
-// notifications on every channel: the compact and the readable key, under
+// notifications on every channel of the worker (channels): the compact and the readable key, under
 // the prefixes the environment configures. With --redis it also reads them
 // from the Redis the environment names (REDIS_URL) and decodes what each
 // holds. An event_id the worker would refuse is refused here too.
@@ -61,7 +61,7 @@ func runKey(ctx context.Context, cio cmdIO, args []string) error {
 	w := tabwriter.NewWriter(cio.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "EVENT_ID\tCHANNEL\tCOMPACT_KEY\tREADABLE_KEY")
 	for _, id := range ids {
-		for _, ch := range []ports.Channel{ports.ChannelSMS, ports.ChannelEmail} {
+		for _, ch := range channelNames(channels) {
 			k := domain.NotificationKey(id, ch)
 			compact, readable := rcfg.Key(k), rcfg.OtherKey(k)
 			if rcfg.Format == redis.Readable {
@@ -90,7 +90,7 @@ func readKeys(ctx context.Context, cfg config.Config, rcfg redis.Config, ids []s
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "EVENT_ID\tCHANNEL\tFORMAT\tKEY\tTTL\tHOLDS")
 	for _, id := range ids {
-		for _, ch := range []ports.Channel{ports.ChannelSMS, ports.ChannelEmail} {
+		for _, ch := range channelNames(channels) {
 			found, err := rs.Inspect(ctx, domain.NotificationKey(id, ch))
 			if err != nil {
 				return err

@@ -144,7 +144,7 @@ func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
 	if len(args) > 0 {
 		return &usageError{fmt.Sprintf("worker: takes no arguments (got %q); it is configured by environment", args)}
 	}
-	cfg, err := config.LoadWorker(cio.lookup)
+	cfg, err := config.LoadWorker(cio.lookup, providers()...)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,7 @@ type Main struct {
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
+	channels []channel         // the rows of channels this worker offers
 	adapters map[string]string // what was built for each port, for the start-up log
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
@@ -87,8 +89,8 @@ type Deps struct {
 	// store to two workers: it stands in for Redis, which outlives a
 	// restart.
 	Store ports.IdempotencyStore
-	// Notifiers replace, per channel, the notifier SMS_NOTIFIER or
-	// EMAIL_NOTIFIER names.
+	// Notifiers replace, per channel, the notifier its variable
+	// (SMS_NOTIFIER, EMAIL_NOTIFIER) names.
 	Notifiers map[ports.Channel]ports.Notifier
 	// Metrics replaces a fresh set. Tests pass one to two workers in turn,
 	// as they pass one Store, to read counts that span a restart.
@@ -108,16 +110,22 @@ type Deps struct {
 // measured by the metrics, and serves /healthz, /readyz and /metrics on
 // Config.HTTPAddr (unless it is empty), and net/http/pprof on
 // Config.DebugAddr (only when it is set). /readyz answers 503 until Run has
-// joined the group. On error, what was built so far is closed by Close; a
-// port in use is such an error.
+// joined the group. It refuses a Config whose settings do not combine
+// (config.Config.Check: a *config.Error, as from LoadWorker). On error,
+// what was built so far is closed by Close; a port in use is such an error.
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
+	if err := cfg.Check(); err != nil {
+		return err
+	}
 	m.logger = cmp.Or(m.Deps.Logger, newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat))
 	m.metrics = m.Deps.Metrics
 	if m.metrics == nil {
 		m.metrics = prometheus.New()
 	}
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
+	m.channels = active(cfg, m.Deps)
+	m.metrics.KnowChannels(channelNames(m.channels)...)
 	m.metrics.SetVersion(version)
 	m.adapters = map[string]string{}
 	chosen, err := choose(cfg, m.Deps)
@@ -153,7 +161,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
 	for _, name := range chosen.consoleShared {
 		m.logger.Warn("console_notifier_shared_store", slog.String("variable", name),
-			slog.String("reason", name+"=console with the redis store: this channel's notifications go to the console and their sent records into the shared store, where they suppress the real ones for IDEMPOTENCY_TTL; for a test lab only"))
+			slog.String("reason", name+"=console with the "+chosen.Store+" store: this channel's notifications go to the console and their sent records into the shared store, where they suppress the real ones for IDEMPOTENCY_TTL; for a test lab only"))
 	}
 	if cfg.AllowInsecureTransport {
 		m.logger.Warn("insecure_transport_allowed",
@@ -168,7 +176,7 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	store := m.Deps.Store
 	if store == nil {
 		var err error
-		if store, err = stores[chosen.Store](m, ctx); err != nil {
+		if store, err = stores[chosen.Store].open(m, ctx); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -177,23 +185,21 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	// (and show in the trace).
 	store = m.tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers := map[ports.Channel]ports.Notifier{}
-	for _, n := range []struct {
-		ch       ports.Channel
-		name     string
-		registry map[string]func(*Main) (ports.Notifier, error)
-	}{
-		{ports.ChannelSMS, chosen.SMS, smsNotifiers},
-		{ports.ChannelEmail, chosen.Email, emailNotifiers},
-	} {
-		notifier := m.Deps.Notifiers[n.ch]
+	for _, ch := range channels {
+		if !slices.ContainsFunc(m.channels, func(c channel) bool { return c.Name == ch.Name }) {
+			m.adapters[string(ch.Name)] = "off (" + ch.Variable + " unset, and " + ch.Provider.Name + " not configured)"
+			continue
+		}
+		name := chosen.Notifiers[ch.Name]
+		notifier := m.Deps.Notifiers[ch.Name]
 		if notifier == nil {
 			var err error
-			if notifier, err = n.registry[n.name](m); err != nil {
+			if notifier, err = ch.Notifiers[name](m); err != nil {
 				return nil, nil, err
 			}
 		}
-		notifiers[n.ch] = notifier
-		m.adapters[string(n.ch)] = n.name
+		notifiers[ch.Name] = notifier
+		m.adapters[string(ch.Name)] = name
 	}
 	return store, notifiers, nil
 }
@@ -210,7 +216,7 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		}
 		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
-	templates, err := domain.LoadTemplates(cfg.TemplatesDir)
+	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels(m.channels)...)
 	if err != nil {
 		return nil, err
 	}
