@@ -72,7 +72,9 @@ type Config struct {
 	// claim (1s).
 	ClaimWaitMax time.Duration
 	// LedgerSize bounds the deliveries this process remembers while their
-	// sent record is owed to the store (DefaultLedgerSize); each is kept at
+	// sent record is owed to the store (DefaultLedgerSize), and apart from
+	// them what it keeps for the further attempts of a record not finished
+	// (its deliveries and its sends of unknown outcome); each is kept at
 	// most TTL.
 	LedgerSize int
 	// LogEvery rate-limits the warnings that an outage would repeat for every
