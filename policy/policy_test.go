@@ -269,6 +269,28 @@ func TestRetry(t *testing.T) {
 			t.Errorf("the SMS was sent %d times across attempts, want 1", sent)
 		}
 	})
+	t.Run("DeliveryIDOnePerRecordTheSourcesKept", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		var seen []uint64
+		h := chain(cfg, &memorySink{}, func(_ context.Context, r ports.Record) error {
+			seen = append(seen, r.DeliveryID)
+			return nil
+		})
+		given := rec
+		given.DeliveryID = ports.NewDeliveryID()
+		for _, r := range []ports.Record{rec, rec, given} {
+			if err := h.Handle(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if seen[0] == 0 || seen[1] == 0 || seen[0] == seen[1] {
+			t.Errorf("two deliveries without an id got %d and %d, want two distinct ids", seen[0], seen[1])
+		}
+		if seen[2] != given.DeliveryID {
+			t.Errorf("a delivery the source named %d was handled as %d", given.DeliveryID, seen[2])
+		}
+	})
 	t.Run("StoppingEndsTheBackoff", func(t *testing.T) {
 		t.Parallel()
 		cfg, _, _ := testConfig()
