@@ -129,15 +129,36 @@ func (j *journal) deliver(key string, delivery uint64, r ports.Receipt, isOwed b
 	j.boundLocked()
 }
 
-// deliveredBy reports whether delivery (non-zero) delivered key.
-func (j *journal) deliveredBy(key string, delivery uint64) bool {
-	if delivery == 0 {
-		return false
-	}
+// known is what the journal knows of one key, for one delivery.
+type known struct {
+	earlier    bool        // the delivery (non-zero) delivered it
+	owed       owed        // its debt, when isOwed
+	isOwed     bool        // its sent record is owed
+	unknown    unknownSend // the delivery's send of unknown outcome, when hasUnknown
+	hasUnknown bool
+}
+
+// lookup returns what the journal knows of key for delivery.
+func (j *journal) lookup(key string, delivery uint64) known {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e := j.liveLocked(key)
-	return e != nil && contains(e.by, delivery)
+	var k known
+	if e := j.liveLocked(key); e != nil {
+		k.earlier = delivery != 0 && contains(e.by, delivery)
+		if e.owed {
+			k.owed, k.isOwed = owed{key: e.key, receipt: e.receipt, seq: e.seq}, true
+		}
+	}
+	if delivery != 0 {
+		if u, ok := j.unknown[unknownKey{key, delivery}]; ok {
+			if j.now().Sub(u.at) >= j.maxAge {
+				j.dropUnknownLocked(u.unknownKey)
+			} else {
+				k.unknown, k.hasUnknown = u.send, true
+			}
+		}
+	}
+	return k
 }
 
 // owedRecord returns key's debt, if its record is owed.
@@ -176,24 +197,6 @@ func (j *journal) setUnknown(key string, delivery uint64, u unknownSend) {
 	j.unknown[k] = e
 	e.elem = j.kept.PushBack(e)
 	j.boundLocked()
-}
-
-// unknownOf returns delivery's send of key whose outcome is unknown.
-func (j *journal) unknownOf(key string, delivery uint64) (unknownSend, bool) {
-	if delivery == 0 {
-		return unknownSend{}, false
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	e, ok := j.unknown[unknownKey{key, delivery}]
-	if !ok {
-		return unknownSend{}, false
-	}
-	if j.now().Sub(e.at) >= j.maxAge {
-		j.dropUnknownLocked(e.unknownKey)
-		return unknownSend{}, false
-	}
-	return e.send, true
 }
 
 // forgetUnknown drops delivery's unknown send of key, once reconciled.
@@ -358,13 +361,12 @@ func (s *Service) pay(ctx context.Context, o owed) error {
 	return nil
 }
 
-// payIfOwed writes key's owed record, if the journal holds one.
-func (s *Service) payIfOwed(ctx context.Context, log *slog.Logger, key string) {
-	if o, ok := s.journal.owedRecord(key); ok {
-		if err := s.pay(ctx, o); err != nil {
-			s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
-				slog.String("error", err.Error()))
-		}
+// payOwed writes o's owed record now, logging a write the store refused
+// (the drain tries again).
+func (s *Service) payOwed(ctx context.Context, log *slog.Logger, o owed) {
+	if err := s.pay(ctx, o); err != nil {
+		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+			slog.String("error", err.Error()))
 	}
 }
 

@@ -30,7 +30,7 @@ func TestJournal(t *testing.T) {
 				t.Errorf("%s no longer owed", k)
 			}
 		}
-		if j.deliveredBy("sms:r0", 100) || !j.deliveredBy("sms:r9", 109) {
+		if j.lookup("sms:r0", 100).earlier || !j.lookup("sms:r9", 109).earlier {
 			t.Errorf("recorded entries: want the oldest dropped, the newest kept")
 		}
 	})
@@ -43,10 +43,10 @@ func TestJournal(t *testing.T) {
 		j.finish("sms:a", 1)
 		j.finish("email:a", 1)
 		j.finish("push:a", 1)
-		if j.deliveredBy("sms:a", 1) || j.deliveredBy("email:a", 1) {
+		if j.lookup("sms:a", 1).earlier || j.lookup("email:a", 1).earlier {
 			t.Error("a finished delivery still vouches for its keys")
 		}
-		if _, ok := j.unknownOf("push:a", 1); ok {
+		if j.lookup("push:a", 1).hasUnknown {
 			t.Error("a finished delivery's unknown send is still kept")
 		}
 		o, ok := j.owedRecord("email:a")
@@ -67,7 +67,7 @@ func TestJournal(t *testing.T) {
 		if _, ok := j.owedRecord("sms:a"); ok {
 			t.Error("still owed after settle")
 		}
-		if !j.deliveredBy("sms:a", 1) || j.deliveredBy("sms:a", 2) {
+		if !j.lookup("sms:a", 1).earlier || j.lookup("sms:a", 2).earlier {
 			t.Error("want sms:a delivered by delivery 1 only")
 		}
 	})
@@ -101,7 +101,7 @@ func TestJournal(t *testing.T) {
 		if _, ok := j.owedRecord("sms:a"); ok {
 			t.Error("owed record kept past maxAge")
 		}
-		if _, ok := j.unknownOf("sms:b", 1); ok {
+		if j.lookup("sms:b", 1).hasUnknown {
 			t.Error("unknown send kept past maxAge")
 		}
 		if len(j.oldest(10)) != 0 || j.owedCount() != 0 {

@@ -142,24 +142,25 @@ func (n *notification) fail(err error) {
 // record is owed is a duplicate, and an unknown send this delivery left is
 // claimed under its kept token and reconciled.
 func (s *Service) begin(ctx context.Context, n *notification) {
-	key := n.m.IdempotencyKey
-	if s.journal.deliveredBy(key, n.delivery) {
-		s.payIfOwed(ctx, n.log, key)
+	k := s.journal.lookup(n.m.IdempotencyKey, n.delivery)
+	switch {
+	case k.earlier:
+		if k.isOwed {
+			s.payOwed(ctx, n.log, k.owed)
+		}
 		n.log.Debug("notification_delivered_earlier")
 		n.state = stateEarlier
-		return
-	}
-	if o, ok := s.journal.owedRecord(key); ok {
-		s.fromJournal(ctx, n, o)
-		return
-	}
-	n.token = newToken()
-	if u, ok := s.journal.unknownOf(key, n.delivery); ok {
+	case k.isOwed:
+		s.fromJournal(ctx, n, k.owed)
+	case k.hasUnknown:
 		// Claim with the token of the send whose outcome is unknown: its
 		// claim, which that attempt kept, is then found to be ours.
-		n.token, n.unknown, n.pending, n.ours = u.Token, u, true, true
+		n.token, n.unknown, n.pending, n.ours = k.unknown.Token, k.unknown, true, true
+		n.state = stateClaiming
+	default:
+		n.token = newToken()
+		n.state = stateClaiming
 	}
-	n.state = stateClaiming
 }
 
 // fromJournal ends n as a duplicate of the delivery whose record o is owed
@@ -174,7 +175,7 @@ func (s *Service) fromJournal(ctx context.Context, n *notification, o owed) {
 		slog.String("provider_id", o.receipt.ProviderID),
 		slog.Time("sent_at", o.receipt.SentAt),
 		slog.Bool("recorded", false))
-	s.payIfOwed(ctx, n.log, o.key)
+	s.payOwed(ctx, n.log, o)
 	n.state = stateDuplicate
 }
 
