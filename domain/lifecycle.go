@@ -2,10 +2,13 @@ package domain
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -426,4 +429,35 @@ func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.R
 			slog.String("error", err.Error()))
 	}
 	s.drainSoon()
+}
+
+// release gives the key back after a failed send, so a retry or a replay
+// can send it. It runs even when ctx is cancelled. A failed release is
+// harmless: the claim expires after the claim TTL.
+func (s *Service) release(ctx context.Context, log *slog.Logger, key, token string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	if err := s.cfg.Store.Release(rctx, key, token); err != nil {
+		log.Warn("idempotency_release_failed", slog.String("error", err.Error()),
+			slog.Duration("expires_in", s.cfg.ClaimTTL))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// newToken returns a token unique to one delivery attempt, so a claim is
+// released only by the attempt that made it.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

@@ -147,8 +147,8 @@ func kindName(err error) string {
 // and how many records the service owes.
 //
 // A replay meeting this process's own pending claim whose record it owes
-// (claiming, InFlight, to duplicate) needs two attempts at once: see
-// OwnPendingClaimOfADeliveredSendIsNotWaitedOn.
+// (claiming, InFlight, to duplicate) needs two attempts at once, so it has
+// a test of its own rather than a row here.
 func TestService_Transitions(t *testing.T) {
 	other := strings.Replace(event("e1", "sms"), "+31201234567", "+31207654321", 1)
 	noReconciler := func(c *domain.Config) { c.Reconcilers = nil }
