@@ -37,8 +37,10 @@ import (
 // attempts: only an owed record is kept for it. It is safe for concurrent
 // use.
 //
-// The journal protects only this process: a replay handled by another
-// worker sees the store alone.
+// Its owed records are what the operator's documents call the ledger
+// (IDEMPOTENCY_LEDGER_SIZE, notification_worker_ledger_owed). The journal
+// protects only this process: a replay handled by another worker sees the
+// store alone.
 type journal struct {
 	max    int
 	maxAge time.Duration

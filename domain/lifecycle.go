@@ -22,12 +22,14 @@ import (
 //
 //	new          begin      delivered by this same delivery      earlier
 //	                        record owed for another delivery     duplicate | conflict
-//	                        otherwise                            claiming
+//	                        otherwise (an unknown send this
+//	                          delivery left: under its token)    claiming
 //	claiming     claim      Claimed                              held
 //	                        store down, failing open             unchecked
 //	                        Claimed or unchecked, with an
 //	                          unknown send to reconcile          reconciling
-//	                        TakenOver, or our own InFlight claim reconciling
+//	                        TakenOver (even unvouched by a store
+//	                          failing), or our own InFlight claim reconciling
 //	                          (after a reconciliation)           failedRetryable
 //	                        AlreadySent                          duplicate | conflict
 //	                        InFlight, record owed by us          duplicate | conflict
