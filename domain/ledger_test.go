@@ -52,9 +52,10 @@ func (w *world) attempt(t *testing.T, rec ports.Record) error {
 	return w.svc.Handle(ctx, rec)
 }
 
-// record is one record of the log, with the memory its attempts share.
+// record is one record of the log, delivered once: its attempts share one
+// DeliveryID.
 func record(value string) ports.Record {
-	return ports.Record{Topic: "shipment-events", Partition: 1, Offset: 7, Value: []byte(value), Deliveries: ports.NewDeliveries()}
+	return ports.Record{Topic: "shipment-events", Partition: 1, Offset: 7, Value: []byte(value), DeliveryID: ports.NewDeliveryID()}
 }
 
 // failFirst returns a FailFunc failing the first n sends with err.

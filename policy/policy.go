@@ -183,14 +183,15 @@ func MaxBytes(cfg Config) ports.Middleware {
 // as long as the source delivers (an outage never spends the budget). It
 // returns nil on success; a Permanent error at once; after the budget, an
 // error wrapping the last one whose message says so; and ErrStopping when
-// the source stopped during a backoff. Every attempt at one record shares
-// one ports.Deliveries: Retry creates it when rec.Deliveries is nil.
+// the source stopped during a backoff. Every attempt at one record carries
+// the same rec.DeliveryID: Retry takes one from ports.NewDeliveryID when
+// the source gave the record none.
 func Retry(cfg Config) ports.Middleware {
 	cfg = cfg.WithDefaults()
 	return func(next ports.Handler) ports.Handler {
 		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-			if rec.Deliveries == nil {
-				rec.Deliveries = ports.NewDeliveries()
+			if rec.DeliveryID == 0 {
+				rec.DeliveryID = ports.NewDeliveryID()
 			}
 			stopping := ports.DeliveryOf(ctx).Stopping
 			retryable := 0

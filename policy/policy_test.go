@@ -240,17 +240,18 @@ func TestRetry(t *testing.T) {
 			t.Error("a permanent failure was retried")
 		}
 	})
-	t.Run("DeliveriesSharedAcrossAttempts", func(t *testing.T) {
+	t.Run("DeliveryIDSharedAcrossAttempts", func(t *testing.T) {
 		t.Parallel()
 		cfg, _, _ := testConfig()
 		sink := &memorySink{}
-		var seen []*ports.Deliveries
+		var seen []uint64
 		sent := 0
+		delivered := map[uint64]bool{} // what a handler remembers by DeliveryID
 		err := chain(cfg, sink, func(_ context.Context, r ports.Record) error {
-			seen = append(seen, r.Deliveries)
-			if _, done := r.Deliveries.Lookup("sms"); !done {
+			seen = append(seen, r.DeliveryID)
+			if !delivered[r.DeliveryID] {
 				sent++
-				r.Deliveries.Add("sms", ports.Receipt{ProviderID: "SM1"})
+				delivered[r.DeliveryID] = true
 			}
 			if len(seen) < 3 {
 				return errors.New("email: 421")
@@ -260,11 +261,33 @@ func TestRetry(t *testing.T) {
 		if err != nil || len(seen) != 3 {
 			t.Fatalf("err %v after %d attempts", err, len(seen))
 		}
-		if seen[0] == nil || seen[1] != seen[0] || seen[2] != seen[0] {
-			t.Errorf("attempts saw Deliveries %p %p %p, want one shared", seen[0], seen[1], seen[2])
+		if seen[0] == 0 || seen[1] != seen[0] || seen[2] != seen[0] {
+			t.Errorf("attempts saw DeliveryIDs %d %d %d, want one shared, not zero", seen[0], seen[1], seen[2])
 		}
 		if sent != 1 {
 			t.Errorf("the SMS was sent %d times across attempts, want 1", sent)
+		}
+	})
+	t.Run("DeliveryIDOnePerRecordTheSourcesKept", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		var seen []uint64
+		h := chain(cfg, &memorySink{}, func(_ context.Context, r ports.Record) error {
+			seen = append(seen, r.DeliveryID)
+			return nil
+		})
+		given := rec
+		given.DeliveryID = ports.NewDeliveryID()
+		for _, r := range []ports.Record{rec, rec, given} {
+			if err := h.Handle(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if seen[0] == 0 || seen[1] == 0 || seen[0] == seen[1] {
+			t.Errorf("two deliveries without an id got %d and %d, want two distinct ids", seen[0], seen[1])
+		}
+		if seen[2] != given.DeliveryID {
+			t.Errorf("a delivery the source named %d was handled as %d", given.DeliveryID, seen[2])
 		}
 	})
 	t.Run("StoppingEndsTheBackoff", func(t *testing.T) {

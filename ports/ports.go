@@ -33,10 +33,13 @@ type Record struct {
 	Key       []byte
 	Value     []byte
 	Timestamp time.Time
-	// Deliveries is shared by every attempt the event source makes at this
-	// record: a notification delivered by one attempt is in it for the
-	// next. Nil when the source does not retry.
-	Deliveries *Deliveries
+	// DeliveryID names this delivery of the record, a fact of its event
+	// source: every attempt the source (or its retry policy) makes at the
+	// record while it holds it carries the same id, and no other record in
+	// this process carries it (see NewDeliveryID). A Handler may remember
+	// what one attempt did for the next attempts with the same id. Zero:
+	// no attempts share anything.
+	DeliveryID uint64
 	// Headers are the record's headers, in the order the source carried
 	// them; nil when it had none. Keys may repeat (Kafka allows it). They
 	// carry what the producer passes along besides the event, such as the

@@ -108,7 +108,7 @@ func TestMinReplicas_TakeoverShortOfReplicasIsNotSentBlind(t *testing.T) {
 				defer link.Release()
 			}
 			// Worker B: the replay, with a fresh record (another process).
-			_ = worker().Handle(testCtx(t), ports.Record{Topic: rec.Topic, Value: rec.Value, Deliveries: &ports.Deliveries{}})
+			_ = worker().Handle(testCtx(t), ports.Record{Topic: rec.Topic, Value: rec.Value, DeliveryID: ports.NewDeliveryID()})
 			if n := sms.Accepted(); n != 1 {
 				t.Errorf("the customer got the SMS %d times, want once (worker B sent it again without reconciling the taken-over claim)", n)
 			}

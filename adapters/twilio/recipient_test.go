@@ -60,7 +60,7 @@ func (w *smsWorld) handle(t *testing.T, id, phone string) error {
 	defer cancel()
 	value := fmt.Sprintf(`{"event_id":%q,"type":"shipment.out_for_delivery","shipment_id":"SHP-1",`+
 		`"recipient":{"name":"Ada","phone":%q},"channels":["sms"],"data":{"eta":"14:00-16:00"}}`, id, phone)
-	return w.svc.Handle(ctx, ports.Record{Topic: "shipment-events", Value: []byte(value), Deliveries: ports.NewDeliveries()})
+	return w.svc.Handle(ctx, ports.Record{Topic: "shipment-events", Value: []byte(value), DeliveryID: ports.NewDeliveryID()})
 }
 
 func (w *smsWorld) outcome(o ports.Outcome) int {

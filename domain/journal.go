@@ -1,0 +1,476 @@
+package domain
+
+import (
+	"container/list"
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// journal is this process's memory of what it delivered, by idempotency
+// key, besides the store. It holds two kinds of entry:
+//
+//   - a delivered notification (delivered): its receipt, whether its sent
+//     record is still owed to the store, and the deliveries
+//     (ports.Record.DeliveryID) that delivered it and have not finished;
+//   - a send whose outcome is unknown (unknownSend), per key and delivery.
+//
+// It answers three questions. Was key delivered by this same delivery? Then
+// a retry of the record skips it silently, whatever the store can confirm.
+// Is key's record owed? Then any other delivery this process handles is a
+// duplicate (the store cannot tell it). Did this delivery leave an unknown
+// send under key? Then its next attempt reconciles it.
+//
+// A delivered entry whose record is written and whose deliveries have all
+// finished leaves the journal; so does an unknown send when its delivery
+// finishes or it is reconciled. Each entry is kept at most maxAge from when
+// it was entered. Two bounds of max entries each hold apart, so that neither
+// kind crowds out the other: at most max owed records (past it, the oldest
+// debt is dropped, counted by evictions: that reopens the store's own
+// duplicate window for the notification, though a delivery that delivered
+// it still skips it on its retries), and at most max other entries (past it,
+// the oldest is dropped). A delivery id of zero shares nothing between
+// attempts: only an owed record is kept for it. It is safe for concurrent
+// use.
+//
+// Its owed records are what the operator's documents call the ledger
+// (IDEMPOTENCY_LEDGER_SIZE, notification_worker_ledger_owed). The journal
+// protects only this process: a replay handled by another worker sees the
+// store alone.
+type journal struct {
+	max    int
+	maxAge time.Duration
+	now    func() time.Time
+
+	owedLen atomic.Int64 // owedList.Len(), readable without the lock
+
+	mu       sync.Mutex
+	sent     map[string]*delivered
+	unknown  map[unknownKey]*unknownEntry
+	owedList list.List // of *delivered whose record is owed, oldest first
+	kept     list.List // of *delivered not owed and *unknownEntry, oldest first
+	seq      uint64
+	evicted  int64
+}
+
+// delivered is a notification this process delivered.
+type delivered struct {
+	key     string
+	receipt ports.Receipt
+	owed    bool      // the store has not confirmed its sent record
+	by      []uint64  // the unfinished deliveries that delivered it
+	at      time.Time // when it was entered
+	seq     uint64    // tells one entry of a key from a later one
+	elem    *list.Element
+}
+
+// owed is a delivered entry's debt as the drain and a duplicate see it: a
+// copy, so that settling it is refused once the key was entered again.
+type owed struct {
+	key     string
+	receipt ports.Receipt
+	seq     uint64
+}
+
+// unknownSend is a send whose outcome an attempt could not learn.
+type unknownSend struct {
+	Token string // the claim it was sent under, which the attempt kept
+	// Since and Until bound the window in which the provider may have
+	// accepted it: from the send's start to when it gave up waiting (or to
+	// the lease's end, for a claim taken over; zero: now).
+	Since, Until time.Time
+	// Digest is the digest of the text sent (see ports.Lease.Digest); empty
+	// when unknown, for a claim taken over that carried none.
+	Digest string
+	First  time.Time // when its outcome was first found unknown
+}
+
+type unknownKey struct {
+	key      string
+	delivery uint64
+}
+
+type unknownEntry struct {
+	unknownKey
+	send unknownSend
+	at   time.Time
+	elem *list.Element
+}
+
+func newJournal(max int, maxAge time.Duration, now func() time.Time) *journal {
+	return &journal{max: max, maxAge: maxAge, now: now, sent: map[string]*delivered{}, unknown: map[unknownKey]*unknownEntry{}}
+}
+
+// deliver enters key as delivered by delivery with r, its record owed or
+// written, and drops delivery's unknown send of key. An earlier entry of
+// key takes the new receipt and state.
+func (j *journal) deliver(key string, delivery uint64, r ports.Receipt, isOwed bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.dropUnknownLocked(unknownKey{key, delivery})
+	e := j.sent[key]
+	if e == nil {
+		if !isOwed && delivery == 0 {
+			return // nobody would ask
+		}
+		e = &delivered{key: key}
+		j.sent[key] = e
+	} else {
+		j.unlinkLocked(e)
+	}
+	j.seq++
+	e.receipt, e.owed, e.at, e.seq = r, isOwed, j.now(), j.seq
+	if delivery != 0 && !contains(e.by, delivery) {
+		e.by = append(e.by, delivery)
+	}
+	j.linkLocked(e)
+	j.boundLocked()
+}
+
+// known is what the journal knows of one key, for one delivery.
+type known struct {
+	earlier    bool        // the delivery (non-zero) delivered it
+	owed       owed        // its debt, when isOwed
+	isOwed     bool        // its sent record is owed
+	unknown    unknownSend // the delivery's send of unknown outcome, when hasUnknown
+	hasUnknown bool
+}
+
+// lookup returns what the journal knows of key for delivery.
+func (j *journal) lookup(key string, delivery uint64) known {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var k known
+	if e := j.liveLocked(key); e != nil {
+		k.earlier = delivery != 0 && contains(e.by, delivery)
+		if e.owed {
+			k.owed, k.isOwed = owed{key: e.key, receipt: e.receipt, seq: e.seq}, true
+		}
+	}
+	if delivery != 0 {
+		if u, ok := j.unknown[unknownKey{key, delivery}]; ok {
+			if j.now().Sub(u.at) >= j.maxAge {
+				j.dropUnknownLocked(u.unknownKey)
+			} else {
+				k.unknown, k.hasUnknown = u.send, true
+			}
+		}
+	}
+	return k
+}
+
+// owedRecord returns key's debt, if its record is owed.
+func (j *journal) owedRecord(key string) (owed, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e := j.liveLocked(key); e != nil && e.owed {
+		return owed{key: e.key, receipt: e.receipt, seq: e.seq}, true
+	}
+	return owed{}, false
+}
+
+// settle marks o's record written. The entry stays while a delivery that
+// delivered it may retry; an entry of the same key entered after o is left
+// alone.
+func (j *journal) settle(o owed) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e := j.sent[o.key]
+	if e == nil || e.seq != o.seq || !e.owed {
+		return
+	}
+	j.dropDebtLocked(e)
+}
+
+// setUnknown enters delivery's send of key whose outcome is unknown.
+func (j *journal) setUnknown(key string, delivery uint64, u unknownSend) {
+	if delivery == 0 {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := unknownKey{key, delivery}
+	j.dropUnknownLocked(k)
+	e := &unknownEntry{unknownKey: k, send: u, at: j.now()}
+	j.unknown[k] = e
+	e.elem = j.kept.PushBack(e)
+	j.boundLocked()
+}
+
+// forgetUnknown drops delivery's unknown send of key, once reconciled.
+func (j *journal) forgetUnknown(key string, delivery uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.dropUnknownLocked(unknownKey{key, delivery})
+}
+
+// finish forgets what delivery left under key, once its record is finished:
+// the delivery no longer vouches for key, and an entry whose record is
+// written leaves. An owed entry stays until its record is written.
+func (j *journal) finish(key string, delivery uint64) {
+	if delivery == 0 {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.dropUnknownLocked(unknownKey{key, delivery})
+	e := j.sent[key]
+	if e == nil {
+		return
+	}
+	for i, d := range e.by {
+		if d == delivery {
+			e.by = append(e.by[:i], e.by[i+1:]...)
+			break
+		}
+	}
+	if len(e.by) == 0 && !e.owed {
+		j.removeLocked(e)
+	}
+}
+
+// oldest returns up to n owed records, oldest first, dropping those past
+// maxAge (their records would have expired in the store by now).
+func (j *journal) oldest(n int) []owed {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	now := j.now()
+	out := make([]owed, 0, min(n, j.owedList.Len()))
+	for el := j.owedList.Front(); el != nil && len(out) < n; {
+		next := el.Next()
+		e := el.Value.(*delivered)
+		if now.Sub(e.at) >= j.maxAge {
+			j.removeLocked(e)
+		} else {
+			out = append(out, owed{key: e.key, receipt: e.receipt, seq: e.seq})
+		}
+		el = next
+	}
+	return out
+}
+
+// owedCount returns how many records are owed, without taking the lock.
+func (j *journal) owedCount() int { return int(j.owedLen.Load()) }
+
+// evictions returns how many owed records were dropped because the journal
+// was full.
+func (j *journal) evictions() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.evicted
+}
+
+// liveLocked returns key's delivered entry, dropping it once past maxAge.
+func (j *journal) liveLocked(key string) *delivered {
+	e := j.sent[key]
+	if e != nil && j.now().Sub(e.at) >= j.maxAge {
+		j.removeLocked(e)
+		return nil
+	}
+	return e
+}
+
+// boundLocked drops the oldest debts (counted) until at most max records
+// are owed, and then the oldest other entries until at most max remain.
+func (j *journal) boundLocked() {
+	for j.owedList.Len() > j.max {
+		j.dropDebtLocked(j.owedList.Front().Value.(*delivered))
+		j.evicted++
+	}
+	for j.kept.Len() > j.max {
+		switch e := j.kept.Front().Value.(type) {
+		case *delivered:
+			j.removeLocked(e)
+		case *unknownEntry:
+			j.dropUnknownLocked(e.unknownKey)
+		}
+	}
+}
+
+// dropDebtLocked makes owed entry e no longer owed: it leaves the journal,
+// or stays for the unfinished deliveries that delivered it.
+func (j *journal) dropDebtLocked(e *delivered) {
+	j.unlinkLocked(e)
+	e.owed = false
+	if len(e.by) == 0 {
+		delete(j.sent, e.key)
+		return
+	}
+	j.linkLocked(e)
+}
+
+func (j *journal) linkLocked(e *delivered) {
+	if e.owed {
+		e.elem = j.owedList.PushBack(e)
+		j.owedLen.Store(int64(j.owedList.Len()))
+		return
+	}
+	e.elem = j.kept.PushBack(e)
+}
+
+func (j *journal) unlinkLocked(e *delivered) {
+	if e.owed {
+		j.owedList.Remove(e.elem)
+		j.owedLen.Store(int64(j.owedList.Len()))
+		return
+	}
+	j.kept.Remove(e.elem)
+}
+
+func (j *journal) removeLocked(e *delivered) {
+	j.unlinkLocked(e)
+	delete(j.sent, e.key)
+}
+
+func (j *journal) dropUnknownLocked(k unknownKey) {
+	if e, ok := j.unknown[k]; ok {
+		j.kept.Remove(e.elem)
+		delete(j.unknown, k)
+	}
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, d := range ids {
+		if d == id {
+			return true
+		}
+	}
+	return false
+}
+
+// record writes the sent record of key, living ttl, with the store timeout.
+// It runs even when ctx is cancelled: the send it records has happened.
+func (s *Service) record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	return s.cfg.Store.Record(rctx, key, r, ttl)
+}
+
+// pay writes the record the journal owes for o, with what is left of its TTL
+// since the send, and settles o once the store took it.
+func (s *Service) pay(ctx context.Context, o owed) error {
+	ttl := s.cfg.TTL - s.cfg.Now().Sub(o.receipt.SentAt)
+	if ttl > 0 {
+		if err := s.record(ctx, o.key, o.receipt, min(ttl, s.cfg.TTL)); err != nil {
+			return err
+		}
+	}
+	s.journal.settle(o)
+	return nil
+}
+
+// payOwed writes o's owed record now, logging a write the store refused
+// (the drain tries again).
+func (s *Service) payOwed(ctx context.Context, log *slog.Logger, o owed) {
+	if err := s.pay(ctx, o); err != nil {
+		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+			slog.String("error", err.Error()))
+	}
+}
+
+// drainBatch is how many owed records one look at the journal takes,
+// drainRetry how long the drain waits after a write the store refused, and
+// finalRetry how long Close's final attempt waits after one.
+const (
+	drainBatch = 64
+	drainRetry = time.Second
+	finalRetry = 100 * time.Millisecond
+)
+
+// drainSoon makes sure a goroutine writes the journal's owed records while
+// there are any: oldest first, waiting drainRetry after a write the store
+// refused. At most one runs; it ends when nothing is owed or at Close.
+func (s *Service) drainSoon() {
+	if s.journal.owedCount() == 0 || !s.draining.CompareAndSwap(false, true) {
+		return
+	}
+	s.drains.Add(1)
+	go s.drain()
+}
+
+func (s *Service) drain() {
+	defer s.drains.Done()
+	for {
+		for s.payOldest(s.closed) {
+		}
+		if s.journal.owedCount() > 0 {
+			select {
+			case <-s.closed:
+				s.draining.Store(false)
+				return
+			case <-time.After(drainRetry):
+				continue
+			}
+		}
+		// Empty. A debt entered after the look above would find draining
+		// still set and start no drain: look again once it is cleared.
+		s.draining.Store(false)
+		if s.journal.owedCount() == 0 || !s.draining.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// payOldest writes one batch of owed records and reports whether all were
+// written and more may be owed. It stops at the first write the store
+// refuses, and before each write once stop is closed (nil: never).
+func (s *Service) payOldest(stop <-chan struct{}) bool {
+	batch := s.journal.oldest(drainBatch)
+	for _, o := range batch {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		if s.pay(context.Background(), o) != nil {
+			return false
+		}
+	}
+	return len(batch) > 0
+}
+
+// Close is CloseBy with no time to spare: one pass at the owed records.
+func (s *Service) Close() { s.CloseBy(time.Time{}) }
+
+// CloseBy stops the writing of owed records in the background, waits for
+// it, and then makes a final attempt at the records still owed: oldest
+// first, each write bounded by the store timeout, a pass ending at the
+// first write the store refuses; passes repeat every finalRetry until
+// nothing is owed or deadline has passed. A deadline already past still
+// gets one pass, so CloseBy may end up to one store timeout after it.
+//
+// What is still owed then is lost with the process: a replay of it is
+// protected by the store alone, and is sent again if the store has no
+// record. CloseBy logs owed_records_lost (error level, with count), tells
+// Config.OwedLost, and returns the count. Handle must not be called after
+// Close or CloseBy; only the first call does anything, later ones return 0.
+func (s *Service) CloseBy(deadline time.Time) (lost int) {
+	first := false
+	s.closeOnce.Do(func() { close(s.closed); first = true })
+	s.drains.Wait()
+	if !first {
+		return 0
+	}
+	for {
+		for s.payOldest(nil) {
+		}
+		left := deadline.Sub(s.cfg.Now())
+		if s.journal.owedCount() == 0 || left <= 0 {
+			break
+		}
+		time.Sleep(min(finalRetry, left))
+	}
+	// oldest drops the entries past their TTL, whose records need no write.
+	lost = len(s.journal.oldest(s.cfg.LedgerSize))
+	if lost > 0 {
+		s.cfg.Logger.Error("owed_records_lost",
+			slog.Int("count", lost),
+			slog.String("error", "the store did not take these sent records before shutdown; a replay of each is sent again unless the store holds its record"))
+		s.cfg.OwedLost(lost)
+	}
+	return lost
+}
