@@ -109,7 +109,7 @@ var vault = ports.Provider{
 	Name:     "vault",
 	Settings: []ports.Setting{{Name: "VAULT_DSN", Secret: true}},
 	Load:     func(s ports.Settings) bool { return s.Set("VAULT_DSN") },
-	OpenStore: func(ports.Settings) (ports.IdempotencyStore, error) {
+	OpenStore: func(ports.Settings, ports.StoreEnv) (ports.IdempotencyStore, error) {
 		return nil, errors.New("not opened here")
 	},
 	Shared: true,

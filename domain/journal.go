@@ -367,7 +367,7 @@ func (s *Service) pay(ctx context.Context, o owed) error {
 // (the drain tries again).
 func (s *Service) payOwed(ctx context.Context, log *slog.Logger, o owed) {
 	if err := s.pay(ctx, o); err != nil {
-		s.recordFail.log(ctx, log, slog.LevelWarn, "idempotency_record_failed",
+		s.logLimited(ctx, s.recordFail, log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -235,13 +234,13 @@ func (s *Service) claim(ctx context.Context, n *notification) {
 			// for it. Failing open must not send blind: that claim's
 			// send may have gone out. Reconcile it first, as for a
 			// takeover; what follows claims afresh, and fails open then.
-			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
+			s.logLimited(ctx, s.unavailable, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))
 			log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
 			s.takenOver(n, c.Lease)
 			return
 		case err != nil:
-			s.unavailable.log(ctx, log, slog.LevelWarn, "idempotency_check_unavailable",
+			s.logLimited(ctx, s.unavailable, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))
 			n.held = false
 			n.state = stateUnchecked
@@ -307,8 +306,8 @@ func (s *Service) claim(ctx context.Context, n *notification) {
 			return
 		}
 		log.Debug("claim_in_flight_wait", slog.Duration("wait", min(wait, left)))
-		if err := sleep(ctx, min(wait, left)); err != nil {
-			n.fail(err)
+		if !ports.Sleep(ctx.Done(), min(wait, left)) {
+			n.fail(ctx.Err())
 			return
 		}
 		wait = min(2*wait, s.cfg.ClaimWaitMax)
@@ -360,7 +359,7 @@ func (s *Service) send(ctx context.Context, n *notification) {
 		// The customer's choice, not a failure: record it as sent, so a
 		// replay is a duplicate and the provider is not asked again.
 		if receipt.ProviderID == "" {
-			receipt.ProviderID = optedOutID
+			receipt.ProviderID = ports.ProviderIDOptedOut
 		}
 		s.recordDelivery(ctx, n, receipt)
 		log.Info("recipient_opted_out",
@@ -391,10 +390,6 @@ func (s *Service) send(ctx context.Context, n *notification) {
 		n.state = stateSent
 	}
 }
-
-// optedOutID is the ProviderID a sent record keeps for an opted-out
-// recipient when the notifier's receipt names none.
-const optedOutID = "opted-out"
 
 // callNotifier calls the channel's notifier, bounded by the send timeout.
 // Should the notifier panic, it gives a held claim back before letting the
@@ -427,7 +422,7 @@ func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.R
 	err := s.record(ctx, n.m.IdempotencyKey, r, s.cfg.TTL)
 	s.journal.deliver(n.m.IdempotencyKey, n.delivery, r, err != nil)
 	if err != nil {
-		s.recordFail.log(ctx, n.log, slog.LevelWarn, "idempotency_record_failed",
+		s.logLimited(ctx, s.recordFail, n.log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))
 	}
 	s.drainSoon()
@@ -442,17 +437,6 @@ func (s *Service) release(ctx context.Context, log *slog.Logger, key, token stri
 	if err := s.cfg.Store.Release(rctx, key, token); err != nil {
 		log.Warn("idempotency_release_failed", slog.String("error", err.Error()),
 			slog.Duration("expires_in", s.cfg.ClaimTTL))
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

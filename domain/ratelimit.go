@@ -3,32 +3,19 @@ package domain
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"time"
+
+	"github.com/harborlight/notification-worker/ports"
 )
 
-// rateLimited logs a message at most once per interval and counts what it
-// held back, so a Redis outage does not write one warning per record.
-type rateLimited struct {
-	every time.Duration
-	now   func() time.Time
-
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (r *rateLimited) log(ctx context.Context, log *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
-	r.mu.Lock()
-	now := r.now()
-	if !r.last.IsZero() && now.Sub(r.last) < r.every {
-		r.suppressed++
-		r.mu.Unlock()
+// logLimited logs msg through log unless l holds it back (see
+// ports.LogLimit), adding how many were held back since the last one let
+// through as suppressed_since_last. It keeps a warning that an outage
+// repeats for every record (idempotency_check_unavailable,
+// idempotency_record_failed) to one per Config.LogEvery.
+func (s *Service) logLimited(ctx context.Context, l *ports.LogLimit, log *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	held, ok := l.Allow(s.cfg.Now())
+	if !ok {
 		return
 	}
-	n := r.suppressed
-	r.last, r.suppressed = now, 0
-	r.mu.Unlock()
-	attrs = append(attrs, slog.Int("suppressed_since_last", n))
-	log.LogAttrs(ctx, level, msg, attrs...)
+	log.LogAttrs(ctx, level, msg, append(attrs, slog.Int("suppressed_since_last", held))...)
 }

@@ -29,8 +29,8 @@ type Service struct {
 	drains      sync.WaitGroup // the drain goroutine, for Close
 	closed      chan struct{}  // closed by Close
 	closeOnce   sync.Once
-	unavailable *rateLimited
-	recordFail  *rateLimited
+	unavailable *ports.LogLimit
+	recordFail  *ports.LogLimit
 }
 
 var _ ports.Handler = (*Service)(nil)
@@ -52,8 +52,8 @@ func NewService(cfg Config) (*Service, error) {
 		cfg:         cfg,
 		journal:     newJournal(cfg.LedgerSize, cfg.TTL, cfg.Now),
 		closed:      make(chan struct{}),
-		unavailable: &rateLimited{every: cfg.LogEvery, now: cfg.Now},
-		recordFail:  &rateLimited{every: cfg.LogEvery, now: cfg.Now},
+		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
+		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
 	}, nil
 }
 

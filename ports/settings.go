@@ -72,13 +72,20 @@ type Provider struct {
 	// OpenStore builds the store from s, whose settings Load accepted,
 	// for IDEMPOTENCY_STORE=Name (which must then be configured). A store
 	// with a Close method is closed when the worker stops.
-	OpenStore func(s Settings) (IdempotencyStore, error)
+	OpenStore func(s Settings, env StoreEnv) (IdempotencyStore, error)
 	// Shared is set for a store that outlives the worker and is shared by
 	// its replicas (a database): the worker wraps it in the circuit
 	// breaker, and refuses a console notifier beside it unless asked for
 	// by name, since the console's sent records would suppress the real
 	// notifications. Unset: the store forgets on restart, like memory.
 	Shared bool
+}
+
+// StoreEnv is what the worker tells every store it builds.
+type StoreEnv struct {
+	// TTL is how long a sent record lives (IDEMPOTENCY_TTL): a store that
+	// keeps an abandoned claim to be found keeps it that long too.
+	TTL time.Duration
 }
 
 // NotifierEnv is what the worker tells every notifier it builds.

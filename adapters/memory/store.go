@@ -149,5 +149,7 @@ func (s *Store) sweep(now time.Time) {
 var Provider = ports.Provider{
 	Name:      "memory",
 	Load:      func(ports.Settings) bool { return true },
-	OpenStore: func(ports.Settings) (ports.IdempotencyStore, error) { return New(nil), nil },
+	OpenStore: func(_ ports.Settings, env ports.StoreEnv) (ports.IdempotencyStore, error) {
+		return NewWithConfig(Config{KeepAbandoned: env.TTL}), nil
+	},
 }

@@ -93,7 +93,7 @@ type store struct {
 // it has a Close method, and behind the circuit breaker when p.Shared.
 func providedStore(p ports.Provider) store {
 	return store{provider: &p, open: func(m *Main, _ context.Context) (ports.IdempotencyStore, error) {
-		s, err := p.OpenStore(m.Config.Settings())
+		s, err := p.OpenStore(m.Config.Settings(), ports.StoreEnv{TTL: m.Config.Idempotency.TTL})
 		if err != nil {
 			return nil, err
 		}

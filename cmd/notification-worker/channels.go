@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/harborlight/notification-worker/channels/push"
+	"github.com/harborlight/notification-worker/adapters/push"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"

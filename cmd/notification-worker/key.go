@@ -136,7 +136,7 @@ func describe(f redis.Found, now time.Time) string {
 	switch {
 	case l.Until.IsZero():
 		return s + ", lease without an end (a release before leases: live while the key lives)"
-	case l.Until.After(now):
+	case !l.Passed(now):
 		return fmt.Sprintf("%s, leased from %s until %s (live)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("%s, leased from %s until %s (expired: abandoned, the next claim takes it over)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
-	"github.com/harborlight/notification-worker/channels/push"
+	"github.com/harborlight/notification-worker/adapters/push"
 	"github.com/harborlight/notification-worker/ports"
 )
 
