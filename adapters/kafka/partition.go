@@ -172,7 +172,10 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		Key:       msg.Key,
 		Value:     msg.Value,
 		Timestamp: msg.Timestamp,
-		Headers:   recordHeaders(msg.Headers),
+		// One delivery per record taken from the broker: every attempt
+		// the chain makes at it shares the id; a replay gets a new one.
+		DeliveryID: ports.NewDeliveryID(),
+		Headers:    recordHeaders(msg.Headers),
 	}
 	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping})
 	err := p.handler.Handle(ctx, rec)
