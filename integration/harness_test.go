@@ -25,6 +25,7 @@ import (
 // TestHarness proves each peer the scenarios build on: it starts, and a
 // round trip through it shows what a scenario will assert on.
 func TestHarness(t *testing.T) {
+	t.Parallel()
 	t.Run("Redis", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
@@ -237,6 +238,7 @@ func consumeAndCommit(ctx context.Context, t *testing.T, k *integration.Kafka, t
 // It also proves the worker image and binary read their whole
 // configuration from the environment the peers' Env methods give.
 func TestHarnessWorker(t *testing.T) {
+	t.Parallel()
 	for _, run := range []struct {
 		name  string
 		start func(testing.TB, map[string]string) *integration.Worker
