@@ -131,9 +131,11 @@ func TestHarness(t *testing.T) {
 
 	t.Run("Kafka", func(t *testing.T) {
 		t.Parallel()
+		k := integration.StartKafka(t)
+		// The round trip's deadline, from when the broker answers: its
+		// start has a bound of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		k := integration.StartKafka(t)
 		topic, group := "harness-events", "harness-group"
 		if err := k.CreateTopic(ctx, topic, integration.DefaultPartitions); err != nil {
 			t.Fatal(err)
@@ -248,12 +250,16 @@ func TestHarnessWorker(t *testing.T) {
 	} {
 		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			k := integration.StartKafka(t)
+			// The broker the scenarios share: this test proves the worker
+			// with its peers, TestHarness/Kafka a broker of a test's own.
+			k := integration.SharedKafka(t)
 			r := integration.StartRedis(t)
 			m := integration.StartMailpit(t)
 			tw := integration.StartTwilioDouble(t)
+			// The scenario's deadline, from when every peer answers: their
+			// starts have bounds of their own.
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
 			topic := "harness-" + strings.ToLower(run.name)
 			if err := k.CreateTopic(ctx, topic, integration.DefaultPartitions); err != nil {
 				t.Fatal(err)
