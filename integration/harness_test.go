@@ -131,7 +131,9 @@ func TestHarness(t *testing.T) {
 
 	t.Run("Kafka", func(t *testing.T) {
 		t.Parallel()
-		k := integration.StartKafka(t)
+		// The broker the scenarios share, started by StartKafka as a
+		// test's own broker is (TestKafkaAdapterOnApacheKafka starts one).
+		k := integration.SharedKafka(t)
 		// The round trip's deadline, from when the broker answers: its
 		// start has a bound of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -250,8 +252,7 @@ func TestHarnessWorker(t *testing.T) {
 	} {
 		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
-			// The broker the scenarios share: this test proves the worker
-			// with its peers, TestHarness/Kafka a broker of a test's own.
+			// The broker the scenarios share.
 			k := integration.SharedKafka(t)
 			r := integration.StartRedis(t)
 			m := integration.StartMailpit(t)
