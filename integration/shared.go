@@ -100,9 +100,12 @@ func (p *processTB) run(f func()) {
 	<-done
 }
 
+// runCleanups runs the Cleanup functions, last registered first, each as
+// run does: one that fails (testcontainers' container removal ends with
+// FailNow on an error) ends itself, not the caller or the others.
 func (p *processTB) runCleanups() {
 	for i := len(p.cleanups) - 1; i >= 0; i-- {
-		p.cleanups[i]()
+		p.run(p.cleanups[i])
 	}
 	p.cleanups = nil
 }
