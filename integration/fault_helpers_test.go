@@ -50,13 +50,15 @@ type faultRig struct {
 type faultRigOptions struct {
 	SMTP bool // an in-process scripted SMTP server for the email channel
 	// KafkaNodes > 1 runs an Apache Kafka cluster of that many nodes, the
-	// topic replicated to all (integration.StartKafkaCluster); else one broker.
+	// topic replicated to all (integration.StartKafkaCluster), the test's
+	// own; else the one broker the tests share (integration.SharedKafka).
 	KafkaNodes int
 }
 
-// startFaultRig starts Kafka, Redis and the Twilio double (and, if asked,
-// the scripted SMTP server), creates the test's topic, and logs which
-// implementation of each peer runs: a fallback changes what a test proves.
+// startFaultRig starts Redis and the Twilio double (and, if asked, the
+// scripted SMTP server), starts a Kafka cluster or takes the shared broker,
+// creates the test's topic, and logs which implementation of each peer
+// runs: a fallback changes what a test proves.
 func startFaultRig(t *testing.T, opts faultRigOptions) *faultRig {
 	t.Helper()
 	name := faultName(t)
@@ -64,7 +66,7 @@ func startFaultRig(t *testing.T, opts faultRigOptions) *faultRig {
 	if opts.KafkaNodes > 1 {
 		kafka = integration.StartKafkaCluster(t, opts.KafkaNodes)
 	} else {
-		kafka = integration.StartKafka(t)
+		kafka = integration.SharedKafka(t)
 	}
 	r := &faultRig{
 		t:      t,

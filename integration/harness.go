@@ -21,8 +21,11 @@ import (
 )
 
 // startTimeout bounds how long any peer may take to answer after its
-// container started. Generous: CI machines are shared and slow.
-const startTimeout = 60 * time.Second
+// container started. Generous: CI machines are shared and slow, and an
+// Apache Kafka node (two JVM starts, the storage tool's and the broker's)
+// took more than a minute on two cores busy with parallel scenarios and
+// other builds.
+const startTimeout = 3 * time.Minute
 
 var (
 	dockerOnce sync.Once

@@ -25,6 +25,7 @@ import (
 // TestHarness proves each peer the scenarios build on: it starts, and a
 // round trip through it shows what a scenario will assert on.
 func TestHarness(t *testing.T) {
+	t.Parallel()
 	t.Run("Redis", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
@@ -130,9 +131,13 @@ func TestHarness(t *testing.T) {
 
 	t.Run("Kafka", func(t *testing.T) {
 		t.Parallel()
+		// The broker the scenarios share, started by StartKafka as a
+		// test's own broker is (TestKafkaAdapterOnApacheKafka starts one).
+		k := integration.SharedKafka(t)
+		// The round trip's deadline, from when the broker answers: its
+		// start has a bound of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		k := integration.StartKafka(t)
 		topic, group := "harness-events", "harness-group"
 		if err := k.CreateTopic(ctx, topic, integration.DefaultPartitions); err != nil {
 			t.Fatal(err)
@@ -237,6 +242,7 @@ func consumeAndCommit(ctx context.Context, t *testing.T, k *integration.Kafka, t
 // It also proves the worker image and binary read their whole
 // configuration from the environment the peers' Env methods give.
 func TestHarnessWorker(t *testing.T) {
+	t.Parallel()
 	for _, run := range []struct {
 		name  string
 		start func(testing.TB, map[string]string) *integration.Worker
@@ -246,12 +252,15 @@ func TestHarnessWorker(t *testing.T) {
 	} {
 		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			k := integration.StartKafka(t)
+			// The broker the scenarios share.
+			k := integration.SharedKafka(t)
 			r := integration.StartRedis(t)
 			m := integration.StartMailpit(t)
 			tw := integration.StartTwilioDouble(t)
+			// The scenario's deadline, from when every peer answers: their
+			// starts have bounds of their own.
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
 			topic := "harness-" + strings.ToLower(run.name)
 			if err := k.CreateTopic(ctx, topic, integration.DefaultPartitions); err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,12 +233,24 @@ func startKfakeContainer(t testing.TB, img string) []string {
 	return []string{addr}
 }
 
+// apacheStarts lets one Apache Kafka cluster of this process start at a
+// time (see startApache).
+var apacheStarts sync.Mutex
+
 // startApache runs n Apache Kafka nodes of img, each on two free loopback
 // ports (clients, controller), all voters of one static quorum when n > 1.
 // The settings that differ from Kafka's defaults are in
 // integration/kafkanode and docs/kafka-brokers.md.
+//
+// One cluster starts at a time: a node's start is two JVM starts and tens
+// of CPU-seconds, and parallel scenarios starting clusters at once on two
+// cores took each other past startTimeout (a three-node cluster was still
+// electing a controller after 3 minutes). The wait for the turn does not
+// count against startTimeout.
 func (k *Kafka) startApache(t testing.TB, img string, n int) {
 	t.Helper()
+	apacheStarts.Lock()
+	defer apacheStarts.Unlock()
 	type ports struct{ client, ctrl string }
 	ps := make([]ports, n)
 	var voters []string

@@ -30,8 +30,10 @@ import (
 // sends each of them again: the test logs how many, the reason for the
 // setting.
 func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MinReplicas=%d", n), func(t *testing.T) {
+			t.Parallel()
 			sentinelFailover(t, n)
 		})
 	}
@@ -68,8 +70,10 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 // them; the other then replicates the new primary. Only the notifications
 // whose keys the first primary serves are at risk.
 func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MinReplicas=%d", n), func(t *testing.T) {
+			t.Parallel()
 			rig := startFaultRig(t, faultRigOptions{})
 			c := redistest.MustStartCluster(t, 3)
 			lagging := []*redistest.Server{c.MustAddReplica(t, 0), c.MustAddReplica(t, 0)}

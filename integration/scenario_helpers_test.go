@@ -28,18 +28,19 @@ import (
 )
 
 // This file holds what the issue-4 scenarios (incident, overlap, TTL,
-// container) share: one set of real peers per test, events that can be
-// recognised at the providers, and the exactly-once read-back.
+// container) share: real peers per test (the broker shared, the rest the
+// test's own), events that can be recognised at the providers, and the
+// exactly-once read-back.
 
 // workerStarter is integration.StartWorkerProcess or
 // integration.StartWorkerContainer: a scenario written against it runs on
 // either, which is how the container scenario reuses the incident's body.
 type workerStarter func(testing.TB, map[string]string) *integration.Worker
 
-// peerStack is one test's own Kafka, Redis, mailpit and Twilio double, plus
-// the names that keep its data apart (topic, group, key prefix): the peers
-// are per test already, the names make a log or a shared broker readable
-// and keep the tests safe to run with t.Parallel.
+// peerStack is one test's own Redis, mailpit and Twilio double, the Kafka
+// broker the tests share (integration.SharedKafka), and the names that keep
+// its data apart (topic, group, key prefix): they keep the tests apart on
+// the shared broker, safe to run with t.Parallel, and make a log readable.
 type peerStack struct {
 	Kafka   *integration.Kafka
 	Redis   *integration.Redis
@@ -58,7 +59,7 @@ func startPeerStack(t *testing.T, name string) *peerStack {
 	t.Helper()
 	run := randomHex(t, 4)
 	p := &peerStack{
-		Kafka:     integration.StartKafka(t),
+		Kafka:     integration.SharedKafka(t),
 		Redis:     integration.StartRedis(t),
 		Mailpit:   integration.StartMailpit(t),
 		Twilio:    integration.StartTwilioDouble(t),

@@ -227,7 +227,12 @@ func (s *Server) mustStartFree(tb testing.TB) {
 }
 
 func (s *Server) startLocked() error {
-	args := []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}
+	// A primary starts a replica's full sync at once: by default Redis 7
+	// waits 5 s (repl-diskless-sync-delay) for more replicas to share the
+	// transfer, which every MustStartReplica, MustAddReplica and replica
+	// following a new primary would otherwise sit out.
+	args := []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no",
+		"--repl-diskless-sync-delay", "0"}
 	if s.clientTLS != nil {
 		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port))
 	} else {
@@ -238,7 +243,13 @@ func (s *Server) startLocked() error {
 		// in its own directory, so a Restart keeps them.
 		args = append(args, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
-			"--cluster-port", strconv.Itoa(s.busPort))
+			"--cluster-port", strconv.Itoa(s.busPort),
+			// CLUSTER SLOTS lists a replica only once its replication
+			// offset is above 0, and on an idle primary the offset moves
+			// only with the primary's ping to its replicas, every 10 s
+			// by default: every 1 s, MustAddReplica returns in about 1 s
+			// instead of 8 to 10.
+			"--repl-ping-replica-period", "1")
 	}
 	if s.conf != "" {
 		// redis-server wants the config file first.
