@@ -32,10 +32,10 @@ test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
 	promtool check rules deploy/prometheus/rules.yaml
 	promtool test rules deploy/prometheus/rules_test.yaml
 
-# The scenarios mostly wait on their peers, so six run at once on two
+# The scenarios mostly wait on their peers, so four run at once on two
 # cores (go test's default is one per core); the ones that must not share
 # the machine with others are not parallel and run first, alone.
-INTEGRATION_PARALLEL ?= 6
+INTEGRATION_PARALLEL ?= 4
 
 test-integration: images ## end-to-end scenarios on testcontainers (needs a Docker engine)
 	$(GO) test -race -tags integration -count=1 -parallel $(INTEGRATION_PARALLEL) -timeout 20m ./integration/...
