@@ -32,6 +32,9 @@ type Settings interface {
 	// String returns name's value, trimmed of surrounding white space
 	// unless it is a secret.
 	String(name string) string
+	// Bool returns name's value, refused unless true or false (as
+	// strconv.ParseBool reads it).
+	Bool(name string) bool
 	// Int returns name's value, refused unless an integer from lo to hi.
 	Int(name string, lo, hi int) int
 	// Duration returns name's value, refused unless a Go duration of at
@@ -41,6 +44,10 @@ type Settings interface {
 	// https:// URL without user info, query or fragment; "" when unset
 	// without a default.
 	URL(name string) string
+	// HostPorts returns name's value, a comma-separated list of host:port,
+	// each refused unless it has a host and a port from 1 to 65535; nil
+	// when unset without a default.
+	HostPorts(name string) []string
 	// Fail reports name's value as refused, for reason (a sentence that
 	// never quotes a secret).
 	Fail(name, reason string)
