@@ -88,6 +88,15 @@ var Reference = slices.Concat([]Var{
 	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
 })
 
+// ReferenceWith is Reference with the variables providers declare
+// (ProviderVars) after the built-in notifiers' settings (smtp.Settings,
+// the last of them): every variable the worker built with these providers
+// reads, in the order its README lists them.
+func ReferenceWith(providers ...ports.Provider) []Var {
+	last := slices.IndexFunc(Reference, func(v Var) bool { return v.Name == smtp.Settings[len(smtp.Settings)-1].Name })
+	return slices.Concat(Reference[:last+1], ProviderVars(providers...), Reference[last+1:])
+}
+
 // vars are an adapter's settings as Reference lists them.
 func vars(settings []ports.Setting) []Var {
 	out := make([]Var, len(settings))

@@ -251,18 +251,27 @@ func (s settings) Duration(name string, lo time.Duration) time.Duration {
 	return s.l.duration(name, lo)
 }
 
-// declared returns the variables providers declare: each one's Settings,
-// and a notifier's Variable.
+// declared returns the variables providers declare (ProviderVars), by
+// name.
 func declared(providers []ports.Provider) map[string]Var {
 	out := map[string]Var{}
+	for _, v := range ProviderVars(providers...) {
+		out[v.Name] = v
+	}
+	return out
+}
+
+// ProviderVars returns the variables providers declare, in their order:
+// a notifier's Variable, then each one's Settings. LoadWorker reads them
+// beside Reference; the worker's README lists them after Reference's own
+// provider settings (ReferenceWith).
+func ProviderVars(providers ...ports.Provider) []Var {
+	var out []Var
 	for _, p := range providers {
-		for _, s := range p.Settings {
-			out[s.Name] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
+		if p.OpenStore == nil {
+			out = append(out, Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."})
 		}
-		if p.OpenStore != nil {
-			continue
-		}
-		out[p.Variable] = Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."}
+		out = append(out, vars(p.Settings)...)
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package config_test
+package main
 
 import (
 	"bytes"
@@ -10,22 +10,25 @@ import (
 	"github.com/harborlight/notification-worker/config"
 )
 
-var update = flag.Bool("update", false, "rewrite the configuration section of ../README.md from config.Reference")
+var update = flag.Bool("update", false, "rewrite the configuration section of README.md from config.Reference and the channel table's providers")
 
 const (
-	readmePath  = "../README.md"
+	readmePath  = "../../README.md"
 	beginMarker = "<!-- config:begin -->"
 	endMarker   = "<!-- config:end -->"
-	updateHint  = "go test ./config -update"
+	updateHint  = "go test ./cmd/notification-worker -run TestREADMEConfigReference -update"
 )
 
-// renderReference renders Reference as the README's Markdown table.
+// renderReference renders the variables the worker reads as the README's
+// Markdown table: config.Reference, and the variables of every provider
+// the channel table and the stores declare (providers), so a provider's
+// settings are listed without a second registration.
 func renderReference() string {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	var b strings.Builder
-	b.WriteString("<!-- Generated from config.Reference (config/reference.go): edit it there, then run `" + updateHint + "`. -->\n\n")
+	b.WriteString("<!-- Generated from config.Reference (config/reference.go) and the providers' Settings (cmd/notification-worker/channels.go): edit them there, then run `" + updateHint + "`. -->\n\n")
 	b.WriteString("| Variable | Default | Meaning |\n|---|---|---|\n")
-	for _, v := range config.Reference {
+	for _, v := range config.ReferenceWith(providers()...) {
 		def := ""
 		if v.Default != "" {
 			def = "`" + v.Default + "`"
@@ -40,8 +43,9 @@ func renderReference() string {
 }
 
 // TestREADMEConfigReference fails when the README's configuration table is
-// not what Reference renders, so the documentation cannot drift from the
-// defaults Load uses. With -update it rewrites that section, and only it.
+// not what renderReference renders, so the documentation cannot drift from
+// the defaults the worker uses, nor miss a provider's settings. With
+// -update it rewrites that section, and only it.
 func TestREADMEConfigReference(t *testing.T) {
 	readme, err := os.ReadFile(readmePath)
 	if err != nil {
