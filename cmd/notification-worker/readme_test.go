@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"flag"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/internal/docsection"
 )
 
 var update = flag.Bool("update", false, "rewrite the configuration section of README.md from config.Reference and the channel table's providers")
@@ -47,31 +46,8 @@ func renderReference() string {
 // the defaults the worker uses, nor miss a provider's settings. With
 // -update it rewrites that section, and only it.
 func TestREADMEConfigReference(t *testing.T) {
-	readme, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	begin := bytes.Index(readme, []byte(beginMarker))
-	end := bytes.Index(readme, []byte(endMarker))
-	if begin < 0 || end < begin {
-		t.Fatalf("%s: want the markers %s and %s, in that order", readmePath, beginMarker, endMarker)
-	}
-	start := begin + len(beginMarker)
-	got := string(readme[start:end])
-	want := "\n" + renderReference()
-
-	if *update {
-		if got == want {
-			return
-		}
-		out := append(append(append([]byte{}, readme[:start]...), want...), readme[end:]...)
-		if err := os.WriteFile(readmePath, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote the configuration section of %s", readmePath)
-		return
-	}
-	if got != want {
-		t.Errorf("%s: the configuration table differs from config.Reference; run\n\t%s\n--- README ---\n%s\n--- Reference ---\n%s", readmePath, updateHint, got, want)
-	}
+	docsection.Section{
+		Path: readmePath, Begin: beginMarker, End: endMarker,
+		What: "the configuration table", From: "config.Reference and the providers' settings", Hint: updateHint,
+	}.Check(t, renderReference(), *update)
 }
