@@ -16,11 +16,13 @@ type Setting struct {
 	Secret bool
 }
 
-// Settings reads the variables an adapter declared (its Provider's
-// Settings), as the worker's configuration holds them. The configuration
-// implements it; an adapter reads and checks its own settings through it,
-// so that each rule is written once, in the adapter, and a bad value stops
-// the worker at start with every other bad variable.
+// Settings reads the variables an adapter declared, as the worker's
+// configuration holds them: its Provider's Settings, or, for an adapter
+// the worker always builds (Redis, Twilio, SMTP), the Setting list it
+// exports for the configuration's reference. The configuration implements
+// it; an adapter reads and checks its own settings through it, so that
+// each rule is written once, in the adapter, and a bad value stops the
+// worker at start with every other bad variable.
 //
 // Each getter returns the variable's value (the environment's, else its
 // default). A getter that refuses the value reports it, as Fail does, and
@@ -62,10 +64,10 @@ type Provider struct {
 	// Name is the value of Variable that picks this provider ("push").
 	Name string
 	// Variable chooses the channel's notifier: Name, "console", or unset.
-	// Unset, it is Name when Configured, else the channel is off: the
-	// worker does not offer the channel at all (its recipient field and
-	// its name are refused in an event, as for a channel it never had).
-	// Empty for a store.
+	// Unset, it is Name when Load reports the provider configured, else
+	// the channel is off: the worker does not offer the channel at all
+	// (its recipient field and its name are refused in an event, as for a
+	// channel it never had). Empty for a store.
 	Variable string
 	// Settings are the variables Load and Open read.
 	Settings []Setting
