@@ -89,24 +89,29 @@ type Config struct {
 		RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
 		RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
 	}
+	// Idempotency holds the settings of whichever store is chosen.
 	Idempotency struct {
-		// RedisURL is empty for the in-memory store. It is a Secret because
-		// a redis:// URL may carry the password.
-		RedisURL        Secret        // REDIS_URL
 		TTL             time.Duration // IDEMPOTENCY_TTL
 		ClaimTTL        time.Duration // IDEMPOTENCY_CLAIM_TTL
 		Timeout         time.Duration // IDEMPOTENCY_TIMEOUT
 		FailureMode     string        // IDEMPOTENCY_FAILURE_MODE: "open" or "closed"
-		KeyFormat       string        // IDEMPOTENCY_KEY_FORMAT: "compact" or "readable"
-		CompactPrefix   string        // IDEMPOTENCY_COMPACT_KEY_PREFIX
-		KeyPrefix       string        // IDEMPOTENCY_KEY_PREFIX
-		ReadBothFormats bool          // IDEMPOTENCY_READ_BOTH_FORMATS
 		BreakerFailures int           // IDEMPOTENCY_BREAKER_FAILURES
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
-		AllowEviction   bool          // IDEMPOTENCY_ALLOW_EVICTION
-		MinReplicas     int           // IDEMPOTENCY_MIN_REPLICAS
-		WaitAOF         bool          // IDEMPOTENCY_WAIT_AOF
+	}
+	// Redis holds the Redis store's settings (redis.Settings), as
+	// redis.LoadSettings read and checked them.
+	Redis struct {
+		// URL is empty for another store. It is a Secret because a
+		// redis:// URL may carry the password.
+		URL             Secret // REDIS_URL
+		MinReplicas     int    // IDEMPOTENCY_MIN_REPLICAS
+		WaitAOF         bool   // IDEMPOTENCY_WAIT_AOF
+		KeyFormat       string // IDEMPOTENCY_KEY_FORMAT: "compact" or "readable"
+		CompactPrefix   string // IDEMPOTENCY_COMPACT_KEY_PREFIX
+		KeyPrefix       string // IDEMPOTENCY_KEY_PREFIX
+		ReadBothFormats bool   // IDEMPOTENCY_READ_BOTH_FORMATS
+		AllowEviction   bool   // IDEMPOTENCY_ALLOW_EVICTION
 		// SentinelAddrs and SentinelMaster are both set or both empty.
 		SentinelAddrs    []string // REDIS_SENTINEL_ADDRS
 		SentinelMaster   string   // REDIS_SENTINEL_MASTER
@@ -206,7 +211,7 @@ func (c Config) SMTPEnabled() bool { return c.SMTP.Host != "" }
 // keeps its host and database and loses only its password. Durations are
 // rendered as "10s" rather than nanoseconds, for people to read.
 func (c Config) LogValue() slog.Value {
-	k, i, t, s, a := c.Kafka, c.Idempotency, c.Twilio, c.SMTP, c.Adapters
+	k, i, r, t, s, a := c.Kafka, c.Idempotency, c.Redis, c.Twilio, c.SMTP, c.Adapters
 	return slog.GroupValue(
 		slog.Group("adapters",
 			slog.String("event_source", a.EventSource),
@@ -235,26 +240,27 @@ func (c Config) LogValue() slog.Value {
 			slog.String("retry_initial_backoff", k.RetryInitialBackoff.String()),
 			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),
 		),
+		// The start-up line keeps the store's settings in one group.
 		slog.Group("idempotency",
-			slog.String("redis_url", ports.MaskURL(i.RedisURL.Reveal())),
+			slog.String("redis_url", ports.MaskURL(r.URL.Reveal())),
 			slog.String("ttl", i.TTL.String()),
 			slog.String("claim_ttl", i.ClaimTTL.String()),
 			slog.String("timeout", i.Timeout.String()),
 			slog.String("failure_mode", i.FailureMode),
-			slog.String("key_format", i.KeyFormat),
-			slog.String("compact_key_prefix", i.CompactPrefix),
-			slog.String("key_prefix", i.KeyPrefix),
-			slog.Bool("read_both_formats", i.ReadBothFormats),
+			slog.String("key_format", r.KeyFormat),
+			slog.String("compact_key_prefix", r.CompactPrefix),
+			slog.String("key_prefix", r.KeyPrefix),
+			slog.Bool("read_both_formats", r.ReadBothFormats),
 			slog.Int("breaker_failures", i.BreakerFailures),
 			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
 			slog.Int("ledger_size", i.LedgerSize),
-			slog.Bool("allow_eviction", i.AllowEviction),
-			slog.Int("min_replicas", i.MinReplicas),
-			slog.Bool("wait_aof", i.WaitAOF),
-			slog.String("redis_sentinel_addrs", strings.Join(i.SentinelAddrs, ",")),
-			slog.String("redis_sentinel_master", i.SentinelMaster),
-			slog.String("redis_sentinel_username", i.SentinelUsername),
-			slog.Any("redis_sentinel_password", i.SentinelPassword),
+			slog.Bool("allow_eviction", r.AllowEviction),
+			slog.Int("min_replicas", r.MinReplicas),
+			slog.Bool("wait_aof", r.WaitAOF),
+			slog.String("redis_sentinel_addrs", strings.Join(r.SentinelAddrs, ",")),
+			slog.String("redis_sentinel_master", r.SentinelMaster),
+			slog.String("redis_sentinel_username", r.SentinelUsername),
+			slog.Any("redis_sentinel_password", r.SentinelPassword),
 		),
 		slog.Group("twilio",
 			slog.Bool("enabled", c.TwilioEnabled()),

@@ -156,10 +156,12 @@ func (l *loader) kafka(c *Config) {
 	l.kafkaSecurity()
 }
 
-// idempotency reads the store's variables into c.Idempotency.
+// idempotency reads the store's variables: the generic ones into
+// c.Idempotency, and the Redis store's into c.Redis through the adapter's
+// own loader, which checks them.
 func (l *loader) idempotency(c *Config) {
+	l.redis(c)
 	i := &c.Idempotency
-	i.RedisURL = Secret(l.redisURL("REDIS_URL"))
 	// Redis expiries (PX) count whole milliseconds: anything shorter would
 	// be sent as 0, which Redis rejects.
 	i.TTL = l.duration("IDEMPOTENCY_TTL", time.Millisecond)
@@ -168,10 +170,6 @@ func (l *loader) idempotency(c *Config) {
 	// fail open on every notification.
 	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
 	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
-	i.KeyFormat = l.oneOf("IDEMPOTENCY_KEY_FORMAT", false, redis.Compact.String(), redis.Readable.String())
-	i.CompactPrefix = l.str("IDEMPOTENCY_COMPACT_KEY_PREFIX")
-	i.KeyPrefix = l.str("IDEMPOTENCY_KEY_PREFIX")
-	i.ReadBothFormats = l.boolean("IDEMPOTENCY_READ_BOTH_FORMATS")
 	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
 		// 0 would mean "no breaker", which is refused: the breaker is the
 		// one layer that decides Redis is unavailable, and what bounds the
@@ -183,42 +181,18 @@ func (l *loader) idempotency(c *Config) {
 	}
 	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
 	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
-	i.AllowEviction = l.boolean("IDEMPOTENCY_ALLOW_EVICTION")
-	i.MinReplicas = l.intIn("IDEMPOTENCY_MIN_REPLICAS", 0, 100)
-	i.WaitAOF = l.boolean("IDEMPOTENCY_WAIT_AOF")
-	if i.WaitAOF && i.MinReplicas == 0 {
-		l.fail("IDEMPOTENCY_WAIT_AOF", "needs IDEMPOTENCY_MIN_REPLICAS above 0: WAITAOF waits for that many replicas' fsync")
-	}
-	l.sentinel(c)
 }
 
-// sentinel reads the REDIS_SENTINEL_* variables: the Sentinels and their
-// master set come together, with REDIS_URL, and without Cluster seeds.
-func (l *loader) sentinel(c *Config) {
-	i := &c.Idempotency
-	i.SentinelAddrs = l.hostPorts("REDIS_SENTINEL_ADDRS")
-	i.SentinelMaster = l.str("REDIS_SENTINEL_MASTER")
-	i.SentinelUsername = l.str("REDIS_SENTINEL_USERNAME")
-	i.SentinelPassword = Secret(l.str("REDIS_SENTINEL_PASSWORD"))
-	addrs, master := l.set("REDIS_SENTINEL_ADDRS"), l.set("REDIS_SENTINEL_MASTER")
-	switch {
-	case addrs && !master:
-		l.fail("REDIS_SENTINEL_MASTER", "required with REDIS_SENTINEL_ADDRS: set both REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER, or neither")
-	case master && !addrs:
-		l.fail("REDIS_SENTINEL_ADDRS", "required with REDIS_SENTINEL_MASTER: set both REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER, or neither")
-	case !addrs && !master:
-		for _, n := range []string{"REDIS_SENTINEL_USERNAME", "REDIS_SENTINEL_PASSWORD"} {
-			if l.set(n) {
-				l.fail(n, "set, but REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER are not: it authenticates to the Sentinels")
-			}
-		}
-		return
-	}
-	if !l.set("REDIS_URL") {
-		l.fail("REDIS_URL", "required with REDIS_SENTINEL_ADDRS: its scheme (rediss for TLS), user, password and database apply to the primary the Sentinels name; its host is not dialled")
-	} else if u, err := url.Parse(l.value("REDIS_URL")); err == nil && u.Query().Has("addr") {
-		l.fail("REDIS_SENTINEL_ADDRS", "cannot be used with Redis Cluster seeds (?addr=) in REDIS_URL: Sentinel names one primary; use one or the other")
-	}
+// redis reads the Redis store's variables into c.Redis: the adapter's
+// loader (redis.LoadSettings) reads and checks them.
+func (l *loader) redis(c *Config) {
+	rc := redis.LoadSettings(settings{l})
+	r := &c.Redis
+	r.URL, r.MinReplicas, r.WaitAOF = Secret(rc.URL), rc.MinReplicas, rc.WaitAOF
+	r.KeyFormat, r.CompactPrefix, r.KeyPrefix, r.ReadBothFormats = rc.Format.String(), rc.CompactPrefix, rc.KeyPrefix, rc.ReadBoth
+	r.AllowEviction = rc.Health.AllowEviction
+	r.SentinelAddrs, r.SentinelMaster = rc.SentinelAddrs, rc.SentinelMaster
+	r.SentinelUsername, r.SentinelPassword = rc.SentinelUsername, Secret(rc.SentinelPassword)
 }
 
 // eventAge reads MAX_EVENT_AGE and its overrides, once c.Idempotency is
@@ -700,33 +674,4 @@ func (l *loader) optionalHTTPURL(name string) string {
 		return ""
 	}
 	return l.httpURL(name)
-}
-
-// redisURL checks the scheme, host and database of a Redis URL. Its reasons
-// never quote the URL or url.Parse's error, which does: the URL may hold
-// the password.
-func (l *loader) redisURL(name string) string {
-	v := l.value(name)
-	if v == "" {
-		return ""
-	}
-	u, err := url.Parse(v)
-	switch {
-	case err != nil:
-		l.fail(name, "not a valid URL (check that special characters in the password are percent-encoded)")
-		return ""
-	case u.Scheme != "redis" && u.Scheme != "rediss":
-		l.fail(name, "want a redis:// or rediss:// (TLS) URL")
-		return ""
-	case u.Host == "":
-		l.fail(name, "want a host: redis://[user:password@]host:port[/db]")
-		return ""
-	}
-	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
-		if n, err := strconv.Atoi(db); err != nil || n < 0 {
-			l.fail(name, "want a database number as the path, such as /0")
-			return ""
-		}
-	}
-	return v
 }

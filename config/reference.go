@@ -33,7 +33,7 @@ type Var struct {
 // them. Load takes its defaults from here, and the README table is rendered
 // from here (the comment above the table says how), so a new variable is one
 // entry here plus its parsing in Load. An adapter that reads its own
-// settings (twilio.Settings, smtp.Settings) has them merged here, where the
+// settings (redis.Settings, twilio.Settings, smtp.Settings) has them merged here, where the
 // README lists them.
 var Reference = slices.Concat([]Var{
 	{Name: "EVENT_SOURCE", Default: "kafka", Meaning: "Where events come from: `kafka` (the brokers in `KAFKA_BROKERS`, which must be set) or `embedded` (an in-process broker for development, which loses everything on restart; `KAFKA_BROKERS` must be empty)."},
@@ -60,28 +60,16 @@ var Reference = slices.Concat([]Var{
 	{Name: "RETRY_MAX_ATTEMPTS", Default: strconv.Itoa(policy.DefaultRetryMaxAttempts), Meaning: "Attempts at a record whose send failed in a retryable way before it is dead-lettered (1 to 100; 1: no retry). The default rides out about a minute of provider errors with the default backoff."},
 	{Name: "RETRY_INITIAL_BACKOFF", Default: policy.DefaultRetryInitialBackoff.String(), Meaning: "Wait before the first retry; it doubles on each retry."},
 	{Name: "RETRY_MAX_BACKOFF", Default: policy.DefaultRetryMaxBackoff.String(), Meaning: "Cap on the wait between retries. At least `RETRY_INITIAL_BACKOFF`."},
-	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`).", Secret: true},
-	{Name: "REDIS_SENTINEL_ADDRS", Meaning: "Comma-separated `host:port` list of Redis Sentinels that name the idempotency store's primary and announce its failovers; set with `REDIS_SENTINEL_MASTER`, or neither. `REDIS_URL` stays required: its scheme (`rediss` is TLS, to the Sentinels too), user, password and database apply, its host is not dialled but is the TLS server name. Refused with Cluster seeds (`?addr=`) in `REDIS_URL`."},
-	{Name: "REDIS_SENTINEL_MASTER", Meaning: "Name of the master set the Sentinels in `REDIS_SENTINEL_ADDRS` watch (`sentinel monitor <name> ...`)."},
-	{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any."},
-	{Name: "REDIS_SENTINEL_PASSWORD", Meaning: "Password the Sentinels themselves require (`requirepass` in sentinel.conf), if any.", Secret: true},
-	{Name: "IDEMPOTENCY_MIN_REPLICAS", Default: "0", Meaning: "Replicas that must acknowledge every claim and sent record (Redis `WAIT`, within `IDEMPOTENCY_TIMEOUT`) before the worker relies on it (0 to 100). 0: the primary's word is enough, and a failover that promotes a lagging replica loses the last records, whose replays are sent again. Short of the count the call fails and the failure mode applies; see docs/runbook.md for when to raise it and what it costs."},
-	{Name: "IDEMPOTENCY_WAIT_AOF", Default: "false", Meaning: "Acknowledge with `WAITAOF 0 <IDEMPOTENCY_MIN_REPLICAS>` instead: each replica has also fsynced the write to its AOF. Needs `IDEMPOTENCY_MIN_REPLICAS` above 0 and Redis 7.2 or later on every node: the worker refuses to start otherwise."},
 	{Name: "IDEMPOTENCY_TTL", Default: durationText(domain.DefaultTTL), Meaning: "How long a sent record suppresses a replay (ADR-0006). At least `IDEMPOTENCY_CLAIM_TTL`."},
 	{Name: "MAX_EVENT_AGE", Default: "${IDEMPOTENCY_TTL}", Meaning: "Age past which an event is stale: skipped before any claim or send, logged `stale_event_skipped`, counted, and acknowledged (not dead-lettered). Its age runs from `occurred_at`, or from the Kafka record's timestamp when the event has none. At most `IDEMPOTENCY_TTL`, so that a replay after the store forgot an event cannot send it again. An `occurred_at` more than 5 minutes ahead of the worker's clock is poison."},
 	{Name: "MAX_EVENT_AGE_OVERRIDES", Meaning: "Per-type maximum ages, comma-separated `type=duration` (`shipment.out_for_delivery=6h,shipment.delayed=12h`); each positive and at most `IDEMPOTENCY_TTL`. Types not named take `MAX_EVENT_AGE`."},
 	{Name: "IDEMPOTENCY_CLAIM_TTL", Default: durationText(domain.DefaultClaimTTL), Meaning: "How long an in-flight claim lives, so one left by a crashed worker expires. Must exceed `SEND_TIMEOUT` + 2 × `IDEMPOTENCY_TIMEOUT` + " + durationText(domain.LeaseClockSkew) + ": the lease starts before the claim's round trip and must outlive it, the send it guards, the round trip of the write that records it, and the clock skew allowed between workers."},
 	{Name: "IDEMPOTENCY_TIMEOUT", Default: durationText(domain.DefaultStoreTimeout), Meaning: "Limit on each store call (at least 1ms); past it the failure mode applies."},
 	{Name: "IDEMPOTENCY_FAILURE_MODE", Default: string(domain.FailOpen), Meaning: "When the store cannot answer: `open` sends anyway and logs `idempotency_check_unavailable` (a duplicate is possible); `closed` retries the record later (a notification is delayed)."},
-	{Name: "IDEMPOTENCY_KEY_FORMAT", Default: redis.Compact.String(), Meaning: "How Redis keys and sent records are laid out. `compact`: `<IDEMPOTENCY_COMPACT_KEY_PREFIX><channel letter><12 characters of a hash of the event_id>`, holding one integer (send time and fingerprint, no provider id), about 117 bytes of Redis memory a notification; `notification-worker key <event_id>` prints an event's keys. `readable`: `<IDEMPOTENCY_KEY_PREFIX><channel>:<event_id>`, holding the provider id too, about 269 bytes; what releases before `compact` wrote. See docs/capacity.md."},
-	{Name: "IDEMPOTENCY_COMPACT_KEY_PREFIX", Default: redis.DefaultCompactPrefix, Meaning: "Prefix of every `compact` key, to keep ours apart from others' on a shared Redis. Each character beyond the first costs 16 bytes a key on Redis 7 (keys of up to 14 bytes fit its smallest allocation)."},
-	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: redis.DefaultKeyPrefix, Meaning: "Prefix of every `readable` key, to keep ours apart from others' on a shared Redis."},
-	{Name: "IDEMPOTENCY_READ_BOTH_FORMATS", Default: "true", Meaning: "Also read the key of the format not written, in the same round trip as the claim, so that records and claims written in the other format are honoured: needed through a rolling upgrade from a release before `compact`, and for `IDEMPOTENCY_TTL` after any change of `IDEMPOTENCY_KEY_FORMAT` or of either prefix. `false` saves one Redis `GET` per notification once nothing of the other format is alive."},
 	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (1 to 1000). The breaker cannot be turned off: it also opens once more than `MAX_IN_FLIGHT` + this many calls failed within the time Redis may keep an unanswered command (13 s by default), which keeps every store call within `IDEMPOTENCY_TIMEOUT` when Redis stops answering."},
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered (a `PING` to every Redis node, which closes it): a store that answers again is used again within one cooldown."},
 	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: strconv.Itoa(domain.DefaultLedgerSize), Meaning: "Most deliveries the worker remembers while their sent record is owed to the store (1 to 1000000): it suppresses their replays and writes the records when the store answers again. About 200 bytes each."},
-	{Name: "IDEMPOTENCY_ALLOW_EVICTION", Default: "false", Meaning: "Start on a Redis whose `maxmemory` is set and whose `maxmemory-policy` can evict the worker's keys (`allkeys-*`, or `volatile-*`: every key has a TTL). By default the worker refuses to start there (exit 2): an evicted sent record lets a replay send its notification again. `true` accepts that risk, logs `idempotency_eviction_allowed` at start, and evictions are logged `idempotency_keys_evicted` and counted. Prefer `noeviction` with `maxmemory` sized from docs/capacity.md."},
-}, vars(twilio.Settings), vars(smtp.Settings), []Var{
+}, vars(redis.Settings), vars(twilio.Settings), vars(smtp.Settings), []Var{
 	{Name: "ALLOW_INSECURE_TRANSPORT", Default: "false", Meaning: "`true` lets credentials cross the network in clear text, which the worker otherwise refuses at start: an `http://` `TWILIO_API_URL` whose host is not loopback (127.0.0.0/8, ::1, `localhost`), OTLP headers (`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TRACES_HEADERS`) to an `http://` traces endpoint whose host is not loopback, and `KAFKA_SASL_MECHANISM=PLAIN` without `KAFKA_TLS=true`. For a test lab only; the worker logs `insecure_transport_allowed` at start."},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Meaning: "Base `http(s)` URL of an OTLP/HTTP receiver (a collector, port 4318); traces go to its `/v1/traces`. Empty (and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` empty): tracing is off, at no cost. The scheme alone decides TLS: `OTEL_EXPORTER_OTLP_INSECURE` has no effect on OTLP/HTTP. The exporter reads the other standard `OTEL_EXPORTER_OTLP_*` variables (timeout, compression, certificates), the SDK `OTEL_TRACES_SAMPLER` and `OTEL_RESOURCE_ATTRIBUTES`."},
 	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Meaning: "Full `http(s)` URL traces are sent to, path included; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`."},
@@ -99,6 +87,15 @@ var Reference = slices.Concat([]Var{
 	{Name: "LOG_LEVEL", Default: "info", Meaning: "`debug`, `info`, `warn` or `error`."},
 	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
 })
+
+// ReferenceWith is Reference with the variables providers declare
+// (ProviderVars) after the built-in notifiers' settings (smtp.Settings,
+// the last of them): every variable the worker built with these providers
+// reads, in the order its README lists them.
+func ReferenceWith(providers ...ports.Provider) []Var {
+	last := slices.IndexFunc(Reference, func(v Var) bool { return v.Name == smtp.Settings[len(smtp.Settings)-1].Name })
+	return slices.Concat(Reference[:last+1], ProviderVars(providers...), Reference[last+1:])
+}
 
 // vars are an adapter's settings as Reference lists them.
 func vars(settings []ports.Setting) []Var {

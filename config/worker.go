@@ -93,7 +93,7 @@ func (l *loader) adapters(c *Config) {
 		realProvider = realProvider || *n.pick == n.provider || *n.pick == "" && n.meant
 	}
 
-	redisSet := c.Idempotency.RedisURL != "" || l.set("REDIS_URL")
+	redisSet := c.Redis.URL != "" || l.set("REDIS_URL")
 	provider, declared := l.stores[a.Store]
 	switch {
 	case l.bad("IDEMPOTENCY_STORE"):
@@ -142,10 +142,12 @@ func (l *loader) adapters(c *Config) {
 // does when it builds them, so the rule is written once.
 func (l *loader) redisRing(c *Config) {
 	i, k := c.Idempotency, c.Kafka
-	if c.Adapters.Store != "redis" || i.RedisURL == "" || k.MaxInFlight == 0 || i.BreakerFailures == 0 || i.BreakerCooldown == 0 {
+	if c.Adapters.Store != "redis" || c.Redis.URL == "" || k.MaxInFlight == 0 || i.BreakerFailures == 0 || i.BreakerCooldown == 0 {
 		return // not the redis store, or a value already reported bad
 	}
-	rcfg := redis.Config{URL: i.RedisURL.Reveal(), ReadBoth: i.ReadBothFormats}
+	// Only the URL and ReadBothFormats size the ring: the key format,
+	// reported already if bad, does not.
+	rcfg := redis.Config{URL: c.Redis.URL.Reveal(), ReadBoth: c.Redis.ReadBothFormats}
 	unansweredFor, err := rcfg.UnansweredFor()
 	if err != nil {
 		l.fail("REDIS_URL", "the Redis store refuses it: "+err.Error())
@@ -241,24 +243,35 @@ type settings struct{ l *loader }
 func (s settings) Set(name string) bool            { return s.l.set(name) }
 func (s settings) String(name string) string       { return s.l.str(name) }
 func (s settings) Int(name string, lo, hi int) int { return s.l.intIn(name, lo, hi) }
+func (s settings) Bool(name string) bool           { return s.l.boolean(name) }
+func (s settings) HostPorts(name string) []string  { return s.l.hostPorts(name) }
 func (s settings) Fail(name, reason string)        { s.l.fail(name, reason) }
 func (s settings) URL(name string) string          { return s.l.optionalHTTPURL(name) }
 func (s settings) Duration(name string, lo time.Duration) time.Duration {
 	return s.l.duration(name, lo)
 }
 
-// declared returns the variables providers declare: each one's Settings,
-// and a notifier's Variable.
+// declared returns the variables providers declare (ProviderVars), by
+// name.
 func declared(providers []ports.Provider) map[string]Var {
 	out := map[string]Var{}
+	for _, v := range ProviderVars(providers...) {
+		out[v.Name] = v
+	}
+	return out
+}
+
+// ProviderVars returns the variables providers declare, in their order:
+// a notifier's Variable, then each one's Settings. LoadWorker reads them
+// beside Reference; the worker's README lists them after Reference's own
+// provider settings (ReferenceWith).
+func ProviderVars(providers ...ports.Provider) []Var {
+	var out []Var
 	for _, p := range providers {
-		for _, s := range p.Settings {
-			out[s.Name] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
+		if p.OpenStore == nil {
+			out = append(out, Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."})
 		}
-		if p.OpenStore != nil {
-			continue
-		}
-		out[p.Variable] = Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."}
+		out = append(out, vars(p.Settings)...)
 	}
 	return out
 }
@@ -289,6 +302,34 @@ func (c Config) TwilioConfig() twilio.Config {
 		// At most one SMS per record in flight: a connection each.
 		MaxConns: c.Kafka.MaxInFlight,
 	}
+}
+
+// RedisConfig is the Redis store's configuration from its settings, as
+// the worker builds it when IDEMPOTENCY_STORE resolves to redis. It sets
+// neither Timeout nor KeepAbandoned, MaxUnanswered or the Health watch's
+// logger: the worker does, from its own settings. It fails when
+// KeyFormat names no format (a Config built by hand).
+func (c Config) RedisConfig() (redis.Config, error) {
+	r := c.Redis
+	format, err := redis.ParseFormat(r.KeyFormat)
+	if err != nil {
+		return redis.Config{}, err
+	}
+	return redis.Config{
+		URL:           r.URL.Reveal(),
+		Format:        format,
+		CompactPrefix: r.CompactPrefix,
+		KeyPrefix:     r.KeyPrefix,
+		ReadBoth:      r.ReadBothFormats,
+		Health:        redis.HealthConfig{AllowEviction: r.AllowEviction},
+		MinReplicas:   r.MinReplicas,
+		WaitAOF:       r.WaitAOF,
+
+		SentinelAddrs:    r.SentinelAddrs,
+		SentinelMaster:   r.SentinelMaster,
+		SentinelUsername: r.SentinelUsername,
+		SentinelPassword: r.SentinelPassword.Reveal(),
+	}, nil
 }
 
 // SMTPConfig is the SMTP adapter's configuration, as the worker builds it

@@ -68,12 +68,7 @@ func (p *scripted) Reconcile(_ context.Context, m ports.Message, w ports.Window)
 	if p.cannotTell {
 		return ports.Reconciliation{}, errors.New("messages list answered 503")
 	}
-	for i, a := range p.accepted {
-		if a.To == m.To && w.Sent(a.Text) {
-			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", i+1)}}, nil
-		}
-	}
-	return ports.Reconciliation{}, nil
+	return listed(p.accepted, m, w), nil
 }
 
 func (p *scripted) Received() int {

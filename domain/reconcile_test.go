@@ -54,12 +54,20 @@ func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, w ports.Win
 	if p.cannotTell.Load() {
 		return ports.Reconciliation{}, errors.New("messages list answered 503")
 	}
-	for i, a := range p.accepted {
+	return listed(p.accepted, m, w), nil
+}
+
+// listed answers a reconciliation as a provider's list of accepted
+// messages does: delivered, with the id the provider gave it (SM001 for
+// the first), when accepted holds a message to m's recipient whose text w
+// says was m's; else not delivered.
+func listed(accepted []ports.Message, m ports.Message, w ports.Window) ports.Reconciliation {
+	for i, a := range accepted {
 		if a.To == m.To && w.Sent(a.Text) {
-			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", i+1)}}, nil
+			return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", i+1)}}
 		}
 	}
-	return ports.Reconciliation{}, nil
+	return ports.Reconciliation{}
 }
 
 func (p *lateProvider) Accepted() int {

@@ -16,11 +16,13 @@ type Setting struct {
 	Secret bool
 }
 
-// Settings reads the variables an adapter declared (its Provider's
-// Settings), as the worker's configuration holds them. The configuration
-// implements it; an adapter reads and checks its own settings through it,
-// so that each rule is written once, in the adapter, and a bad value stops
-// the worker at start with every other bad variable.
+// Settings reads the variables an adapter declared, as the worker's
+// configuration holds them: its Provider's Settings, or, for an adapter
+// the worker always builds (Redis, Twilio, SMTP), the Setting list it
+// exports for the configuration's reference. The configuration implements
+// it; an adapter reads and checks its own settings through it, so that
+// each rule is written once, in the adapter, and a bad value stops the
+// worker at start with every other bad variable.
 //
 // Each getter returns the variable's value (the environment's, else its
 // default). A getter that refuses the value reports it, as Fail does, and
@@ -32,6 +34,9 @@ type Settings interface {
 	// String returns name's value, trimmed of surrounding white space
 	// unless it is a secret.
 	String(name string) string
+	// Bool returns name's value, refused unless true or false (as
+	// strconv.ParseBool reads it).
+	Bool(name string) bool
 	// Int returns name's value, refused unless an integer from lo to hi.
 	Int(name string, lo, hi int) int
 	// Duration returns name's value, refused unless a Go duration of at
@@ -41,6 +46,10 @@ type Settings interface {
 	// https:// URL without user info, query or fragment; "" when unset
 	// without a default.
 	URL(name string) string
+	// HostPorts returns name's value, a comma-separated list of host:port,
+	// each refused unless it has a host and a port from 1 to 65535; nil
+	// when unset without a default.
+	HostPorts(name string) []string
 	// Fail reports name's value as refused, for reason (a sentence that
 	// never quotes a secret).
 	Fail(name, reason string)
@@ -55,10 +64,10 @@ type Provider struct {
 	// Name is the value of Variable that picks this provider ("push").
 	Name string
 	// Variable chooses the channel's notifier: Name, "console", or unset.
-	// Unset, it is Name when Configured, else the channel is off: the
-	// worker does not offer the channel at all (its recipient field and
-	// its name are refused in an event, as for a channel it never had).
-	// Empty for a store.
+	// Unset, it is Name when Load reports the provider configured, else
+	// the channel is off: the worker does not offer the channel at all
+	// (its recipient field and its name are refused in an event, as for a
+	// channel it never had). Empty for a store.
 	Variable string
 	// Settings are the variables Load and Open read.
 	Settings []Setting

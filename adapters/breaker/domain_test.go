@@ -13,27 +13,9 @@ import (
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/testclock"
 	"github.com/harborlight/notification-worker/ports"
 )
-
-// clock is a test clock the domain's rate limiter reads; it moves only when
-// the test says so.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // countingNotifier accepts every message at once.
 type countingNotifier struct{ sent atomic.Int64 }
@@ -51,7 +33,7 @@ type openWorld struct {
 	svc      *domain.Service
 	notifier *countingNotifier
 	logs     *logtest.Buffer
-	clock    *clock
+	clock    *testclock.Clock // the clock the domain's rate limiter reads
 }
 
 const logEvery = time.Second
@@ -64,7 +46,7 @@ func newOpenWorld(t *testing.T) *openWorld {
 		store:    switchable(down, &atomic.Bool{}),
 		notifier: &countingNotifier{},
 		logs:     &logtest.Buffer{},
-		clock:    &clock{now: time.Date(2026, 4, 2, 9, 14, 0, 0, time.UTC)},
+		clock:    testclock.New(time.Date(2026, 4, 2, 9, 14, 0, 0, time.UTC)),
 	}
 	w.breaker = MustBreaker(t, w.store, breaker.Config{Failures: 3, Cooldown: time.Hour, Probe: never})
 	svc, err := domain.NewService(domain.Config{
@@ -128,7 +110,7 @@ func TestOpenCircuitWarningsAreRateLimited(t *testing.T) {
 		if len(warns) != 1 {
 			t.Fatalf("%d idempotency_check_unavailable warnings for %d records in one interval, want 1", len(warns), workers*perWorker)
 		}
-		w.clock.Advance(logEvery)
+		w.clock.Add(logEvery)
 		w.mustHandle(t, workers*perWorker)
 
 		warns = w.logs.Events(t, "idempotency_check_unavailable")
@@ -159,7 +141,7 @@ func TestOpenCircuitWarningsAreRateLimited(t *testing.T) {
 		const records, step = 300, 100 * time.Millisecond
 		for i := range records {
 			w.mustHandle(t, i)
-			w.clock.Advance(step)
+			w.clock.Add(step)
 		}
 		if got := w.breaker.State(); got != breaker.StateOpen {
 			t.Fatalf("breaker %q, want open: the first failures should have tripped it", got)

@@ -1,9 +1,7 @@
 package prometheus_test
 
 import (
-	"bytes"
 	"flag"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/harborlight/notification-worker/adapters/prometheus"
+	"github.com/harborlight/notification-worker/internal/docsection"
 )
 
 var update = flag.Bool("update", false, "rewrite the metric list of ../../docs/runbook.md from the registry")
@@ -54,30 +53,8 @@ func renderMetricList(families []*dto.MetricFamily) string {
 // removed, a label or a help text changed. With -update it rewrites that
 // section, and only it.
 func TestRunbookMetricList(t *testing.T) {
-	runbook, err := os.ReadFile(runbookFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	begin := bytes.Index(runbook, []byte(metricsBegin))
-	end := bytes.Index(runbook, []byte(metricsEnd))
-	if begin < 0 || end < begin {
-		t.Fatalf("%s: want the markers %s and %s, in that order", runbookFile, metricsBegin, metricsEnd)
-	}
-	start := begin + len(metricsBegin)
-	got := string(runbook[start:end])
-	want := "\n" + renderMetricList(gatherAll(t))
-	if *update {
-		if got == want {
-			return
-		}
-		out := append(append(append([]byte{}, runbook[:start]...), want...), runbook[end:]...)
-		if err := os.WriteFile(runbookFile, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote the metric list of %s", runbookFile)
-		return
-	}
-	if got != want {
-		t.Errorf("%s: the metric list differs from what the registry exports; run\n\t%s\n--- runbook ---\n%s\n--- registry ---\n%s", runbookFile, metricsUpdateHint, got, want)
-	}
+	docsection.Section{
+		Path: runbookFile, Begin: metricsBegin, End: metricsEnd,
+		What: "the metric list", From: "what the registry exports", Hint: metricsUpdateHint,
+	}.Check(t, renderMetricList(gatherAll(t)), *update)
 }

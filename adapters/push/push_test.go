@@ -1,26 +1,23 @@
 package push_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/push"
+	"github.com/harborlight/notification-worker/integration"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -154,11 +151,6 @@ func TestWorker_SendsOnePushOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the worker")
 	}
-	bin := filepath.Join(t.TempDir(), "notification-worker")
-	build := exec.Command("go", "build", "-o", bin, "github.com/harborlight/notification-worker/cmd/notification-worker")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	g := MustStartGateway(t)
 	topic := fmt.Sprintf("push-%d", time.Now().UnixNano())
 	emb, err := kafka.StartEmbedded(2, topic, topic+".dlq")
@@ -167,63 +159,40 @@ func TestWorker_SendsOnePushOnce(t *testing.T) {
 	}
 	t.Cleanup(emb.Close)
 
-	w := exec.Command(bin)
-	w.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"KAFKA_BROKERS=" + strings.Join(emb.Brokers(), ","),
-		"KAFKA_TOPIC=" + topic,
-		"KAFKA_GROUP_ID=" + topic,
-		"IDEMPOTENCY_STORE=memory",
-		"HTTP_ADDR=off",
-		"PUSH_API_URL=" + g.srv.URL,
-		"PUSH_API_KEY=" + apiKey,
-		"PUSH_CA_FILE=" + g.caFile(t),
-	}
-	logs := &lines{}
-	stdout, err := w.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Stderr = logs
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, _ = io.Copy(logs, stdout)
-		done <- w.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = w.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(waitWithin):
-			_ = w.Process.Kill()
-			<-done
-		}
+	w := integration.StartWorkerProcess(t, map[string]string{
+		"KAFKA_BROKERS":     strings.Join(emb.Brokers(), ","),
+		"KAFKA_TOPIC":       topic,
+		"KAFKA_GROUP_ID":    topic,
+		"IDEMPOTENCY_STORE": "memory",
+		"HTTP_ADDR":         "off",
+		"PUSH_API_URL":      g.srv.URL,
+		"PUSH_API_KEY":      apiKey,
+		"PUSH_CA_FILE":      g.caFile(t),
 	})
 
 	event := []byte(`{"event_id":"push-e1","type":"shipment.out_for_delivery","shipment_id":"SHP-9","recipient":{"name":"Ada","device_token":"` + token + `"},"data":{"eta":"14:00"}}`)
 	publish(t, emb.Brokers(), topic, event)
-	waitFor(t, done, logs, "one push at the gateway", func() bool { return len(g.received()) >= 1 })
-	sent := logs.wait(t, done, "notification_sent", "push-e1")
+	sent := waitEvent(t, w, "notification_sent", "push-e1")
 	if sent["channel"] != "push" || sent["to"] != push.MaskToken(token) {
 		t.Fatalf("notification_sent %v: want channel push, to %s", sent, push.MaskToken(token))
 	}
-	got := g.received()[0]
-	if got.To != token || got.Key != "push:push-e1" || got.Auth != "Bearer "+apiKey || got.Body != "Shipment SHP-9 is out for delivery, ETA 14:00." {
+	pushes := g.received()
+	if len(pushes) != 1 {
+		t.Fatalf("the gateway took %d pushes, want 1", len(pushes))
+	}
+	if got := pushes[0]; got.To != token || got.Key != "push:push-e1" || got.Auth != "Bearer "+apiKey || got.Body != "Shipment SHP-9 is out for delivery, ETA 14:00." {
 		t.Fatalf("the gateway took %+v", got)
 	}
 
 	publish(t, emb.Brokers(), topic, event) // the replay
-	dup := logs.wait(t, done, "duplicate_suppressed", "push-e1")
+	dup := waitEvent(t, w, "duplicate_suppressed", "push-e1")
 	if dup["channel"] != "push" {
 		t.Fatalf("duplicate_suppressed %v: want channel push", dup)
 	}
 	if n := len(g.received()); n != 1 {
 		t.Fatalf("the gateway took %d pushes, want 1: the replay was sent again", n)
 	}
-	if strings.Contains(logs.String(), token) {
+	if strings.Contains(strings.Join(w.Logs(), "\n"), token) {
 		t.Fatal("the worker's log shows the device token in clear")
 	}
 }
@@ -242,57 +211,23 @@ func publish(t *testing.T, brokers []string, topic string, value []byte) {
 	}
 }
 
-// waitFor waits for cond, failing if the worker exits first or waitWithin
-// passes.
-func waitFor(t *testing.T, exited <-chan error, logs *lines, what string, cond func() bool) {
+// waitEvent waits, up to waitWithin, for w's first log line whose msg is
+// msg and whose event_id is id, failing if the worker exits first.
+func waitEvent(t *testing.T, w *integration.Worker, msg, id string) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(waitWithin)
-	for !cond() {
-		select {
-		case err := <-exited:
-			t.Fatalf("the worker exited (%v) before %s; its log:\n%s", err, what, logs)
-		case <-time.After(50 * time.Millisecond):
+	for {
+		for _, e := range w.Events(msg) {
+			if e["event_id"] == id {
+				return e
+			}
+		}
+		if code, exited := w.ExitCode(); exited {
+			t.Fatalf("the worker exited (code %d) before %s of %s; its log:\n%s", code, msg, id, strings.Join(w.Logs(), "\n"))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v; the worker's log:\n%s", what, waitWithin, logs)
+			t.Fatalf("no %s of %s within %v; the worker's log:\n%s", msg, id, waitWithin, strings.Join(w.Logs(), "\n"))
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// lines collects the worker's output, a JSON object a line.
-type lines struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// find returns the first line whose msg is msg and event_id is id.
-func (l *lines) find(msg, id string) map[string]any {
-	sc := bufio.NewScanner(strings.NewReader(l.String()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var e map[string]any
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e["msg"] == msg && e["event_id"] == id {
-			return e
-		}
-	}
-	return nil
-}
-
-func (l *lines) wait(t *testing.T, exited <-chan error, msg, id string) map[string]any {
-	t.Helper()
-	var e map[string]any
-	waitFor(t, exited, l, msg+" of "+id, func() bool { e = l.find(msg, id); return e != nil })
-	return e
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/ratelimit"
+	"github.com/harborlight/notification-worker/internal/testclock"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/harborlight/notification-worker/ports/ratelimittest"
 )
@@ -19,20 +20,7 @@ func TestLocalContract(t *testing.T) {
 	})
 }
 
-// clock is a hand-driven clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newClock() *clock { return &clock{now: time.Unix(1775121240, 0)} }
+func newClock() *testclock.Clock { return testclock.New(time.Unix(1775121240, 0)) }
 
 func TestLocal(t *testing.T) {
 	ctx := context.Background()

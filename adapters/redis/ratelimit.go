@@ -116,34 +116,11 @@ func NewRateLimiter(cfg RateLimiterConfig) (*RateLimiter, error) {
 	if conn.URL == "" {
 		return nil, errors.New("redis rate limiter: empty URL")
 	}
-	opt, err := rueidis.ParseURL(conn.URL)
+	// One command a call: the Store's ReadBoth does not apply.
+	conn.ReadBoth = false
+	client, _, err := conn.connect("redis rate limiter")
 	if err != nil {
-		return nil, fmt.Errorf("redis rate limiter: parse URL: %w", redactURLError(err))
-	}
-	if opt.ConnWriteTimeout < 0 {
-		return nil, errWriteTimeout(opt.ConnWriteTimeout)
-	}
-	if most := MaxRing - 1 - ownCommands(opt); conn.MaxUnanswered > most {
-		return nil, fmt.Errorf("redis rate limiter: %d calls awaiting an answer need a ring of more than %d slots per connection (at most %d calls fit)", conn.MaxUnanswered, MaxRing, most)
-	}
-	opt.RingScaleEachConn = ringScale(conn.MaxUnanswered + ownCommands(opt))
-	if conn.TLSConfig != nil {
-		if opt.TLSConfig == nil {
-			return nil, errors.New("redis rate limiter: TLSConfig is set but the URL scheme is not rediss://")
-		}
-		tc := conn.TLSConfig.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName = opt.TLSConfig.ServerName
-		}
-		opt.TLSConfig = tc
-	}
-	if err := conn.sentinel(&opt); err != nil {
 		return nil, err
-	}
-	tune(&opt)
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("redis rate limiter: connect to %s: %w", ports.MaskURL(conn.URL), err)
 	}
 	return &RateLimiter{client: client, prefix: cfg.KeyPrefix, timeout: conn.Timeout}, nil
 }

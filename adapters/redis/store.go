@@ -377,34 +377,9 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.checkReplicas(); err != nil {
 		return nil, err
 	}
-	opt, err := rueidis.ParseURL(cfg.URL)
+	client, opt, err := cfg.connect("redis")
 	if err != nil {
-		return nil, fmt.Errorf("redis: parse URL: %w", redactURLError(err))
-	}
-	if opt.ConnWriteTimeout < 0 {
-		return nil, errWriteTimeout(opt.ConnWriteTimeout)
-	}
-	if most := cfg.maxCalls(opt); cfg.MaxUnanswered > most {
-		return nil, fmt.Errorf("redis: %d calls awaiting an answer need a ring of more than %d slots per connection (at most %d calls fit)", cfg.MaxUnanswered, MaxRing, most)
-	}
-	opt.RingScaleEachConn = ringScale(cfg.commandsPerCall()*cfg.MaxUnanswered + ownCommands(opt))
-	if cfg.TLSConfig != nil {
-		if opt.TLSConfig == nil {
-			return nil, errors.New("redis: TLSConfig is set but the URL scheme is not rediss://")
-		}
-		tc := cfg.TLSConfig.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName = opt.TLSConfig.ServerName
-		}
-		opt.TLSConfig = tc
-	}
-	if err := cfg.sentinel(&opt); err != nil {
 		return nil, err
-	}
-	tune(&opt)
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("redis: connect to %s: %w", ports.MaskURL(cfg.URL), err)
 	}
 	s := &Store{client: client, cfg: cfg, timeout: cfg.Timeout, keep: cfg.KeepAbandoned}
 	if err := s.selfCheck(); err != nil {
@@ -975,6 +950,45 @@ func (c Config) commandsPerCall() int {
 		return 2
 	}
 	return 1
+}
+
+// connect opens a client to the server in c: its URL, TLSConfig and
+// Sentinel settings, each connection's ring sized for MaxUnanswered calls
+// (of commandsPerCall commands each) besides the client's own commands.
+// It returns the client and the options it was opened with. what starts
+// every error ("redis", "redis rate limiter"); no error carries the
+// password.
+func (c Config) connect(what string) (rueidis.Client, rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(c.URL)
+	if err != nil {
+		return nil, opt, fmt.Errorf("%s: parse URL: %w", what, redactURLError(err))
+	}
+	if opt.ConnWriteTimeout < 0 {
+		return nil, opt, errWriteTimeout(opt.ConnWriteTimeout)
+	}
+	if most := c.maxCalls(opt); c.MaxUnanswered > most {
+		return nil, opt, fmt.Errorf("%s: %d calls awaiting an answer need a ring of more than %d slots per connection (at most %d calls fit)", what, c.MaxUnanswered, MaxRing, most)
+	}
+	opt.RingScaleEachConn = ringScale(c.commandsPerCall()*c.MaxUnanswered + ownCommands(opt))
+	if c.TLSConfig != nil {
+		if opt.TLSConfig == nil {
+			return nil, opt, errors.New(what + ": TLSConfig is set but the URL scheme is not rediss://")
+		}
+		tc := c.TLSConfig.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName = opt.TLSConfig.ServerName
+		}
+		opt.TLSConfig = tc
+	}
+	if err := c.sentinel(&opt); err != nil {
+		return nil, opt, err
+	}
+	tune(&opt)
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, opt, fmt.Errorf("%s: connect to %s: %w", what, ports.MaskURL(c.URL), err)
+	}
+	return client, opt, nil
 }
 
 // maxCalls is the most calls New accepts as MaxUnanswered under opt.

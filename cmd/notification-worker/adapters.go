@@ -184,30 +184,17 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 // a reset: zero, the store's default (a minute). Tests shorten it.
 var redisHealthInterval time.Duration
 
-// storeConfig is the Redis store's configuration from the worker's.
+// storeConfig is the Redis store's configuration from the worker's: the
+// store's own settings (config.Config.RedisConfig) and the worker's
+// budget per call and sent records' TTL.
 func storeConfig(c config.Config) (redis.Config, error) {
-	i := c.Idempotency
-	format, err := redis.ParseFormat(i.KeyFormat)
+	rcfg, err := c.RedisConfig()
 	if err != nil {
 		return redis.Config{}, err
 	}
-	return redis.Config{
-		URL:           i.RedisURL.Reveal(),
-		Format:        format,
-		CompactPrefix: i.CompactPrefix,
-		KeyPrefix:     i.KeyPrefix,
-		ReadBoth:      i.ReadBothFormats,
-		Timeout:       i.Timeout,
-		KeepAbandoned: i.TTL,
-		Health:        redis.HealthConfig{AllowEviction: i.AllowEviction},
-		MinReplicas:   i.MinReplicas,
-		WaitAOF:       i.WaitAOF,
-
-		SentinelAddrs:    i.SentinelAddrs,
-		SentinelMaster:   i.SentinelMaster,
-		SentinelUsername: i.SentinelUsername,
-		SentinelPassword: i.SentinelPassword.Reveal(),
-	}, nil
+	rcfg.Timeout = c.Idempotency.Timeout
+	rcfg.KeepAbandoned = c.Idempotency.TTL
+	return rcfg, nil
 }
 
 func (m *Main) openTwilio() (ports.Notifier, error) { return twilio.New(m.Config.TwilioConfig()) }

@@ -76,7 +76,7 @@ func runKey(ctx context.Context, cio cmdIO, args []string) error {
 // readKeys prints what Redis holds under every key of ids' notifications,
 // one line a key, decoded. It needs REDIS_URL.
 func readKeys(ctx context.Context, cfg config.Config, rcfg redis.Config, ids []string, stdout io.Writer) error {
-	if cfg.Idempotency.RedisURL == "" {
+	if cfg.Redis.URL == "" {
 		return &config.Error{Problems: []config.Problem{{Var: "REDIS_URL", Reason: "required with key --redis"}}, LogFormat: "text"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, keyTimeout)

@@ -7,13 +7,12 @@ package ratelimittest
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/internal/contract"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -24,19 +23,11 @@ type Harness struct {
 	New func(t *testing.T) ports.RateLimiter
 }
 
-var seq atomic.Int64
-
 // Sender returns a sender no other test in this process uses.
-func Sender(t *testing.T) string {
-	return fmt.Sprintf("ratelimittest:%s:%d:%d", t.Name(), time.Now().UnixNano(), seq.Add(1))
-}
+func Sender(t *testing.T) string { return contract.Unique(t, "ratelimittest") }
 
 // Ctx returns a context that ends with the test, within 30 seconds.
-func Ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func Ctx(t *testing.T) context.Context { return contract.Ctx(t, 30*time.Second) }
 
 // forever is a maxWait no test reaches.
 const forever = time.Hour

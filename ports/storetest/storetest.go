@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/internal/contract"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -26,18 +27,11 @@ type Harness struct {
 	TTL func(t *testing.T, key string) time.Duration
 }
 
-var seq atomic.Int64
-
 // key returns a key no other test in this process uses.
-func key(t *testing.T) string {
-	return fmt.Sprintf("storetest:%s:%d:%d", t.Name(), time.Now().UnixNano(), seq.Add(1))
-}
+func key(t *testing.T) string { return contract.Unique(t, "storetest") }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+// ctx returns a context that ends with the test, within 10 seconds.
+func ctx(t *testing.T) context.Context { return contract.Ctx(t, 10*time.Second) }
 
 // MustClaim claims k without a digest and fails the test on error.
 func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token string, ttl time.Duration) ports.Claim {

@@ -8,27 +8,14 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twilio/twilio-go/client"
 
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+	"github.com/harborlight/notification-worker/internal/testclock"
 )
-
-// clock is a hand-driven clock for the double's rate limit.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // post sends one message from from to to, as a raw form POST, so the
 // test sees the answer's headers (twilio-go does not expose them).
@@ -82,7 +69,7 @@ func TestDoubleRateLimit(t *testing.T) {
 
 	t.Run("BeyondThePaceIs429WithRetryAfter", func(t *testing.T) {
 		d := double.New(sid, token)
-		c := &clock{now: time.Unix(1775121240, 0)}
+		c := testclock.New(time.Unix(1775121240, 0))
 		double.SetClock(d, c.Now)
 		d.LimitRate(double.RateLimit{PerSecond: 0.5, Burst: 2}) // 2s apart
 		srv := httptest.NewServer(d)

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/internal/docsection"
+)
+
+var update = flag.Bool("update", false, "rewrite the configuration section of README.md from config.Reference and the channel table's providers")
+
+const (
+	readmePath  = "../../README.md"
+	beginMarker = "<!-- config:begin -->"
+	endMarker   = "<!-- config:end -->"
+	updateHint  = "go test ./cmd/notification-worker -run TestREADMEConfigReference -update"
+)
+
+// renderReference renders the variables the worker reads as the README's
+// Markdown table: config.Reference, and the variables of every provider
+// the channel table and the stores declare (providers), so a provider's
+// settings are listed without a second registration.
+func renderReference() string {
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	var b strings.Builder
+	b.WriteString("<!-- Generated from config.Reference (config/reference.go) and the providers' Settings (cmd/notification-worker/channels.go): edit them there, then run `" + updateHint + "`. -->\n\n")
+	b.WriteString("| Variable | Default | Meaning |\n|---|---|---|\n")
+	for _, v := range config.ReferenceWith(providers()...) {
+		def := ""
+		if v.Default != "" {
+			def = "`" + v.Default + "`"
+		}
+		meaning := v.Meaning
+		if v.Secret {
+			meaning += " Secret: shown as `***` in logs and errors."
+		}
+		b.WriteString("| `" + v.Name + "` | " + cell(def) + " | " + cell(meaning) + " |\n")
+	}
+	return b.String()
+}
+
+// TestREADMEConfigReference fails when the README's configuration table is
+// not what renderReference renders, so the documentation cannot drift from
+// the defaults the worker uses, nor miss a provider's settings. With
+// -update it rewrites that section, and only it.
+func TestREADMEConfigReference(t *testing.T) {
+	docsection.Section{
+		Path: readmePath, Begin: beginMarker, End: endMarker,
+		What: "the configuration table", From: "config.Reference and the providers' settings", Hint: updateHint,
+	}.Check(t, renderReference(), *update)
+}
