@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/integration"
 )
 
 // TestRedisSentinelFailover runs the worker against Redis through three
@@ -55,12 +56,14 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 	failoverScenario(t, rig, env, minReplicas, func() {
 		l1.Hold()
 		l2.Hold()
-	}, func() {
+	}, func() rueidis.Client {
+		t.Logf("before the kill: %s", replicationOffsets(primary, r1, r2))
 		primary.Kill(t)
 		l1.Cut()
 		l2.Cut()
 		promoted := waitPromoted(t, sentinels, primary.Port, r1, r2)
 		t.Logf("the Sentinels promoted %s", promoted.Addr())
+		return promoted.MustClient(t, 0)
 	})
 }
 
@@ -94,7 +97,7 @@ func TestRedisClusterFailover(t *testing.T) {
 					r.Pause(t)
 				}
 				mustFillNode(t, c.Nodes[0], 32, 1<<20)
-			}, func() {
+			}, func() rueidis.Client {
 				c.Nodes[0].Kill(t)
 				for _, r := range lagging {
 					r.Resume(t)
@@ -113,19 +116,22 @@ func TestRedisClusterFailover(t *testing.T) {
 						t.Logf("the cluster promoted %s", r.Addr())
 					}
 				}
+				return c.MustClient(t)
 			})
 		})
 	}
 }
 
 // failoverScenario runs a worker configured by env on rig, sends a first
-// batch with replication flowing, runs hold, sends a second batch, runs
-// failover, waits until the worker owes no record, stops it, and has a
-// second worker handle a replay of both batches. It fails the test on a
-// notification never sent, and, with minReplicas > 0, on one sent twice;
-// with 0 it logs how many went out twice, and fails when none did (the rig
-// did not hold replication back).
-func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas int, hold, failover func()) {
+// batch with replication flowing, runs hold, sends a second batch, runs failover (which returns a
+// client of the store after it), waits until the worker owes no record,
+// stops it, and has a second worker handle a replay of both batches. It
+// fails the test on a notification never sent, and, with minReplicas > 0,
+// on one sent twice; with 0 it logs how many went out twice, and fails when
+// none did (the rig did not hold replication back). Each notification sent
+// twice is named with what the first worker logged for it and what the
+// store holds for its key.
+func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas int, hold func(), failover func() rueidis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	w := rig.StartWorker(env)
@@ -151,7 +157,7 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 		return got >= len(first)+len(second), fmt.Sprintf("%d notification_sent lines", got)
 	})
 
-	failover()
+	store := failover()
 
 	// What the store refused is owed; the worker writes it once the new
 	// primary has a replica again.
@@ -179,12 +185,15 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 		w.Count("idempotency_check_unavailable"), w.Count("idempotency_record_failed"), w2.Count("notification_sent"), w2.Count("duplicate_suppressed"))
 	counts := rig.SMSCount(ctx)
 	twice, lost := 0, 0
-	for _, p := range append(append([]string{}, firstPhones...), secondPhones...) {
+	for _, e := range append(append([]faultEvent{}, first...), second...) {
 		switch {
-		case counts[p] == 0:
+		case counts[e.Phone] == 0:
 			lost++
-		case counts[p] > 1:
+		case counts[e.Phone] > 1:
 			twice++
+			if minReplicas > 0 {
+				t.Errorf("%s", sentTwice(ctx, rig, store, w, e, counts[e.Phone]))
+			}
 		}
 	}
 	if lost > 0 {
@@ -198,6 +207,64 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 	case minReplicas == 0:
 		t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of %d notifications went out twice after the failover (their records died with the primary)", twice, total)
 	}
+}
+
+// sentTwice describes a notification sent twice: which one, its batch, what
+// the first worker logged for it, and what store holds for its key.
+func sentTwice(ctx context.Context, rig *faultRig, store rueidis.Client, w *integration.Worker, e faultEvent, n int) string {
+	key := rig.Key("sms", e.ID)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held, err := store.Do(ctx, store.B().Get().Key(key).Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		held = "nothing"
+	case err != nil:
+		held = "unknown: " + err.Error()
+	default:
+		held = strconv.Quote(held)
+	}
+	var logged []string
+	for _, l := range w.Logs() {
+		if strings.Contains(l, `"`+e.ID+`"`) {
+			logged = append(logged, l)
+		}
+	}
+	return fmt.Sprintf("%s (event %s, batch %s) sent %d times; the store now holds %s at %s; the first worker logged for it:\n%s",
+		e.Phone, e.ID, strings.Split(e.ID, "-")[1], n, held, key, strings.Join(logged, "\n"))
+}
+
+// replicationOffsets describes where primary and each replica are in the
+// replication stream.
+func replicationOffsets(primary *redistest.Server, replicas ...*redistest.Server) string {
+	p, err := replicationOffset(primary, "master_repl_offset")
+	out := fmt.Sprintf("primary %s at %d (%v)", primary.Addr(), p, err)
+	for _, r := range replicas {
+		o, err := replicationOffset(r, "slave_repl_offset")
+		out += fmt.Sprintf(", replica %s at %d (%v)", r.Addr(), o, err)
+	}
+	return out
+}
+
+// replicationOffset reads field (an offset) from s's INFO replication.
+func replicationOffset(s *redistest.Server, field string) (int64, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in INFO replication", field)
 }
 
 // isPrimary reports whether s says it is a primary (INFO replication).
