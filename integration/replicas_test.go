@@ -58,7 +58,7 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 		l2.Hold()
 	}, func() rueidis.Client {
 		t.Logf("before the kill: %s", replicationOffsets(primary, r1, r2))
-		primary.Kill(t)
+		sentinels.KillPrimary(t, primary)
 		l1.Cut()
 		l2.Cut()
 		promoted := waitPromoted(t, sentinels, primary.Port, r1, r2)
