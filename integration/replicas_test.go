@@ -54,6 +54,7 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 		"IDEMPOTENCY_MIN_REPLICAS": strconv.Itoa(minReplicas),
 	}
 	failoverScenario(t, rig, env, minReplicas, func() {
+		waitReplicasCaughtUp(t, primary, r1, r2)
 		l1.Hold()
 		l2.Hold()
 	}, func() rueidis.Client {
@@ -89,6 +90,7 @@ func TestRedisClusterFailover(t *testing.T) {
 				"IDEMPOTENCY_MIN_REPLICAS": strconv.Itoa(n),
 			}
 			failoverScenario(t, rig, env, n, func() {
+				waitReplicasCaughtUp(t, c.Nodes[0], lagging...)
 				// A stopped replica would still read, once resumed, what
 				// the kernel holds in its socket: push more than the
 				// socket buffers hold first, so what follows stays in the
@@ -123,7 +125,8 @@ func TestRedisClusterFailover(t *testing.T) {
 }
 
 // failoverScenario runs a worker configured by env on rig, sends a first
-// batch with replication flowing, runs hold, sends a second batch, runs failover (which returns a
+// batch with replication flowing and waits until the worker handled all of
+// it, runs hold, sends a second batch, runs failover (which returns a
 // client of the store after it), waits until the worker owes no record,
 // stops it, and has a second worker handle a replay of both batches. It
 // fails the test on a notification never sent, and, with minReplicas > 0,
@@ -131,6 +134,11 @@ func TestRedisClusterFailover(t *testing.T) {
 // none did (the rig did not hold replication back). Each notification sent
 // twice is named with what the first worker logged for it and what the
 // store holds for its key.
+//
+// hold must leave every replica with the first batch's writes: WAIT n
+// promises that n replicas have a write, not which, and a failover that
+// promotes a replica without it loses it (ADR-0006, window 6). The
+// scenario's claim is about the second batch, which no replica sees.
 func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas int, hold func(), failover func() rueidis.Client) {
 	t.Helper()
 	ctx := context.Background()
@@ -145,6 +153,13 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 	first, firstPhones := faultSMSEvents("a", 20)
 	rig.Publish(ctx, first...)
 	rig.WaitSMS(ctx, firstPhones, 60*time.Second)
+	// An SMS at the double is not yet its record: the worker writes that
+	// after the send, and logs notification_sent once it is written or
+	// owed.
+	faultWait(t, 30*time.Second, "first batch handled", func() (bool, string) {
+		got := w.Count("notification_sent")
+		return got >= len(first), fmt.Sprintf("%d notification_sent lines", got)
+	})
 
 	hold()
 	second, secondPhones := faultSMSEvents("b", 20)
@@ -232,6 +247,25 @@ func sentTwice(ctx context.Context, rig *faultRig, store rueidis.Client, w *inte
 	}
 	return fmt.Sprintf("%s (event %s, batch %s) sent %d times; the store now holds %s at %s; the first worker logged for it:\n%s",
 		e.Phone, e.ID, strings.Split(e.ID, "-")[1], n, held, key, strings.Join(logged, "\n"))
+}
+
+// waitReplicasCaughtUp waits until each replica has processed everything
+// primary had written when called (INFO replication offsets).
+func waitReplicasCaughtUp(t *testing.T, primary *redistest.Server, replicas ...*redistest.Server) {
+	t.Helper()
+	want, err := replicationOffset(primary, "master_repl_offset")
+	if err != nil {
+		t.Fatalf("primary %s: %v", primary.Addr(), err)
+	}
+	faultWait(t, 30*time.Second, "replicas caught up", func() (bool, string) {
+		for _, r := range replicas {
+			got, err := replicationOffset(r, "slave_repl_offset")
+			if err != nil || got < want {
+				return false, fmt.Sprintf("replica %s at %d of %d (%v)", r.Addr(), got, want, err)
+			}
+		}
+		return true, ""
+	})
 }
 
 // replicationOffsets describes where primary and each replica are in the
