@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/integration"
 )
 
 // TestRedisSentinelFailover runs the worker against Redis through three
@@ -53,14 +54,17 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 		"IDEMPOTENCY_MIN_REPLICAS": strconv.Itoa(minReplicas),
 	}
 	failoverScenario(t, rig, env, minReplicas, func() {
+		waitReplicasCaughtUp(t, primary, r1, r2)
 		l1.Hold()
 		l2.Hold()
-	}, func() {
-		primary.Kill(t)
+	}, func() rueidis.Client {
+		t.Logf("before the kill: %s", replicationOffsets(primary, r1, r2))
+		sentinels.KillPrimary(t, primary)
 		l1.Cut()
 		l2.Cut()
 		promoted := waitPromoted(t, sentinels, primary.Port, r1, r2)
 		t.Logf("the Sentinels promoted %s", promoted.Addr())
+		return promoted.MustClient(t, 0)
 	})
 }
 
@@ -86,6 +90,7 @@ func TestRedisClusterFailover(t *testing.T) {
 				"IDEMPOTENCY_MIN_REPLICAS": strconv.Itoa(n),
 			}
 			failoverScenario(t, rig, env, n, func() {
+				waitReplicasCaughtUp(t, c.Nodes[0], lagging...)
 				// A stopped replica would still read, once resumed, what
 				// the kernel holds in its socket: push more than the
 				// socket buffers hold first, so what follows stays in the
@@ -94,7 +99,7 @@ func TestRedisClusterFailover(t *testing.T) {
 					r.Pause(t)
 				}
 				mustFillNode(t, c.Nodes[0], 32, 1<<20)
-			}, func() {
+			}, func() rueidis.Client {
 				c.Nodes[0].Kill(t)
 				for _, r := range lagging {
 					r.Resume(t)
@@ -113,19 +118,28 @@ func TestRedisClusterFailover(t *testing.T) {
 						t.Logf("the cluster promoted %s", r.Addr())
 					}
 				}
+				return c.MustClient(t)
 			})
 		})
 	}
 }
 
 // failoverScenario runs a worker configured by env on rig, sends a first
-// batch with replication flowing, runs hold, sends a second batch, runs
-// failover, waits until the worker owes no record, stops it, and has a
-// second worker handle a replay of both batches. It fails the test on a
-// notification never sent, and, with minReplicas > 0, on one sent twice;
-// with 0 it logs how many went out twice, and fails when none did (the rig
-// did not hold replication back).
-func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas int, hold, failover func()) {
+// batch with replication flowing and waits until the worker handled all of
+// it, runs hold, sends a second batch, runs failover (which returns a
+// client of the store after it), waits until the worker owes no record,
+// stops it, and has a second worker handle a replay of both batches. It
+// fails the test on a notification never sent, and, with minReplicas > 0,
+// on one sent twice; with 0 it logs how many went out twice, and fails when
+// none did (the rig did not hold replication back). Each notification sent
+// twice is named with what the first worker logged for it and what the
+// store holds for its key.
+//
+// hold must leave every replica with the first batch's writes: WAIT n
+// promises that n replicas have a write, not which, and a failover that
+// promotes a replica without it loses it (ADR-0006, window 6). The
+// scenario's claim is about the second batch, which no replica sees.
+func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas int, hold func(), failover func() rueidis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	w := rig.StartWorker(env)
@@ -139,6 +153,13 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 	first, firstPhones := faultSMSEvents("a", 20)
 	rig.Publish(ctx, first...)
 	rig.WaitSMS(ctx, firstPhones, 60*time.Second)
+	// An SMS at the double is not yet its record: the worker writes that
+	// after the send, and logs notification_sent once it is written or
+	// owed.
+	faultWait(t, 30*time.Second, "first batch handled", func() (bool, string) {
+		got := w.Count("notification_sent")
+		return got >= len(first), fmt.Sprintf("%d notification_sent lines", got)
+	})
 
 	hold()
 	second, secondPhones := faultSMSEvents("b", 20)
@@ -151,7 +172,7 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 		return got >= len(first)+len(second), fmt.Sprintf("%d notification_sent lines", got)
 	})
 
-	failover()
+	store := failover()
 
 	// What the store refused is owed; the worker writes it once the new
 	// primary has a replica again.
@@ -179,12 +200,15 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 		w.Count("idempotency_check_unavailable"), w.Count("idempotency_record_failed"), w2.Count("notification_sent"), w2.Count("duplicate_suppressed"))
 	counts := rig.SMSCount(ctx)
 	twice, lost := 0, 0
-	for _, p := range append(append([]string{}, firstPhones...), secondPhones...) {
+	for _, e := range append(append([]faultEvent{}, first...), second...) {
 		switch {
-		case counts[p] == 0:
+		case counts[e.Phone] == 0:
 			lost++
-		case counts[p] > 1:
+		case counts[e.Phone] > 1:
 			twice++
+			if minReplicas > 0 {
+				t.Errorf("%s", sentTwice(ctx, rig, store, w, e, counts[e.Phone]))
+			}
 		}
 	}
 	if lost > 0 {
@@ -198,6 +222,83 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 	case minReplicas == 0:
 		t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of %d notifications went out twice after the failover (their records died with the primary)", twice, total)
 	}
+}
+
+// sentTwice describes a notification sent twice: which one, its batch, what
+// the first worker logged for it, and what store holds for its key.
+func sentTwice(ctx context.Context, rig *faultRig, store rueidis.Client, w *integration.Worker, e faultEvent, n int) string {
+	key := rig.Key("sms", e.ID)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held, err := store.Do(ctx, store.B().Get().Key(key).Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		held = "nothing"
+	case err != nil:
+		held = "unknown: " + err.Error()
+	default:
+		held = strconv.Quote(held)
+	}
+	var logged []string
+	for _, l := range w.Logs() {
+		if strings.Contains(l, `"`+e.ID+`"`) {
+			logged = append(logged, l)
+		}
+	}
+	return fmt.Sprintf("%s (event %s, batch %s) sent %d times; the store now holds %s at %s; the first worker logged for it:\n%s",
+		e.Phone, e.ID, strings.Split(e.ID, "-")[1], n, held, key, strings.Join(logged, "\n"))
+}
+
+// waitReplicasCaughtUp waits until each replica has processed everything
+// primary had written when called (INFO replication offsets).
+func waitReplicasCaughtUp(t *testing.T, primary *redistest.Server, replicas ...*redistest.Server) {
+	t.Helper()
+	want, err := replicationOffset(primary, "master_repl_offset")
+	if err != nil {
+		t.Fatalf("primary %s: %v", primary.Addr(), err)
+	}
+	faultWait(t, 30*time.Second, "replicas caught up", func() (bool, string) {
+		for _, r := range replicas {
+			got, err := replicationOffset(r, "slave_repl_offset")
+			if err != nil || got < want {
+				return false, fmt.Sprintf("replica %s at %d of %d (%v)", r.Addr(), got, want, err)
+			}
+		}
+		return true, ""
+	})
+}
+
+// replicationOffsets describes where primary and each replica are in the
+// replication stream.
+func replicationOffsets(primary *redistest.Server, replicas ...*redistest.Server) string {
+	p, err := replicationOffset(primary, "master_repl_offset")
+	out := fmt.Sprintf("primary %s at %d (%v)", primary.Addr(), p, err)
+	for _, r := range replicas {
+		o, err := replicationOffset(r, "slave_repl_offset")
+		out += fmt.Sprintf(", replica %s at %d (%v)", r.Addr(), o, err)
+	}
+	return out
+}
+
+// replicationOffset reads field (an offset) from s's INFO replication.
+func replicationOffset(s *redistest.Server, field string) (int64, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in INFO replication", field)
 }
 
 // isPrimary reports whether s says it is a primary (INFO replication).

@@ -247,7 +247,7 @@ func TestSentinelFailover(t *testing.T) {
 			cfg.MinReplicas = n
 			s := MustStore(t, cfg)
 			lost, owed := failoverReplay(t, s, replay, link.Hold, func() {
-				primary.Kill(t)
+				sentinels.KillPrimary(t, primary)
 				link.Cut()
 				sentinels.MustWaitPrimary(t, replica, 60*time.Second)
 			})

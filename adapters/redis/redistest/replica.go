@@ -153,6 +153,13 @@ type Sentinels struct {
 // primary as master set master, with a quorum of n/2+1 and a primary
 // declared down after 1 s of silence, and waits until each knows the
 // others and replicas replicas of primary.
+//
+// Until KillPrimary, the Sentinels leave replicas where they are: a
+// Sentinel repoints a replica whose primary address is not the one it
+// monitors (a replica behind a Link) straight at the primary once it has
+// known the replica for its failover-timeout, after which Hold would no
+// longer hold that replica back. So they start with a failover-timeout
+// longer than any test, and KillPrimary sets the one a failover runs with.
 func MustStartSentinels(tb testing.TB, n int, master string, primary *Server, replicas int) *Sentinels {
 	tb.Helper()
 	ss := &Sentinels{Master: master}
@@ -161,7 +168,7 @@ func MustStartSentinels(tb testing.TB, n int, master string, primary *Server, re
 		s.conf = filepath.Join(s.dir, "sentinel.conf")
 		conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
 			"sentinel down-after-milliseconds %[1]s 1000\n"+
-			"sentinel failover-timeout %[1]s 10000\n", master, primary.Port, n/2+1)
+			"sentinel failover-timeout %[1]s %[4]d\n", master, primary.Port, n/2+1, idleFailoverTimeout.Milliseconds())
 		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
 			tb.Fatalf("redistest: sentinel config: %v", err)
 		}
@@ -185,6 +192,33 @@ func MustStartSentinels(tb testing.TB, n int, master string, primary *Server, re
 		}
 	}
 	return ss
+}
+
+const (
+	// idleFailoverTimeout is the Sentinels' failover-timeout until
+	// KillPrimary: longer than any test, so no replica is repointed.
+	idleFailoverTimeout = time.Hour
+	// failoverTimeout is the one a failover runs with: it bounds each of
+	// its steps, and a failed election is retried after twice as long.
+	failoverTimeout = 10 * time.Second
+)
+
+// KillPrimary kills primary (SIGKILL) and gives the Sentinels the
+// failover-timeout a failover runs with (SENTINEL SET). A replica they
+// repoint at the dead primary from then on follows nothing, as a replica
+// behind a cut Link does.
+func (ss *Sentinels) KillPrimary(tb testing.TB, primary *Server) {
+	tb.Helper()
+	primary.Kill(tb)
+	for _, s := range ss.Nodes {
+		c := s.MustClient(tb, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+		err := c.Do(ctx, c.B().Arbitrary("SENTINEL", "SET").Args(ss.Master, "failover-timeout", strconv.FormatInt(failoverTimeout.Milliseconds(), 10)).Build()).Error()
+		cancel()
+		if err != nil {
+			tb.Fatalf("redistest: sentinel %s: set failover-timeout: %v", s.Addr(), err)
+		}
+	}
 }
 
 // Addrs are the Sentinels' "127.0.0.1:<port>" addresses.
