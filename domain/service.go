@@ -31,6 +31,7 @@ type Service struct {
 	closeOnce   sync.Once
 	unavailable *ports.LogLimit
 	recordFail  *ports.LogLimit
+	throttled   *ports.LogLimit
 }
 
 var _ ports.Handler = (*Service)(nil)
@@ -54,6 +55,7 @@ func NewService(cfg Config) (*Service, error) {
 		closed:      make(chan struct{}),
 		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
 		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
+		throttled:   &ports.LogLimit{Every: cfg.LogEvery},
 	}, nil
 }
 
@@ -85,7 +87,9 @@ func (s *Service) Owed() (owed int, evicted int64) {
 // ports.Kind tells the consumer what to do: Permanent for a record that can
 // never succeed (it does not decode, its type is unknown, a provider refused
 // it for good, its occurred_at is more than ClockSkew in the future),
-// Unavailable when the store is down in the closed mode, and
+// Unavailable when the store is down in the closed mode or a notification
+// was held back by its sender's pace (Config.RateLimiter) or refused by
+// the provider for it (ports.ErrRateLimited), and
 // Retryable for everything else. Retrying a record is safe: what was sent is
 // skipped as a duplicate.
 //
