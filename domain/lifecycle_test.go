@@ -353,6 +353,22 @@ func TestService_Transitions(t *testing.T) {
 		},
 		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
 	}, {
+		name: "unchecked/no turn of the sender's pace, the claim landed unanswered/throttled",
+		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
+		before: func(t *testing.T, s *scene) ports.Record {
+			s.pause(t, domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}, time.Minute)
+			// The store takes the claim but its answer is lost: failing
+			// open, the worker does not know it holds it.
+			s.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+				if _, err := s.mem.Claim(ctx, key, token, digest, ttl); err != nil {
+					t.Error(err)
+				}
+				return ports.Claim{}, errStoreDown
+			}
+			return record(event("e1", "sms"))
+		},
+		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+	}, {
 		name:   "held/refused for the sender's pace/throttled",
 		script: []answer{overPace},
 		opts:   []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},

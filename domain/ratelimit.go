@@ -67,18 +67,18 @@ func (s *Service) pace(ctx context.Context, n *notification) bool {
 	cancel()
 	switch {
 	case err != nil:
-		s.throttle(ctx, n, fmt.Errorf("rate limit of %s: %w", p.Sender, err))
+		s.throttle(ctx, n, fmt.Errorf("rate limit of %s: %w", p.Sender, err), 0)
 		return false
 	case !r.OK:
 		n.log.Debug("rate_limit_no_turn", slog.String("sender", p.Sender), slog.Duration("next_turn_in", r.Wait))
-		s.throttle(ctx, n, fmt.Errorf("%w: no turn of sender %s within %v (next in %v)", errNoTurn, p.Sender, rateWaitMax(&s.cfg), r.Wait))
+		s.throttle(ctx, n, fmt.Errorf("%w: no turn of sender %s within %v (next in %v)", errNoTurn, p.Sender, rateWaitMax(&s.cfg), r.Wait), r.Wait)
 		return false
 	}
 	s.cfg.RateWaited(n.m.Channel, r.Wait)
 	if r.Wait > 0 && !ports.Sleep(ctx.Done(), r.Wait) {
 		// The turn is lost: a reservation left unused only slows the
 		// sender.
-		s.throttle(ctx, n, ctx.Err())
+		s.throttle(ctx, n, ctx.Err(), 0)
 		return false
 	}
 	return true
@@ -88,17 +88,36 @@ func (s *Service) pace(ctx context.Context, n *notification) bool {
 // the wait allowed.
 var errNoTurn = errors.New("rate limited: the sender's pace is taken")
 
-// throttle ends n, which did not send, as throttled with err: its claim is
-// given back and the record waits as Unavailable (a done ctx stays
-// retryable: the source is stopping).
-func (s *Service) throttle(ctx context.Context, n *notification, err error) {
-	if n.held {
+// throttle ends n, which did not send, as throttled with err: its claim
+// (even one the store may have taken without answering) is given back and
+// the record waits as Unavailable (a done ctx stays
+// retryable: the source is stopping). Holding no claim, it then waits
+// until the sender's next turn may be free, wait, but at most
+// rateWaitMax, so that a backlog's records do not claim, ask and release
+// again and again while the sender is busy.
+func (s *Service) throttle(ctx context.Context, n *notification, err error, wait time.Duration) {
+	switch {
+	case n.held:
 		s.release(ctx, n.log, n.m.IdempotencyKey, n.token)
+		n.held = false
+	case n.state == stateUnchecked:
+		// The claim failed at this end, but may have landed in the store
+		// (a timeout after the server took it): left there, it would hold
+		// off the next attempt until it expired, and then be taken over as
+		// a send to reconcile. Only a claim under n.token is deleted; the
+		// store is likely still down, so a failure here is expected.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		_ = s.cfg.Store.Release(rctx, n.m.IdempotencyKey, n.token)
+		cancel()
 	}
 	n.state = stateThrottled
 	n.err = fmt.Errorf("send %s: %w", n.m.IdempotencyKey, err)
-	if ctx.Err() == nil {
-		n.err = ports.MarkUnavailable(n.err)
+	if ctx.Err() != nil {
+		return
+	}
+	n.err = ports.MarkUnavailable(n.err)
+	if wait = min(wait, rateWaitMax(&s.cfg)); wait > 0 {
+		ports.Sleep(ctx.Done(), wait)
 	}
 }
 
@@ -120,7 +139,7 @@ func (s *Service) rateLimited(ctx context.Context, n *notification, err error) {
 		}
 	}
 	s.logLimited(ctx, s.throttled, n.log, slog.LevelWarn, "notification_rate_limited", attrs...)
-	s.throttle(context.WithoutCancel(ctx), n, err)
+	s.throttle(ctx, n, err, after)
 }
 
 // logLimited logs msg through log unless l holds it back (see

@@ -63,11 +63,14 @@ func NewService(cfg Config) (*Service, error) {
 // dependency as slow as its timeout allows: per channel, a wait on another
 // worker's claim (the claim TTL, then one more look), a reconciliation and
 // a send (the send timeout each), and the claims, records and releases
-// around them (a store timeout each; five in all). A call running longer is
-// not waiting on anything the service bounds: a notifier ignoring its
+// around them (a store timeout each; five in all), and the sender's pace:
+// a turn asked (a store timeout), waited for, and a wait after a turn not
+// granted or a provider's refusal (rateWaitMax each). A call running longer
+// is not waiting on anything the service bounds: a notifier ignoring its
 // context, or a bug.
 func (s *Service) LongestHandle() time.Duration {
-	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout)
+	pace := 2*max(rateWaitMax(&s.cfg), 0) + s.cfg.StoreTimeout
+	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout + pace)
 }
 
 // Owed returns how many deliveries the journal holds whose sent record is
