@@ -213,3 +213,43 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 	}
 	t.Logf("%d SMS in %v by workers %v; double refused %d", events, took, perWorker, twilio.RateLimited())
 }
+
+// TestRateLimit_RedisDownPacesByTheReplicasShare kills the Redis that
+// holds the fleet's pace: the worker (failing open on the store) keeps
+// sending, at its share of SMS_RATE_LIMIT (the limit divided by
+// KAFKA_EXPECTED_REPLICAS), and says so: rate_limit_fallback, and its
+// counter.
+func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
+	const events = 6
+	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+		"SMS_RATE_LIMIT":          "6",
+		"SMS_RATE_BURST":          "1",
+		"KAFKA_EXPECTED_REPLICAS": "2",
+	})
+	p.redis.Kill(t)
+
+	ev, _ := sampleEvents(events)
+	for i := range ev {
+		ev[i].Channels = []string{"sms"}
+		ev[i].ShipmentID = fmt.Sprintf("SHP-FALLBACK-%03d", i)
+	}
+	start := time.Now()
+	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+	waitFor(t, "every SMS sent with Redis down", func() (bool, string) {
+		got := len(p.twilio.Messages())
+		return got == events, fmt.Sprintf("SMS at the double: %d of %d", got, events)
+	})
+	took := time.Since(start)
+	// The share is 3/s: the last of 6 goes no sooner than 5 of its
+	// Intervals after the first.
+	if least := 5 * time.Second / 3; took < least {
+		t.Errorf("%d SMS took %v with Redis down, less than %v: not paced by the replica's share", events, took, least)
+	}
+	if n := len(p.m.Stdout.(*logtest.Buffer).Events(t, "rate_limit_fallback")); n < 1 {
+		t.Errorf("no rate_limit_fallback line with Redis down")
+	}
+	if got := sumOf(scrape(t, p.m), "notification_worker_rate_limit_fallback_total"); got < 1 {
+		t.Errorf("notification_worker_rate_limit_fallback_total = %v with Redis down, want at least 1", got)
+	}
+	t.Logf("%d SMS in %v with Redis down", events, took)
+}
