@@ -88,6 +88,17 @@ type Config struct {
 		RetryMaxAttempts    int           // RETRY_MAX_ATTEMPTS
 		RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
 		RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
+		// ExpectedReplicas is how many replicas of the worker share the
+		// group: each paces by its share of a rate limit while the
+		// fleet's limiter (Redis) cannot answer.
+		ExpectedReplicas int // KAFKA_EXPECTED_REPLICAS
+	}
+	// RateLimit paces each channel's sender, shared by every replica (on
+	// the Redis store; on the memory store, per process). A Rate of 0: no
+	// limit; otherwise the Limit is Valid.
+	RateLimit struct {
+		SMS   ports.Limit // SMS_RATE_LIMIT, SMS_RATE_BURST
+		Email ports.Limit // EMAIL_RATE_LIMIT, EMAIL_RATE_BURST
 	}
 	// Idempotency holds the settings of whichever store is chosen.
 	Idempotency struct {
@@ -239,7 +250,12 @@ func (c Config) LogValue() slog.Value {
 			slog.Int("retry_max_attempts", k.RetryMaxAttempts),
 			slog.String("retry_initial_backoff", k.RetryInitialBackoff.String()),
 			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),
+			slog.Int("expected_replicas", k.ExpectedReplicas),
 		),
+		slog.Float64("sms_rate_limit", c.RateLimit.SMS.Rate),
+		slog.Int("sms_rate_burst", c.RateLimit.SMS.Burst),
+		slog.Float64("email_rate_limit", c.RateLimit.Email.Rate),
+		slog.Int("email_rate_burst", c.RateLimit.Email.Burst),
 		// The start-up line keeps the store's settings in one group.
 		slog.Group("idempotency",
 			slog.String("redis_url", ports.MaskURL(r.URL.Reveal())),

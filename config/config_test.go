@@ -89,6 +89,11 @@ var fullEnv = map[string]string{
 	"MAX_IN_FLIGHT":                  "17",
 	"MAX_RECORD_BYTES":               "2097152",
 	"MAX_BUFFERED_BYTES":             "8388608",
+	"KAFKA_EXPECTED_REPLICAS":        "3",
+	"SMS_RATE_LIMIT":                 "0.5",
+	"SMS_RATE_BURST":                 "4",
+	"EMAIL_RATE_LIMIT":               "20",
+	"EMAIL_RATE_BURST":               "5",
 	"RETRY_MAX_ATTEMPTS":             "9",
 	"RETRY_INITIAL_BACKOFF":          "150ms",
 	"RETRY_MAX_BACKOFF":              "45s",
@@ -168,6 +173,11 @@ var fields = map[string]field{
 	"MAX_IN_FLIGHT":                  {func(c config.Config) any { return c.Kafka.MaxInFlight }, 17},
 	"MAX_RECORD_BYTES":               {func(c config.Config) any { return c.Kafka.MaxRecordBytes }, 2097152},
 	"MAX_BUFFERED_BYTES":             {func(c config.Config) any { return c.Kafka.MaxBufferedBytes }, int64(8388608)},
+	"KAFKA_EXPECTED_REPLICAS":        {func(c config.Config) any { return c.Kafka.ExpectedReplicas }, 3},
+	"SMS_RATE_LIMIT":                 {func(c config.Config) any { return c.RateLimit.SMS.Rate }, 0.5},
+	"SMS_RATE_BURST":                 {func(c config.Config) any { return c.RateLimit.SMS.Burst }, 4},
+	"EMAIL_RATE_LIMIT":               {func(c config.Config) any { return c.RateLimit.Email.Rate }, 20.0},
+	"EMAIL_RATE_BURST":               {func(c config.Config) any { return c.RateLimit.Email.Burst }, 5},
 	"RETRY_MAX_ATTEMPTS":             {func(c config.Config) any { return c.Kafka.RetryMaxAttempts }, 9},
 	"RETRY_INITIAL_BACKOFF":          {func(c config.Config) any { return c.Kafka.RetryInitialBackoff }, 150 * time.Millisecond},
 	"RETRY_MAX_BACKOFF":              {func(c config.Config) any { return c.Kafka.RetryMaxBackoff }, 45 * time.Second},
@@ -279,6 +289,11 @@ func TestLoad_Defaults(t *testing.T) {
 		{"MAX_IN_FLIGHT", c.Kafka.MaxInFlight, 64},
 		{"MAX_RECORD_BYTES", c.Kafka.MaxRecordBytes, 1048576},
 		{"MAX_BUFFERED_BYTES", c.Kafka.MaxBufferedBytes, int64(33554432)},
+		{"KAFKA_EXPECTED_REPLICAS", c.Kafka.ExpectedReplicas, 1},
+		{"SMS_RATE_LIMIT", c.RateLimit.SMS.Rate, 0.0},
+		{"SMS_RATE_BURST", c.RateLimit.SMS.Burst, 1},
+		{"EMAIL_RATE_LIMIT", c.RateLimit.Email.Rate, 0.0},
+		{"EMAIL_RATE_BURST", c.RateLimit.Email.Burst, 1},
 		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 12},
 		{"RETRY_INITIAL_BACKOFF", c.Kafka.RetryInitialBackoff, 200 * time.Millisecond},
 		{"RETRY_MAX_BACKOFF", c.Kafka.RetryMaxBackoff, 10 * time.Second},
@@ -458,6 +473,8 @@ func parseAs(t *testing.T, like any, s string) any {
 		v, err = strconv.Atoi(s)
 	case int64:
 		v, err = strconv.ParseInt(s, 10, 64)
+	case float64:
+		v, err = strconv.ParseFloat(s, 64)
 	case time.Duration:
 		v, err = time.ParseDuration(s)
 	case map[string]time.Duration:
@@ -578,6 +595,10 @@ func TestLoad_Invalid(t *testing.T) {
 		{name: "SessionTimeoutLong", env: map[string]string{"KAFKA_SESSION_TIMEOUT": "1h"}, wantIn: `KAFKA_SESSION_TIMEOUT="1h": must be at most 30m`},
 		{name: "MaxInFlightZero", env: map[string]string{"MAX_IN_FLIGHT": "0"}, want: `MAX_IN_FLIGHT="0": want an integer from 1 to 4096`},
 		{name: "MaxRecordBytesNotInt", env: map[string]string{"MAX_RECORD_BYTES": "1MB"}, want: `MAX_RECORD_BYTES="1MB": want an integer from 1024 to 67108864`},
+		{name: "SMSRateLimitNegative", env: map[string]string{"SMS_RATE_LIMIT": "-1"}, want: `SMS_RATE_LIMIT="-1": want messages per second, a number from 0 (no limit) to 1000000`},
+		{name: "EmailRateLimitNotANumber", env: map[string]string{"EMAIL_RATE_LIMIT": "fast"}, want: `EMAIL_RATE_LIMIT="fast": want messages per second, a number from 0 (no limit) to 1000000`},
+		{name: "SMSRateBurstZero", env: map[string]string{"SMS_RATE_BURST": "0"}, want: `SMS_RATE_BURST="0": want an integer from 1 to 1000000`},
+		{name: "ExpectedReplicasZero", env: map[string]string{"KAFKA_EXPECTED_REPLICAS": "0"}, want: `KAFKA_EXPECTED_REPLICAS="0": want an integer from 1 to 10000`},
 		{name: "MaxBufferedBytesRange", env: map[string]string{"MAX_BUFFERED_BYTES": "1000"}, want: `MAX_BUFFERED_BYTES="1000": want an integer from 1048576 to 1073741824`},
 		{name: "MaxBufferedBelowRecord", env: map[string]string{"MAX_RECORD_BYTES": "4194304", "MAX_BUFFERED_BYTES": "2097152"}, wantIn: `MAX_BUFFERED_BYTES="2097152": must be at least MAX_RECORD_BYTES (4194304)`},
 		{name: "RetryAttempts", env: map[string]string{"RETRY_MAX_ATTEMPTS": "-1"}, want: `RETRY_MAX_ATTEMPTS="-1": want an integer from 1 to 100`},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -59,6 +60,8 @@ func load(lookup func(string) (string, bool), providers []ports.Provider) (*load
 
 	l.kafka(&c)
 	l.idempotency(&c)
+	c.RateLimit.SMS = l.rateLimit("SMS_RATE_LIMIT", "SMS_RATE_BURST")
+	c.RateLimit.Email = l.rateLimit("EMAIL_RATE_LIMIT", "EMAIL_RATE_BURST")
 	l.eventAge(&c)
 	l.providers(&c)
 
@@ -153,7 +156,25 @@ func (l *loader) kafka(c *Config) {
 	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && policy.CheckBackoff(k.RetryInitialBackoff, k.RetryMaxBackoff) != nil {
 		l.fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+k.RetryInitialBackoff.String()+")")
 	}
+	k.ExpectedReplicas = l.intIn("KAFKA_EXPECTED_REPLICAS", 1, 10000)
 	l.kafkaSecurity()
+}
+
+// rateLimit reads a rate (sends per second, 0: no limit) and its burst.
+// A Limit whose Rate is 0 stands for no limit.
+func (l *loader) rateLimit(rate, burst string) ports.Limit {
+	r, err := strconv.ParseFloat(l.value(rate), 64)
+	if err != nil || math.IsNaN(r) || r < 0 || r > 1e6 {
+		l.fail(rate, "want messages per second, a number from 0 (no limit) to 1000000")
+		return ports.Limit{}
+	}
+	b := l.intIn(burst, 1, 1000000)
+	lim := ports.Limit{Rate: r, Burst: b}
+	if r > 0 && b > 0 && !lim.Valid() {
+		l.fail(burst, "with "+rate+"="+l.value(rate)+", the burst must fit in ten years of sends")
+		return ports.Limit{}
+	}
+	return lim
 }
 
 // idempotency reads the store's variables: the generic ones into

@@ -79,9 +79,27 @@ type Config struct {
 	// most TTL.
 	LedgerSize int
 	// LogEvery rate-limits the warnings that an outage would repeat for every
-	// record (idempotency_check_unavailable, idempotency_record_failed): at
-	// most one per LogEvery, carrying the count suppressed since (1s).
+	// record (idempotency_check_unavailable, idempotency_record_failed,
+	// notification_rate_limited): at most one per LogEvery, carrying the
+	// count suppressed since (1s).
 	LogEvery time.Duration
+
+	// RateLimiter paces the channels Paces names (see Pace); required
+	// when Paces is not empty. A notification claims first, then takes its
+	// sender's turn, waiting for it at most RateWaitMax (DefaultRateWaitMax)
+	// and at most what the claim's lease leaves; without a turn in that
+	// time it gives the claim back and its record waits as Unavailable.
+	// A send the provider refuses for its pace (ports.ErrRateLimited)
+	// pauses the sender by the wait asked, and its record waits likewise,
+	// on every channel, with or without a Pace.
+	RateLimiter ports.RateLimiter
+	Paces       map[ports.Channel]Pace
+	RateWaitMax time.Duration
+	// RateWaited, when set, is told each turn granted and how long it
+	// waits; RateLimited each send the provider refused for its pace.
+	// Both must be safe for concurrent use and must not block.
+	RateWaited  func(ch ports.Channel, wait time.Duration)
+	RateLimited func(ch ports.Channel)
 
 	Logger   *slog.Logger   // nil: slog.Default()
 	Observer ports.Observer // nil: none
@@ -102,6 +120,13 @@ func (c *Config) setDefaults() {
 	def(&c.LogEvery, time.Second)
 	def(&c.ReconcileFor, DefaultReconcileFor)
 	def(&c.MaxEventAge, c.TTL)
+	def(&c.RateWaitMax, DefaultRateWaitMax)
+	if c.RateWaited == nil {
+		c.RateWaited = func(ports.Channel, time.Duration) {}
+	}
+	if c.RateLimited == nil {
+		c.RateLimited = func(ports.Channel) {}
+	}
 	if c.UnknownPolicy == "" {
 		c.UnknownPolicy = PolicyResend
 	}
@@ -155,6 +180,7 @@ func (c *Config) validate() error {
 	if err := CheckClaimTTL(c.ClaimTTL, c.SendTimeout, c.StoreTimeout); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validatePaces()...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("domain: %w", err)
 	}

@@ -40,9 +40,15 @@ import (
 //	                          the policy resends                 claiming (a fresh claim)
 //	                        cannot tell yet                      stillUnknown (our send) | unknown (another's)
 //	                        nobody can tell, policy dead letter  failedPermanent
-//	held,        send       accepted                             sent
-//	unchecked               recipient opted out                  optedOut
+//	held,        send       no turn of the sender's pace within
+//	unchecked                 the wait (Config.Paces), claim
+//	                          given back                         throttled
+//	                        accepted                             sent
+//	                        recipient opted out                  optedOut
 //	                        outcome unknown                      unknown
+//	                        refused for the sender's pace
+//	                          (ErrRateLimited): sender paused,
+//	                          claim given back                   throttled
 //	                        refused                              failedRetryable | failedPermanent
 //
 // sent, optedOut and a reconciled delivery record the send (recordDelivery):
@@ -64,6 +70,7 @@ const (
 	stateConflict        // the key was sent for another message: dead-letter
 	stateUnknown         // the send's outcome is unknown: the claim is kept, reconciled next attempt
 	stateStillUnknown    // the outcome reported unknown by an earlier attempt is still unknown
+	stateThrottled       // not sent, for the sender's pace: the record waits (Unavailable); not reported
 	stateFailedRetryable // not sent; another attempt may succeed
 	stateFailedPermanent // not sent, and never will be
 )
@@ -114,7 +121,8 @@ type notification struct {
 	reconciled    bool // a reconciliation ran: the claim now made is a fresh one
 
 	// err says why the notification did not end delivered: set in the
-	// states conflict, unknown, stillUnknown and the failed ones.
+	// states conflict, unknown, stillUnknown, throttled and the failed
+	// ones.
 	err error
 }
 
@@ -342,9 +350,14 @@ func (s *Service) takenOver(n *notification, l ports.Lease) {
 func (s *Service) send(ctx context.Context, n *notification) {
 	m, log := n.m, n.log
 	checked := n.state == stateHeld
+	if !s.pace(ctx, n) {
+		return
+	}
 	start := s.cfg.Now()
 	receipt, err := s.callNotifier(ctx, n)
 	switch {
+	case errors.Is(err, ports.ErrRateLimited) && !errors.Is(err, ports.ErrOutcomeUnknown) && ports.KindOf(err) != ports.Permanent:
+		s.rateLimited(ctx, n, err)
 	case errors.Is(err, ports.ErrOutcomeUnknown):
 		// The provider may have it: keep the claim, and reconcile on the
 		// next attempt rather than send again now.

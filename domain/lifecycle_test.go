@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/ratelimit"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -25,6 +26,7 @@ const (
 	refuse                  // a retryable refusal
 	refuseForGood           // a permanent refusal
 	optOut                  // the recipient replied STOP
+	overPace                // refused for the sender's pace (a 429), retry after 30s
 )
 
 // scripted is an SMS provider double that answers its sends in turn from
@@ -54,6 +56,8 @@ func (p *scripted) Send(_ context.Context, m ports.Message) (ports.Receipt, erro
 		return ports.Receipt{}, ports.MarkPermanent(errors.New("21211 invalid 'To' phone number"))
 	case optOut:
 		return ports.Receipt{ProviderID: "opted-out:21610"}, fmt.Errorf("21610: %w", ports.ErrRecipientOptedOut)
+	case overPace:
+		return ports.Receipt{}, ports.RateLimited(errors.New("429 20429 too many requests"), 30*time.Second)
 	}
 	p.accepted = append(p.accepted, m)
 	if a == acceptUnanswered {
@@ -85,6 +89,9 @@ type scene struct {
 	sms   *scripted
 	clock atomic.Int64
 	mem   *memory.Store // the store behind the world's fake one
+	// limiter is the service's rate limiter, on the scene's clock: it
+	// paces the channels an option gives a Pace (withPace).
+	limiter *ratelimit.Local
 
 	mu          sync.Mutex
 	smsOutcomes []ports.Outcome
@@ -108,8 +115,10 @@ func newScene(t *testing.T, mode domain.FailureMode, script []answer, opts ...fu
 	s := &scene{sms: &scripted{script: script}}
 	s.clock.Store(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixNano())
 	s.mem = memory.New(s.now)
+	s.limiter = ratelimit.NewLocal(s.now)
 	base := func(c *domain.Config) {
 		c.Now = s.now
+		c.RateLimiter = s.limiter
 		c.Store.(*fakeStore).Store = s.mem
 		c.Notifiers[ports.ChannelSMS] = s.sms
 		c.Reconcilers = map[ports.Channel]ports.Reconciler{ports.ChannelSMS: s.sms}
@@ -329,6 +338,42 @@ func TestService_Transitions(t *testing.T) {
 		script: []answer{optOut},
 		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
 		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeOptedOut}, event: "recipient_opted_out",
+	}, {
+		name: "held/no turn of the sender's pace/throttled",
+		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
+		before: func(t *testing.T, s *scene) ports.Record {
+			// Another replica took the sender's turns for the next minute.
+			s.pause(t, domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}, time.Minute)
+			return record(event("e1", "sms"))
+		},
+		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+	}, {
+		name: "unchecked/no turn of the sender's pace, the claim landed unanswered/throttled",
+		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
+		before: func(t *testing.T, s *scene) ports.Record {
+			s.pause(t, domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}, time.Minute)
+			// The store takes the claim but its answer is lost: failing
+			// open, the worker does not know it holds it.
+			s.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+				if _, err := s.mem.Claim(ctx, key, token, digest, ttl); err != nil {
+					t.Error(err)
+				}
+				return ports.Claim{}, errStoreDown
+			}
+			return record(event("e1", "sms"))
+		},
+		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+	}, {
+		name:   "held/refused for the sender's pace/throttled",
+		script: []answer{overPace},
+		opts:   []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
+		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		kind:   "unavailable", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
+	}, {
+		name:   "held/refused for the pace, channel without a pace/throttled",
+		script: []answer{overPace},
+		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		kind:   "unavailable", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
 	}, {
 		name:   "held/refused/failedRetryable",
 		script: []answer{refuse},

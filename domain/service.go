@@ -31,6 +31,7 @@ type Service struct {
 	closeOnce   sync.Once
 	unavailable *ports.LogLimit
 	recordFail  *ports.LogLimit
+	throttled   *ports.LogLimit
 }
 
 var _ ports.Handler = (*Service)(nil)
@@ -54,6 +55,7 @@ func NewService(cfg Config) (*Service, error) {
 		closed:      make(chan struct{}),
 		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
 		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
+		throttled:   &ports.LogLimit{Every: cfg.LogEvery},
 	}, nil
 }
 
@@ -61,11 +63,14 @@ func NewService(cfg Config) (*Service, error) {
 // dependency as slow as its timeout allows: per channel, a wait on another
 // worker's claim (the claim TTL, then one more look), a reconciliation and
 // a send (the send timeout each), and the claims, records and releases
-// around them (a store timeout each; five in all). A call running longer is
-// not waiting on anything the service bounds: a notifier ignoring its
+// around them (a store timeout each; five in all), and the sender's pace:
+// a turn asked (a store timeout), waited for, and a wait after a turn not
+// granted or a provider's refusal (rateWaitMax each). A call running longer
+// is not waiting on anything the service bounds: a notifier ignoring its
 // context, or a bug.
 func (s *Service) LongestHandle() time.Duration {
-	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout)
+	pace := 2*max(rateWaitMax(&s.cfg), 0) + s.cfg.StoreTimeout
+	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout + pace)
 }
 
 // Owed returns how many deliveries the journal holds whose sent record is
@@ -85,7 +90,9 @@ func (s *Service) Owed() (owed int, evicted int64) {
 // ports.Kind tells the consumer what to do: Permanent for a record that can
 // never succeed (it does not decode, its type is unknown, a provider refused
 // it for good, its occurred_at is more than ClockSkew in the future),
-// Unavailable when the store is down in the closed mode, and
+// Unavailable when the store is down in the closed mode or a notification
+// was held back by its sender's pace (Config.RateLimiter) or refused by
+// the provider for it (ports.ErrRateLimited), and
 // Retryable for everything else. Retrying a record is safe: what was sent is
 // skipped as a duplicate.
 //

@@ -141,11 +141,53 @@ func TestProviderFailures(t *testing.T) {
 		}
 	})
 
+	t.Run("TwilioTooManyRequestsBeyondRetryBudgetWaits", func(t *testing.T) {
+		// More 429s than RETRY_MAX_ATTEMPTS: backpressure, not a failure of
+		// the message. The record waits (spending no retries), keeps its
+		// place before the next record of its shipment, and is sent once.
+		const shipment = "SHP-twilio-429-long"
+		ev := faultEvent{ID: "evt-twilio-429-long", Shipment: shipment, Phone: faultPhone("t", 7), Channels: []string{"sms"}}
+		next := faultEvent{ID: "evt-twilio-429-long-next", Shipment: shipment, Phone: faultPhone("t", 8), Channels: []string{"sms"}}
+		budget, _ := strconv.Atoi(retryMaxAttempts)
+		if err := rig.Twilio.Fail(ctx, double.Fault{To: ev.Phone, Status: 429, Count: budget + 2}); err != nil {
+			t.Fatal(err)
+		}
+		rig.Publish(ctx, ev, next)
+		rig.WaitSentRecord(ctx, rig.Key("sms", next.ID), 90*time.Second)
+
+		attempts, err := rig.Twilio.Attempts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var statuses []int
+		order := map[string]int{}
+		for i, a := range attempts {
+			if a.To == ev.Phone {
+				statuses = append(statuses, a.Status)
+			}
+			if a.Status == 201 {
+				order[a.To] = i
+			}
+		}
+		if len(statuses) != budget+3 || statuses[len(statuses)-1] != 201 {
+			t.Fatalf("attempts for %s answered %v, want %d 429s and then 201", ev.Phone, statuses, budget+2)
+		}
+		if order[ev.Phone] > order[next.Phone] {
+			t.Errorf("the next record of the shipment was sent before the rate-limited one: key order lost")
+		}
+		if got := rig.SMSCount(ctx); got[ev.Phone] != 1 || got[next.Phone] != 1 {
+			t.Errorf("SMS by recipient %v: want one to each", got)
+		}
+		faultNotDeadLettered(ctx, t, rig, w, shipment)
+	})
+
 	t.Run("TwilioOutageBeyondRetryBudgetIsDeadLettered", func(t *testing.T) {
 		const shipment = "SHP-twilio-exhausted"
 		bad := faultEvent{ID: "evt-twilio-exhausted", Shipment: shipment, Phone: faultPhone("t", 5), Channels: []string{"sms"}}
-		// 429 for good, for this number only: the retry budget runs out.
-		if err := rig.Twilio.Fail(ctx, double.Fault{To: bad.Phone, Status: 429}); err != nil {
+		// 408 for good, for this number only: a retryable failure, so the
+		// retry budget runs out. (A 429 is backpressure and spends no
+		// retries: see TwilioTooManyRequestsBeyondRetryBudgetWaits.)
+		if err := rig.Twilio.Fail(ctx, double.Fault{To: bad.Phone, Status: 408}); err != nil {
 			t.Fatal(err)
 		}
 		next := faultEvent{ID: "evt-twilio-exhausted-next", Shipment: shipment, Phone: faultPhone("t", 6), Channels: []string{"sms"}}

@@ -74,6 +74,9 @@ type Metrics struct {
 	owedLost         prometheus.Counter
 	redisEvicted     prometheus.Counter
 	storeResets      prometheus.Counter
+	rateLimited      *prometheus.CounterVec
+	rateWait         *prometheus.HistogramVec
+	rateFallback     prometheus.Counter
 
 	// storeState is the StoreStatus value, swapped by every store call.
 	storeState atomic.Value
@@ -155,6 +158,19 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "idempotency_store_resets_total",
 			Help: "Times this worker found the idempotency store's Redis restarted without its data (a primary's new run_id, and the store's marker keys gone): replays of notifications sent before it within IDEMPOTENCY_TTL are sent again.",
 		}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "rate_limited_total",
+			Help: "Sends the provider refused for its sender's pace (Twilio 429, 20429, 21611), by channel: nothing was sent, the sender is paused for the wait the provider asked, and the record is tried again later without spending its retries.",
+		}, []string{"channel"}),
+		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "rate_limit_wait_seconds",
+			Help:    "How long a notification waited for its sender's turn (SMS_RATE_LIMIT, EMAIL_RATE_LIMIT) before its send, by channel; a notification without a turn within the wait allowed is not counted here (its record waits and is tried again).",
+			Buckets: []float64{0, .01, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"channel"}),
+		rateFallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "rate_limit_fallback_total",
+			Help: "Times the fleet-wide rate limiter (Redis) could not answer and this replica paced its senders by its share of each limit (the limit divided by KAFKA_EXPECTED_REPLICAS) for a cool-off: at most about one a second while Redis is down.",
+		}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1: the worker's version, the VCS revision it was built from, and the Go version that built it.",
@@ -166,7 +182,7 @@ func New() *Metrics {
 		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
 		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
 		m.retries, m.buildInfo, m.unknown, m.reconciliations, m.owedLost,
-		m.redisEvicted, m.storeResets,
+		m.redisEvicted, m.storeResets, m.rateLimited, m.rateWait, m.rateFallback,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -212,6 +228,20 @@ func (m *Metrics) exposeZeros() {
 // process exits: a scrape sees it only if one comes before the exit.
 func (m *Metrics) OwedRecordsLost(n int) { m.owedLost.Add(float64(n)) }
 
+// RateLimited counts a send on ch the provider refused for its sender's
+// pace (the domain's Config.RateLimited).
+func (m *Metrics) RateLimited(ch ports.Channel) { m.rateLimited.WithLabelValues(string(ch)).Inc() }
+
+// RateWaited observes how long a send on ch waited for its sender's turn
+// (the domain's Config.RateWaited).
+func (m *Metrics) RateWaited(ch ports.Channel, d time.Duration) {
+	m.rateWait.WithLabelValues(string(ch)).Observe(d.Seconds())
+}
+
+// RateLimitFallback counts one failure of the fleet-wide rate limiter,
+// after which this replica paces by its share.
+func (m *Metrics) RateLimitFallback() { m.rateFallback.Inc() }
+
 // TrackLedger exports what counts reports (the domain's Service.Owed): the
 // owed records, and the entries the full ledger dropped. A later call
 // replaces an earlier one, so one Metrics can follow the workers that use it
@@ -241,6 +271,8 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) KnowChannels(chs ...ports.Channel) {
 	for _, ch := range chs {
 		m.unknown.WithLabelValues(string(ch))
+		m.rateLimited.WithLabelValues(string(ch))
+		m.rateWait.WithLabelValues(string(ch))
 		for _, r := range []ports.ReconcileResult{ports.ReconciledDelivered, ports.ReconciledNotDelivered, ports.ReconcileCannotTell} {
 			m.reconciliations.WithLabelValues(string(ch), string(r))
 		}

@@ -32,7 +32,7 @@ import (
 // is caught as well.
 const (
 	phoneInvalid  = "+31200101111" // Twilio answers 400, code 21211
-	phoneDown     = "+31200102222" // Twilio answers 429
+	phoneDown     = "+31200102222" // Twilio answers 429 once, then 408
 	phoneOK       = "+31200103333"
 	phonePoison   = "+31200104444"                      // in a record that does not decode
 	phoneOutage   = "+31200107777"                      // sent while Redis is down
@@ -247,7 +247,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			}
 			for _, msg := range []string{
 				"worker_starting", "notification_sent", "notification_failed/failed_permanent",
-				"notification_failed/failed_retryable", "record_retry_scheduled", "event_dead_lettered",
+				"notification_failed/failed_retryable", "record_retry_scheduled", "event_dead_lettered", "notification_rate_limited",
 				"idempotency_check_unavailable", "idempotency_record_failed", "worker_stopped",
 			} {
 				if seen[msg] == 0 {
@@ -395,11 +395,13 @@ func closedAddr(tb testing.TB) string {
 }
 
 // startTwilioDouble answers Twilio's Messages API: 400 with code 21211 for
-// phoneInvalid, 429 for phoneDown, 201 otherwise. Both errors quote the
-// number back, as Twilio's messages do, so masking is tested on them.
+// phoneInvalid; for phoneDown 429 (backpressure: the record waits) once,
+// then 408 (a retryable failure, until the record is dead-lettered); 201
+// otherwise. The errors quote the number back, as Twilio's messages do,
+// so masking is tested on them.
 func startTwilioDouble(tb testing.TB, token string) string {
 	tb.Helper()
-	var n int
+	var n, down int
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if user, pass, ok := r.BasicAuth(); !ok || user != twilioSID || pass != token {
@@ -414,8 +416,18 @@ func startTwilioDouble(tb testing.TB, token string) string {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"code":21211,"message":"The 'To' number %s is not a valid phone number.","more_info":"https://www.twilio.com/docs/errors/21211","status":400}`, to)
 		case phoneDown:
-			w.WriteHeader(http.StatusTooManyRequests)
-			fmt.Fprintf(w, `{"code":20429,"message":"Too many requests while sending to %s","more_info":"","status":429}`, to)
+			mu.Lock()
+			down++
+			first := down == 1
+			mu.Unlock()
+			if first {
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprintf(w, `{"code":20429,"message":"Too many requests while sending to %s","more_info":"","status":429}`, to)
+				return
+			}
+			w.WriteHeader(http.StatusRequestTimeout)
+			fmt.Fprintf(w, `{"code":20408,"message":"Request timed out while sending to %s","more_info":"","status":408}`, to)
 		default:
 			mu.Lock()
 			n++

@@ -145,7 +145,11 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc, err := m.openService(store, notifiers)
+	limiter, paces, err := m.openRateLimits(chosen.Store)
+	if err != nil {
+		return err
+	}
+	svc, err := m.openService(store, notifiers, limiter, paces)
 	if err != nil {
 		return err
 	}
@@ -205,9 +209,10 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 }
 
 // openService builds the domain service on store and notifiers, each
-// notifier measured and traced; the reconcilers are taken before the
-// decorators hide what else the adapters implement.
-func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Channel]ports.Notifier) (*domain.Service, error) {
+// notifier measured and traced, pacing the channels paces names on
+// limiter; the reconcilers are taken before the decorators hide what else
+// the adapters implement.
+func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Channel]ports.Notifier, limiter ports.RateLimiter, paces map[ports.Channel]domain.Pace) (*domain.Service, error) {
 	cfg := m.Config
 	reconcilers := map[ports.Channel]ports.Reconciler{}
 	for ch, n := range notifiers {
@@ -237,6 +242,10 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		UnknownPolicy:     domain.UnknownPolicy(cfg.UnknownOutcomePolicy),
 		Reconciled:        m.metrics.Reconciled,
 		OwedLost:          m.metrics.OwedRecordsLost,
+		RateLimiter:       limiter,
+		Paces:             paces,
+		RateWaited:        m.metrics.RateWaited,
+		RateLimited:       m.metrics.RateLimited,
 		Logger:            m.logger,
 		Observer:          observers(m.metrics, m.Deps.Observer),
 	})

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
+	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+	"github.com/harborlight/notification-worker/internal/logtest"
+)
+
+// mostRefused is how many of n sends the Twilio double may refuse for its
+// pace in these tests: the worker's turns are 25% slower than the double's
+// pace and the double allows a burst of two, but a loaded machine can hold
+// sends back and let them go together; each refused one is paused and
+// sent later, once. Without the limit the double refuses most of them.
+func mostRefused(n int) int64 { return int64(max(1, n/10)) }
+
+// TestRateLimit_SendsAtTheProvidersPace runs a backlog of SMS through a
+// worker whose SMS_RATE_LIMIT is below the pace the Twilio double enforces
+// per sender: the double (almost) never has to refuse a send (429), every event is
+// sent exactly once, and none is dead-lettered. Without the limit the
+// backlog goes at the double as fast as MAX_IN_FLIGHT allows, and the
+// double refuses most of it.
+func TestRateLimit_SendsAtTheProvidersPace(t *testing.T) {
+	const events = 30
+	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+		"SMS_RATE_LIMIT": "8",
+		"SMS_RATE_BURST": "1",
+		"MAX_IN_FLIGHT":  "16",
+		// Generous store bounds: a store call timing out under a loaded
+		// machine fails open, and a release that times out leaves a claim
+		// the next attempt must take over and reconcile, which is not what
+		// this test is about.
+		"IDEMPOTENCY_TIMEOUT":   "1s",
+		"IDEMPOTENCY_CLAIM_TTL": "10s",
+	})
+	p.twilio.LimitRate(double.RateLimit{PerSecond: 10, Burst: 2})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range strings.Split(p.m.Stdout.(*logtest.Buffer).String(), "\n") {
+				if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "record_retry_scheduled") && !strings.Contains(l, "rate_limit_no_turn") {
+					t.Log(l)
+				}
+			}
+		}
+	})
+
+	ev, _ := sampleEvents(events)
+	for i := range ev {
+		ev[i].Channels = []string{"sms"}
+		ev[i].ShipmentID = fmt.Sprintf("SHP-RATE-%03d", i) // every one its own key: all may go at once
+	}
+	start := time.Now()
+	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+	waitFor(t, "every SMS sent", func() (bool, string) {
+		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
+		return got == events, fmt.Sprintf("SMS counted sent: %v of %d", got, events)
+	})
+	took := time.Since(start)
+
+	if n := p.twilio.RateLimited(); n > mostRefused(events) {
+		t.Errorf("the double refused %d sends for its pace (429), want at most %d: the worker went faster than SMS_RATE_LIMIT", n, mostRefused(events))
+	}
+	msgs := p.twilio.Messages()
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.To]++
+	}
+	for _, e := range ev {
+		if seen[e.Recipient.Phone] != 1 {
+			t.Errorf("SMS to %s accepted %d times, want 1", e.Recipient.Phone, seen[e.Recipient.Phone])
+		}
+	}
+	if len(msgs) != events {
+		t.Errorf("the double accepted %d SMS, want %d", len(msgs), events)
+	}
+	s := scrape(t, p.m)
+	if dl := sumOf(s, "notification_worker_records_dead_lettered_total{"); dl != 0 {
+		t.Errorf("%v records dead-lettered, want 0", dl)
+	}
+	// At 8/s, burst 1: the last of 30 goes no sooner than 29 Intervals
+	// after the first.
+	if least := 29 * time.Second / 8; took < least {
+		t.Errorf("%d SMS took %v, less than %v: not paced", events, took, least)
+	}
+	// A turn for each send the double saw: each accepted SMS, and each
+	// refused one (sent again at a later turn).
+	if got, want := sumOf(s, "notification_worker_rate_limit_wait_seconds_count{", `channel="sms"`), float64(events+p.twilio.RateLimited()); got != want {
+		t.Errorf("the wait histogram counted %v turns, want %v", got, want)
+	}
+	t.Logf("%d SMS in %v; double refused %d", events, took, p.twilio.RateLimited())
+}
+
+// TestRateLimit_ThreeWorkersShareOneLimit runs three workers of one group
+// on one Redis, each holding partitions, against the Twilio double
+// enforcing 10 SMS/s for the sender: with SMS_RATE_LIMIT=8 shared through
+// Redis the double refuses (almost) nothing, where three workers pacing alone
+// would go at 24/s. Every event is sent exactly once, none dead-lettered.
+func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
+	const events = 40
+	const sid, token = "AC00000000000000000000000000000002", "fleettoken"
+	redisSrv := redistest.MustStart(t)
+	twilio := double.New(sid, token)
+	twilio.LimitRate(double.RateLimit{PerSecond: 10, Burst: 2})
+	api := httptest.NewServer(twilio)
+	t.Cleanup(api.Close)
+	topic := uniqueName("fleet")
+	emb := MustStartEmbedded(t, topic)
+	vars := map[string]string{
+		"KAFKA_BROKERS":           emb.Brokers()[0],
+		"KAFKA_TOPIC":             topic,
+		"KAFKA_GROUP_ID":          uniqueName("group"),
+		"REDIS_URL":               redisSrv.URL(),
+		"IDEMPOTENCY_KEY_PREFIX":  uniqueName("idem") + ":",
+		"TWILIO_ACCOUNT_SID":      sid,
+		"TWILIO_AUTH_TOKEN":       token,
+		"TWILIO_FROM_NUMBER":      "+15550002222",
+		"TWILIO_API_URL":          api.URL,
+		"EMAIL_NOTIFIER":          "console",
+		"SMS_RATE_LIMIT":          "8",
+		"SMS_RATE_BURST":          "1",
+		"KAFKA_EXPECTED_REPLICAS": "3",
+		"SEND_TIMEOUT":            "2s",
+		"IDEMPOTENCY_CLAIM_TTL":   "6s",
+		"SHUTDOWN_TIMEOUT":        "5s",
+		"RETRY_INITIAL_BACKOFF":   "20ms",
+		"RETRY_MAX_BACKOFF":       "200ms",
+		"HTTP_ADDR":               "127.0.0.1:0",
+	}
+	var workers []*Main
+	for range 3 {
+		m := &Main{Config: MustLoadConfig(t, vars), Stdout: &logtest.Buffer{}}
+		MustOpen(t, m)
+		MustRun(t, m)
+		workers = append(workers, m)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, m := range workers {
+				for _, l := range strings.Split(m.Stdout.(*logtest.Buffer).String(), "\n") {
+					if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "record_retry_scheduled") && !strings.Contains(l, "rate_limit_no_turn") && !strings.Contains(l, "worker_starting") {
+						t.Logf("worker %d: %s", i, l)
+					}
+				}
+			}
+		}
+	})
+	waitFor(t, "every worker holding partitions", func() (bool, string) {
+		var states []any
+		all := true
+		for _, m := range workers {
+			code, body := readyz(t, m)
+			states = append(states, body["consumer"])
+			all = all && code == http.StatusOK && body["consumer"] == consumerAssigned
+		}
+		return all, fmt.Sprint(states)
+	})
+
+	ev, _ := sampleEvents(events)
+	for i := range ev {
+		ev[i].Channels = []string{"sms"}
+		ev[i].ShipmentID = fmt.Sprintf("SHP-FLEET-%03d", i)
+	}
+	start := time.Now()
+	MustPublish(t, emb.Brokers(), topic, eventMessages(ev)...)
+	var perWorker []float64
+	waitFor(t, "every SMS sent", func() (bool, string) {
+		perWorker = perWorker[:0]
+		total := 0.0
+		for _, m := range workers {
+			n := sumOf(scrape(t, m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
+			perWorker = append(perWorker, n)
+			total += n
+		}
+		return total == events, fmt.Sprintf("SMS counted sent by each worker: %v, want %d in all", perWorker, events)
+	})
+	took := time.Since(start)
+
+	if n := twilio.RateLimited(); n > mostRefused(events) {
+		t.Errorf("the double refused %d sends for its pace (429), want at most %d: the workers together went faster than SMS_RATE_LIMIT", n, mostRefused(events))
+	}
+	busy := 0
+	for _, n := range perWorker {
+		if n > 0 {
+			busy++
+		}
+	}
+	if busy < 2 {
+		t.Errorf("SMS sent by each worker: %v; want at least two workers sending, or the limit was not shared", perWorker)
+	}
+	seen := map[string]int{}
+	for _, m := range twilio.Messages() {
+		seen[m.To]++
+	}
+	for _, e := range ev {
+		if seen[e.Recipient.Phone] != 1 {
+			t.Errorf("SMS to %s accepted %d times, want 1", e.Recipient.Phone, seen[e.Recipient.Phone])
+		}
+	}
+	for i, m := range workers {
+		if dl := sumOf(scrape(t, m), "notification_worker_records_dead_lettered_total{"); dl != 0 {
+			t.Errorf("worker %d dead-lettered %v records, want 0", i, dl)
+		}
+	}
+	if least := (events - 1) * time.Second / 8; took < least {
+		t.Errorf("%d SMS took %v, less than %v: not paced as one", events, took, least)
+	}
+	t.Logf("%d SMS in %v by workers %v; double refused %d", events, took, perWorker, twilio.RateLimited())
+}
+
+// TestRateLimit_RedisDownPacesByTheReplicasShare kills the Redis that
+// holds the fleet's pace: the worker (failing open on the store) keeps
+// sending, at its share of SMS_RATE_LIMIT (the limit divided by
+// KAFKA_EXPECTED_REPLICAS), and says so: rate_limit_fallback, and its
+// counter.
+func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
+	const events = 6
+	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+		"SMS_RATE_LIMIT":          "6",
+		"SMS_RATE_BURST":          "1",
+		"KAFKA_EXPECTED_REPLICAS": "2",
+	})
+	p.redis.Kill(t)
+
+	ev, _ := sampleEvents(events)
+	for i := range ev {
+		ev[i].Channels = []string{"sms"}
+		ev[i].ShipmentID = fmt.Sprintf("SHP-FALLBACK-%03d", i)
+	}
+	start := time.Now()
+	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+	waitFor(t, "every SMS sent with Redis down", func() (bool, string) {
+		got := len(p.twilio.Messages())
+		return got == events, fmt.Sprintf("SMS at the double: %d of %d", got, events)
+	})
+	took := time.Since(start)
+	// The share is 3/s: the last of 6 goes no sooner than 5 of its
+	// Intervals after the first.
+	if least := 5 * time.Second / 3; took < least {
+		t.Errorf("%d SMS took %v with Redis down, less than %v: not paced by the replica's share", events, took, least)
+	}
+	if n := len(p.m.Stdout.(*logtest.Buffer).Events(t, "rate_limit_fallback")); n < 1 {
+		t.Errorf("no rate_limit_fallback line with Redis down")
+	}
+	if got := sumOf(scrape(t, p.m), "notification_worker_rate_limit_fallback_total"); got < 1 {
+		t.Errorf("notification_worker_rate_limit_fallback_total = %v with Redis down, want at least 1", got)
+	}
+	t.Logf("%d SMS in %v with Redis down", events, took)
+}
