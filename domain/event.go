@@ -8,6 +8,7 @@ import (
 	"net/mail"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -533,6 +534,12 @@ func NormalizePhone(p string) (string, error) {
 	case s[1] == '0':
 		return "", errors.New("not an E.164 phone number: country code cannot start with a zero")
 	}
+	return phones.get(s)
+}
+
+// checkPhone is NormalizePhone's check of s, a "+" and 3 to maxPhoneDigits
+// digits, against the numbering plans.
+func checkPhone(s string) (string, error) {
 	num, err := phonenumbers.Parse(s, unknownRegion)
 	if err != nil {
 		// phonenumbers' errors name no digits, but say it in our words:
@@ -567,6 +574,48 @@ func NormalizePhone(p string) (string, error) {
 		return "", errors.New("not an E.164 phone number: written in a national form its country rewrites")
 	}
 	return out, nil
+}
+
+// phones remembers checkPhone's answers: parsing a number against the
+// numbering plans is most of the CPU a record costs, and the same customers
+// get a notification per shipment event. checkPhone is a pure function of
+// its argument, so an answer remembered is the answer computed.
+var phones = &phoneCache{max: phoneCacheSize}
+
+// phoneCacheSize bounds the numbers phones holds: at about 100 bytes an
+// entry, 8192 of them are under a MiB.
+const phoneCacheSize = 8192
+
+// phoneCache is a bounded memo of checkPhone, safe for concurrent use. When
+// full it starts over empty: no eviction order to keep, and a worker's
+// working set of numbers refills it at once.
+type phoneCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]phoneAnswer
+}
+
+type phoneAnswer struct {
+	out string
+	err error
+}
+
+// get returns checkPhone(s), from memory when s was asked before.
+func (c *phoneCache) get(s string) (string, error) {
+	c.mu.Lock()
+	a, ok := c.m[s]
+	c.mu.Unlock()
+	if ok {
+		return a.out, a.err
+	}
+	out, err := checkPhone(s)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string]phoneAnswer, c.max)
+	}
+	c.m[s] = phoneAnswer{out, err}
+	c.mu.Unlock()
+	return out, err
 }
 
 // onlyTrunkDropped reports whether the digits out are the digits in, or in

@@ -3,7 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,7 +250,7 @@ func BenchmarkWorkerCPUPerRecord(b *testing.B) {
 		}
 		return time.Duration(total * float64(time.Second))
 	}
-	measure := func(redisURL string) cpuRun {
+	measure := func(name, redisURL string) cpuRun {
 		env := map[string]string{
 			"KAFKA_BROKERS":  broker,
 			"KAFKA_TOPIC":    topic,
@@ -256,19 +262,21 @@ func BenchmarkWorkerCPUPerRecord(b *testing.B) {
 			// Asked for by name: beside Redis the worker assumes no console.
 			env["SMS_NOTIFIER"], env["EMAIL_NOTIFIER"] = "console", "console"
 		}
+		profile := profiler(b, env, name)
 		w := startWorker(b, env)
 		defer stopWorker(b, w)
-		return measureCPU(b, w, events, redisCPU)
+		return measureCPU(b, w, events, redisCPU, profile)
 	}
 	for range b.N {
-		results.putCPU(runCPUMemory, measure(""))
-		results.putCPU(runCPURedis, measure(srv.URL()))
+		results.putCPU(runCPUMemory, measure(runCPUMemory, ""))
+		results.putCPU(runCPURedis, measure(runCPURedis, srv.URL()))
 	}
 }
 
 // measureCPU polls w's sent count until it reaches want and returns the
 // worker's CPU time (and redis-server's) from its first send to then.
-func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() time.Duration) cpuRun {
+// profile, when not nil, is called once at the first send (see profiler).
+func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() time.Duration, profile func()) cpuRun {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -286,6 +294,9 @@ func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() 
 				b.Fatalf("worker exited: %v", err)
 			}
 			srv0, from, started = serverCPU(), n, time.Now()
+			if profile != nil {
+				profile()
+			}
 		}
 		if err == nil && n >= want {
 			cpu1, err := procCPU(w.PID())
@@ -313,3 +324,46 @@ func lastLines(lines []string, n int) []string {
 // budgetOfDefaults is MAX_BUFFERED_BYTES at its default, which the memory
 // rows are read against.
 const budgetOfDefaults = kafka.DefaultMaxBufferedBytes
+
+// profiler returns nil unless BENCH_PROFILE_DIR names a directory: then it
+// gives the worker a debug listener (DEBUG_ADDR in env) and returns a
+// function that, called at the first send, takes a CPU profile of
+// BENCH_PROFILE_SECONDS (default 3) in the background into
+// <dir>/<name>.pprof, for `go tool pprof <binary> <file>`. Profiling costs
+// the worker a little CPU: the figures of a profiled run are not the ones
+// to report.
+func profiler(b *testing.B, env map[string]string, name string) func() {
+	b.Helper()
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return nil
+	}
+	secs := os.Getenv("BENCH_PROFILE_SECONDS")
+	if secs == "" {
+		secs = "3"
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", integration.FreePort(b))
+	env["DEBUG_ADDR"] = addr
+	file := filepath.Join(dir, strings.ReplaceAll(name, "/", "-")+".pprof")
+	var wg sync.WaitGroup
+	b.Cleanup(wg.Wait)
+	return func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=" + secs)
+			if err != nil {
+				b.Logf("profile %s: %v", name, err)
+				return
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(file, body, 0o644)
+			}
+			if err != nil {
+				b.Logf("profile %s: %v", name, err)
+			}
+		}()
+	}
+}
