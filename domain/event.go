@@ -297,25 +297,31 @@ func checkKeys(value []byte, chans []Channel) error {
 // encoding/json matches case-insensitively; nil for a map, whose keys it
 // matches exactly. closed refuses a key not among fields.
 // recipient are the recipient's fields, checked when path is the record.
-func checkObject(path string, raw json.RawMessage, fields []string, closed bool, recipient []string) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+//
+// raw is valid JSON (json.Unmarshal accepted the record holding it), so it
+// is walked in one pass without a tokenizer: keys are read as encoding/json
+// reads them, members in the order written, and the first offending key is
+// the one named.
+func checkObject(path string, raw []byte, fields []string, closed bool, recipient []string) error {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
 		return nil
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
-		}
-		key, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
-		}
+	i = skipSpace(raw, i+1)
+	var seen map[string]bool
+	for i < len(raw) && raw[i] == '"' {
+		end := skipString(raw, i)
+		key := jsonKey(raw[i:end])
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // the ':'
+		vend := skipValue(raw, i)
+		v := raw[i:vend]
 		field := join(path, key)
 		if seen[key] {
 			return invalid(field, "", "the key appears more than once: readers of the record could disagree on its value")
+		}
+		if seen == nil {
+			seen = make(map[string]bool, 8)
 		}
 		seen[key] = true
 		for _, f := range fields {
@@ -326,6 +332,7 @@ func checkObject(path string, raw json.RawMessage, fields []string, closed bool,
 		if closed && !slices.Contains(fields, key) {
 			return invalid(field, "", "unknown field: want one of "+strings.Join(fields, ", "))
 		}
+		var err error
 		switch {
 		case path == "" && key == "recipient":
 			err = checkObject(field, v, recipient, true, nil)
@@ -335,8 +342,82 @@ func checkObject(path string, raw json.RawMessage, fields []string, closed bool,
 		if err != nil {
 			return err
 		}
+		i = skipSpace(raw, vend)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
 	}
 	return nil
+}
+
+// jsonKey returns the string the JSON string literal q (quotes included)
+// holds, as encoding/json decodes it.
+func jsonKey(q []byte) string {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1])
+	}
+	var s string
+	_ = json.Unmarshal(q, &s) // q is a valid literal: see checkObject
+	return s
+}
+
+// skipSpace returns the index of the first byte of b at or after i that is
+// not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string literal starting at
+// b[i] (a '"').
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 func join(path, key string) string {
