@@ -47,6 +47,8 @@ type registry struct {
 	keys []keyMemory
 	rss  map[string]rssRun
 	cpu  map[string]cpuRun
+	// cpuBase is the baseline's commit of the cpu/*/base runs.
+	cpuBase string
 	// loadBefore is the load average when the run started.
 	loadBefore string
 }
@@ -245,26 +247,63 @@ func (r *registry) printLittle(w io.Writer) {
 		fmt.Sprintf("%.0f/s", littleLimit()), fmt.Sprintf("%.3f", ratio), target)
 }
 
+// cpuTarget is the most worker CPU per record with Redis this checkout
+// may spend, as a share of the baseline revision's in the same run.
+const cpuTarget = 0.5
+
+func (r *registry) setCPUBase(commit string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cpuBase = commit
+}
+
 func (r *registry) printCPU(w io.Writer) {
-	mem, okMem := r.getCPU(runCPUMemory)
-	red, okRed := r.getCPU(runCPURedis)
+	_, okMem := r.getCPU(runCPUMemory)
+	_, okRed := r.getCPU(runCPURedis)
 	if !okMem && !okRed {
 		return
 	}
+	r.mu.Lock()
+	baseCommit := r.cpuBase
+	r.mu.Unlock()
 	fmt.Fprintln(w, "\n### 10. CPU per record of the worker process (worker binary, default settings, console notifier: a send takes no time; kfake broker in its own process)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu.")
+	fmt.Fprintf(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu. "+
+		"The baseline is the worker of %s (BENCH_BASE, default HEAD~1), built in this run and measured interleaved with this checkout's, %d rounds each, the least CPU per record kept.\n", baseCommit, cpuRounds)
 	fmt.Fprintln(w)
-	header(w, "store", "records", "seconds", "worker CPU/record", "redis-server CPU/record", "ratio vs memory")
-	if okMem {
-		row(w, "memory", fmt.Sprint(mem.records), fmt.Sprintf("%.2f", mem.elapsed.Seconds()), us(mem.perRecord()), "", "1.00x (baseline)")
-	}
-	if okRed {
-		ratio := "n/a (baseline not run)"
-		if okMem && mem.perRecord() > 0 {
-			ratio = fmt.Sprintf("%.2fx", float64(red.perRecord())/float64(mem.perRecord()))
+	header(w, "store", "worker", "records", "seconds", "worker CPU/record", "redis-server CPU/record", "vs memory", "vs baseline", "target")
+	for _, v := range []struct {
+		store, base, cur string
+		target           bool
+	}{{"memory", runCPUMemoryBase, runCPUMemory, false}, {"redis", runCPURedisBase, runCPURedis, true}} {
+		for _, who := range []string{v.base, v.cur} {
+			m, ok := r.getCPU(who)
+			if !ok {
+				continue
+			}
+			// Each worker's Redis run is read against its own memory run.
+			name, vsBase, target, memOf := "this checkout", "", "reported", runCPUMemory
+			if who == v.base {
+				name, vsBase, memOf = "baseline "+baseCommit, "1.00x (baseline)", runCPUMemoryBase
+			} else if b, ok := r.getCPU(v.base); ok && b.perRecord() > 0 {
+				x := float64(m.perRecord()) / float64(b.perRecord())
+				vsBase = fmt.Sprintf("%.2fx", x)
+				if v.target {
+					target = fmt.Sprintf("<= %gx: met", cpuTarget)
+					if x > cpuTarget {
+						target = fmt.Sprintf("<= %gx: MISSED", cpuTarget)
+					}
+				}
+			}
+			vsMem, server := "1.00x", ""
+			if v.store == "redis" {
+				vsMem, server = "n/a", us(m.serverPerRecord())
+				if mm, ok := r.getCPU(memOf); ok && mm.perRecord() > 0 {
+					vsMem = fmt.Sprintf("%.2fx", float64(m.perRecord())/float64(mm.perRecord()))
+				}
+			}
+			row(w, v.store, name, fmt.Sprint(m.records), fmt.Sprintf("%.2f", m.elapsed.Seconds()), us(m.perRecord()), server, vsMem, vsBase, target)
 		}
-		row(w, "redis", fmt.Sprint(red.records), fmt.Sprintf("%.2f", red.elapsed.Seconds()), us(red.perRecord()), us(red.serverPerRecord()), ratio)
 	}
 }
 
