@@ -201,8 +201,19 @@ func jsonError(path string, err error) error {
 		return invalid(join(path, te.Field), "", "want a JSON "+te.Type.String()+", got "+te.Value)
 	}
 	// The error may quote the input (a bad occurred_at, say): clip it
-	// so a dead letter's reason stays readable.
-	return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
+	// so a dead letter's reason stays readable, and print no control
+	// character of it (time's errors quote a DEL or a C1 control raw).
+	return invalid(path, "", "not a JSON event: "+clip(noControls(err.Error()), 200))
+}
+
+// noControls returns s with every control character made a '?'.
+func noControls(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // recipientFields returns the recipient's name and the address fields of
