@@ -177,6 +177,19 @@ func decode(value []byte, chans []Channel) (Event, error) {
 	if tooDeep(value, MaxJSONDepth) {
 		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
 	}
+	if json.Valid(value) {
+		if w, given, ok := decodeFast(value, chans); ok {
+			ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
+			ev.Recipient.Name = given["name"]
+			return ev, ev.normalize(chans, given)
+		}
+	}
+	return decodeFull(value, chans)
+}
+
+// decodeFull is decode after its UTF-8 and depth checks, by encoding/json:
+// what decodeFast leaves to it, and the reference decodeFast agrees with.
+func decodeFull(value []byte, chans []Channel) (Event, error) {
 	var w wireEvent
 	if err := json.Unmarshal(value, &w); err != nil {
 		return Event{}, jsonError("", err)
