@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -39,7 +40,7 @@ func loadAverage() string {
 }
 
 // results collects what the benchmarks measured, by name, for the table.
-var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}}
+var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}, startup: map[string]time.Duration{}}
 
 type registry struct {
 	mu   sync.Mutex
@@ -47,6 +48,8 @@ type registry struct {
 	keys []keyMemory
 	rss  map[string]rssRun
 	cpu  map[string]cpuRun
+	// startup is each worker's time from its start to /readyz 200.
+	startup map[string]time.Duration
 	// cpuBase is the baseline's commit of the cpu/*/base runs.
 	cpuBase string
 	// loadBefore is the load average when the run started.
@@ -122,7 +125,7 @@ func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
-	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0
+	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0 && len(r.startup) == 0
 	r.mu.Unlock()
 	if empty {
 		return
@@ -145,6 +148,8 @@ func (r *registry) print(w io.Writer) {
 	r.printLittle(w)
 	r.printCPU(w)
 	r.printCoTenant(w)
+	r.printReplay(w)
+	r.printStartup(w)
 	fmt.Fprintln(w)
 }
 
@@ -574,5 +579,67 @@ func (r *registry) printTracing(w io.Writer) {
 			rt = "1.00x (baseline)"
 		}
 		row(w, c.label, fmt.Sprint(m.records), rate(m), roundRates(m), rt, us(m.cpuPerRecord()))
+	}
+}
+
+func (r *registry) putStartup(name string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.startup[name] = d
+}
+
+func (r *registry) baseCommit() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cpuBase
+}
+
+func (r *registry) printReplay(w io.Writer) {
+	cur, ok := r.getCPU(runReplay)
+	if !ok {
+		return
+	}
+	base, okBase := r.getCPU(runReplayBase)
+	fmt.Fprintf(w, "\n### 13. A replay: %d records already sent, read again by a fresh group (worker binary, Redis store; every record suppressed as a duplicate)\n\n", replayEvents)
+	fmt.Fprintf(w, "From the first suppression to the last; the baseline is the worker of %s, on the same records and keys.\n\n", r.baseCommit())
+	header(w, "worker", "records", "seconds", "suppressed/s", "worker CPU/record", "redis-server CPU/record", "CPU vs baseline")
+	perSec := func(m cpuRun) string {
+		if m.elapsed <= 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f", float64(m.records)/m.elapsed.Seconds())
+	}
+	if okBase {
+		row(w, "baseline "+r.baseCommit(), fmt.Sprint(base.records), fmt.Sprintf("%.2f", base.elapsed.Seconds()), perSec(base), us(base.perRecord()), us(base.serverPerRecord()), "1.00x (baseline)")
+	}
+	vs := "n/a (baseline not run)"
+	if okBase && base.perRecord() > 0 {
+		vs = fmt.Sprintf("%.2fx", float64(cur.perRecord())/float64(base.perRecord()))
+	}
+	row(w, "this checkout", fmt.Sprint(cur.records), fmt.Sprintf("%.2f", cur.elapsed.Seconds()), perSec(cur), us(cur.perRecord()), us(cur.serverPerRecord()), vs)
+}
+
+func (r *registry) printStartup(w io.Writer) {
+	r.mu.Lock()
+	got := maps.Clone(r.startup)
+	r.mu.Unlock()
+	if len(got) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### 14. Start-up: the worker binary from its start to GET /readyz 200 (kfake broker process, empty topic; polled every %v, fastest of %d rounds)\n\n", startupPoll, startupRounds)
+	header(w, "store", "worker", "start to /readyz", "target")
+	for _, v := range []struct{ store, base, cur string }{
+		{"memory", startupKafkaBase, startupKafka}, {"redis", startupKafkaRedisB, startupKafkaRedis},
+	} {
+		if d, ok := got[v.base]; ok {
+			row(w, v.store, "baseline "+r.baseCommit(), ms(d), "reported")
+		}
+		if d, ok := got[v.cur]; ok {
+			target := fmt.Sprintf("<= %v: met", startupTarget)
+			if d > startupTarget {
+				target = fmt.Sprintf("<= %v: MISSED", startupTarget)
+			}
+			row(w, v.store, "this checkout", ms(d), target)
+		}
 	}
 }

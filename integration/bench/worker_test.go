@@ -313,7 +313,18 @@ func BenchmarkWorkerCPUPerRecord(b *testing.B) {
 // profile, when not nil, is called once at the first send (see profiler).
 func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() time.Duration, profile func()) cpuRun {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return measureCPUOf(b, w, sentSeries, want, 2*time.Minute, serverCPU, profile)
+}
+
+// measureCPUOf is measureCPU counting series (a counter of the worker's
+// /metrics) instead of the sends, within limit.
+func measureCPUOf(b *testing.B, w *integration.Worker, series string, want int, limit time.Duration, serverCPU func() time.Duration, profile func()) cpuRun {
+	b.Helper()
+	sentCount := func(ctx context.Context, w *integration.Worker) (int, error) {
+		v, err := metricValue(ctx, w, series)
+		return int(v), err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var (
 		from, cpu0, srv0 = 0, time.Duration(0), time.Duration(0)
@@ -322,7 +333,7 @@ func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() 
 	for {
 		n, err := sentCount(ctx, w)
 		if err != nil && ctx.Err() != nil {
-			b.Fatalf("worker sent %d of %d in 2 minutes\n%v", n, want, lastLines(w.Logs(), 20))
+			b.Fatalf("worker counted %d of %d %s in %v\n%v", n, want, series, limit, lastLines(w.Logs(), 20))
 		}
 		if err == nil && n > 0 && started.IsZero() {
 			if cpu0, err = procCPU(w.PID()); err != nil {
@@ -342,7 +353,7 @@ func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() 
 		}
 		select {
 		case <-ctx.Done():
-			b.Fatalf("worker sent %d of %d in 2 minutes\n%v", n, want, lastLines(w.Logs(), 20))
+			b.Fatalf("worker counted %d of %d %s in %v\n%v", n, want, series, limit, lastLines(w.Logs(), 20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
