@@ -37,8 +37,9 @@ const (
 // duplicate. One worker first sends them all (console notifier, keys under
 // one prefix); then the baseline revision's worker and this checkout's
 // each replay the topic with a group of their own against those keys. It
-// reports suppressed records a second and the CPU of the worker and of
-// redis-server per record, from the first suppression to the last.
+// reports records handled a second (suppressed, or sent where a Claim
+// failed open under load) and the CPU of the worker and of redis-server
+// per record, from the first to the last.
 func BenchmarkWorkerReplay(b *testing.B) {
 	needRedis(b)
 	const keys = 5000
@@ -75,15 +76,18 @@ func BenchmarkWorkerReplay(b *testing.B) {
 			"EMAIL_NOTIFIER":                 "console",
 		}
 	}
-	pass := func(bin, series string) cpuRun {
+	pass := func(bin string, series ...string) cpuRun {
 		w := startWorkerBinary(b, bin, env())
 		defer stopWorker(b, w)
 		return measureCPUOf(b, w, series, replayEvents, replayLimit, redisCPU, nil)
 	}
 	for range b.N {
 		pass(current, sentSeries) // the incident: every record sent once
-		results.putCPU(runReplayBase, pass(base, duplicateSeries))
-		results.putCPU(runReplay, pass(current, duplicateSeries))
+		// A replay counts the records suppressed and the ones sent: on a
+		// loaded machine a Claim past IDEMPOTENCY_TIMEOUT fails open and
+		// sends, as configured, and that record is still handled.
+		results.putCPU(runReplayBase, pass(base, duplicateSeries, sentSeries))
+		results.putCPU(runReplay, pass(current, duplicateSeries, sentSeries))
 	}
 }
 

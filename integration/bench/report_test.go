@@ -601,8 +601,8 @@ func (r *registry) printReplay(w io.Writer) {
 	}
 	base, okBase := r.getCPU(runReplayBase)
 	fmt.Fprintf(w, "\n### 13. A replay: %d records already sent, read again by a fresh group (worker binary, Redis store; every record suppressed as a duplicate)\n\n", replayEvents)
-	fmt.Fprintf(w, "From the first suppression to the last; the baseline is the worker of %s, on the same records and keys.\n\n", r.baseCommit())
-	header(w, "worker", "records", "seconds", "suppressed/s", "worker CPU/record", "redis-server CPU/record", "CPU vs baseline")
+	fmt.Fprintf(w, "From the first record handled to the last (suppressed, or sent where a Claim failed open under load); the baseline is the worker of %s, on the same records and keys.\n\n", r.baseCommit())
+	header(w, "worker", "records", "seconds", "records/s", "worker CPU/record", "redis-server CPU/record", "CPU vs baseline")
 	perSec := func(m cpuRun) string {
 		if m.elapsed <= 0 {
 			return "n/a"

@@ -313,16 +313,23 @@ func BenchmarkWorkerCPUPerRecord(b *testing.B) {
 // profile, when not nil, is called once at the first send (see profiler).
 func measureCPU(b *testing.B, w *integration.Worker, want int, serverCPU func() time.Duration, profile func()) cpuRun {
 	b.Helper()
-	return measureCPUOf(b, w, sentSeries, want, 2*time.Minute, serverCPU, profile)
+	return measureCPUOf(b, w, []string{sentSeries}, want, 2*time.Minute, serverCPU, profile)
 }
 
-// measureCPUOf is measureCPU counting series (a counter of the worker's
-// /metrics) instead of the sends, within limit.
-func measureCPUOf(b *testing.B, w *integration.Worker, series string, want int, limit time.Duration, serverCPU func() time.Duration, profile func()) cpuRun {
+// measureCPUOf is measureCPU counting the sum of series (counters of the
+// worker's /metrics) instead of the sends, within limit.
+func measureCPUOf(b *testing.B, w *integration.Worker, series []string, want int, limit time.Duration, serverCPU func() time.Duration, profile func()) cpuRun {
 	b.Helper()
 	sentCount := func(ctx context.Context, w *integration.Worker) (int, error) {
-		v, err := metricValue(ctx, w, series)
-		return int(v), err
+		total := 0.0
+		for _, s := range series {
+			v, err := metricValue(ctx, w, s)
+			if err != nil {
+				return int(total), err
+			}
+			total += v
+		}
+		return int(total), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
