@@ -8,6 +8,7 @@ import (
 	"net/mail"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -176,6 +177,19 @@ func decode(value []byte, chans []Channel) (Event, error) {
 	if tooDeep(value, MaxJSONDepth) {
 		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
 	}
+	if json.Valid(value) {
+		if w, given, ok := decodeFast(value, chans); ok {
+			ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
+			ev.Recipient.Name = given["name"]
+			return ev, ev.normalize(chans, given)
+		}
+	}
+	return decodeFull(value, chans)
+}
+
+// decodeFull is decode after its UTF-8 and depth checks, by encoding/json:
+// what decodeFast leaves to it, and the reference decodeFast agrees with.
+func decodeFull(value []byte, chans []Channel) (Event, error) {
 	var w wireEvent
 	if err := json.Unmarshal(value, &w); err != nil {
 		return Event{}, jsonError("", err)
@@ -200,8 +214,19 @@ func jsonError(path string, err error) error {
 		return invalid(join(path, te.Field), "", "want a JSON "+te.Type.String()+", got "+te.Value)
 	}
 	// The error may quote the input (a bad occurred_at, say): clip it
-	// so a dead letter's reason stays readable.
-	return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
+	// so a dead letter's reason stays readable, and print no control
+	// character of it (time's errors quote a DEL or a C1 control raw).
+	return invalid(path, "", "not a JSON event: "+clip(noControls(err.Error()), 200))
+}
+
+// noControls returns s with every control character made a '?'.
+func noControls(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // recipientFields returns the recipient's name and the address fields of
@@ -296,25 +321,31 @@ func checkKeys(value []byte, chans []Channel) error {
 // encoding/json matches case-insensitively; nil for a map, whose keys it
 // matches exactly. closed refuses a key not among fields.
 // recipient are the recipient's fields, checked when path is the record.
-func checkObject(path string, raw json.RawMessage, fields []string, closed bool, recipient []string) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+//
+// raw is valid JSON (json.Unmarshal accepted the record holding it), so it
+// is walked in one pass without a tokenizer: keys are read as encoding/json
+// reads them, members in the order written, and the first offending key is
+// the one named.
+func checkObject(path string, raw []byte, fields []string, closed bool, recipient []string) error {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
 		return nil
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
-		}
-		key, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return invalid(path, "", "not a JSON event: "+clip(err.Error(), 200))
-		}
+	i = skipSpace(raw, i+1)
+	var seen map[string]bool
+	for i < len(raw) && raw[i] == '"' {
+		end := skipString(raw, i)
+		key := jsonKey(raw[i:end])
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // the ':'
+		vend := skipValue(raw, i)
+		v := raw[i:vend]
 		field := join(path, key)
 		if seen[key] {
 			return invalid(field, "", "the key appears more than once: readers of the record could disagree on its value")
+		}
+		if seen == nil {
+			seen = make(map[string]bool, 8)
 		}
 		seen[key] = true
 		for _, f := range fields {
@@ -325,6 +356,7 @@ func checkObject(path string, raw json.RawMessage, fields []string, closed bool,
 		if closed && !slices.Contains(fields, key) {
 			return invalid(field, "", "unknown field: want one of "+strings.Join(fields, ", "))
 		}
+		var err error
 		switch {
 		case path == "" && key == "recipient":
 			err = checkObject(field, v, recipient, true, nil)
@@ -334,8 +366,82 @@ func checkObject(path string, raw json.RawMessage, fields []string, closed bool,
 		if err != nil {
 			return err
 		}
+		i = skipSpace(raw, vend)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
 	}
 	return nil
+}
+
+// jsonKey returns the string the JSON string literal q (quotes included)
+// holds, as encoding/json decodes it.
+func jsonKey(q []byte) string {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1])
+	}
+	var s string
+	_ = json.Unmarshal(q, &s) // q is a valid literal: see checkObject
+	return s
+}
+
+// skipSpace returns the index of the first byte of b at or after i that is
+// not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string literal starting at
+// b[i] (a '"').
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 func join(path, key string) string {
@@ -533,6 +639,12 @@ func NormalizePhone(p string) (string, error) {
 	case s[1] == '0':
 		return "", errors.New("not an E.164 phone number: country code cannot start with a zero")
 	}
+	return phones.get(s)
+}
+
+// checkPhone is NormalizePhone's check of s, a "+" and 3 to maxPhoneDigits
+// digits, against the numbering plans.
+func checkPhone(s string) (string, error) {
 	num, err := phonenumbers.Parse(s, unknownRegion)
 	if err != nil {
 		// phonenumbers' errors name no digits, but say it in our words:
@@ -567,6 +679,48 @@ func NormalizePhone(p string) (string, error) {
 		return "", errors.New("not an E.164 phone number: written in a national form its country rewrites")
 	}
 	return out, nil
+}
+
+// phones remembers checkPhone's answers: parsing a number against the
+// numbering plans is most of the CPU a record costs, and the same customers
+// get a notification per shipment event. checkPhone is a pure function of
+// its argument, so an answer remembered is the answer computed.
+var phones = &phoneCache{max: phoneCacheSize}
+
+// phoneCacheSize bounds the numbers phones holds: at about 100 bytes an
+// entry, 8192 of them are under a MiB.
+const phoneCacheSize = 8192
+
+// phoneCache is a bounded memo of checkPhone, safe for concurrent use. When
+// full it starts over empty: no eviction order to keep, and a worker's
+// working set of numbers refills it at once.
+type phoneCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]phoneAnswer
+}
+
+type phoneAnswer struct {
+	out string
+	err error
+}
+
+// get returns checkPhone(s), from memory when s was asked before.
+func (c *phoneCache) get(s string) (string, error) {
+	c.mu.Lock()
+	a, ok := c.m[s]
+	c.mu.Unlock()
+	if ok {
+		return a.out, a.err
+	}
+	out, err := checkPhone(s)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string]phoneAnswer, c.max)
+	}
+	c.m[s] = phoneAnswer{out, err}
+	c.mu.Unlock()
+	return out, err
 }
 
 // onlyTrunkDropped reports whether the digits out are the digits in, or in

@@ -8,6 +8,7 @@ package domain_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/mail"
 	"reflect"
 	"regexp"
@@ -446,6 +447,35 @@ func FuzzFingerprint(f *testing.F) {
 		}
 		if got := domain.Fingerprint(other, ports.ChannelSMS); got == fp {
 			t.Fatalf("change %d (%q) left the fingerprint %q unchanged", which%6, change, fp)
+		}
+	})
+}
+
+// FuzzDecodeOnePass: Decode, which reads the usual record in one pass and
+// leaves the rest to encoding/json, returns for every input exactly what
+// encoding/json's reading alone returns: the same event, or the same error.
+func FuzzDecodeOnePass(f *testing.F) {
+	for _, s := range seedRecords {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{
+		`{"event_id":"a\u0062","type":"t","occurred_at":null,"shipment_id":"s","recipient":{"name":null,"phone":"+31201234567"},"channels":null,"data":null}`,
+		`{"x":1,"x":2,"event_id":"a","type":"t","shipment_id":"s","recipient":{"email":"a@b.example"}}`,
+		`{"event_id":"a","type":"t","shipment_id":"s","recipient":{"email":"a@b.example"},"data":{"k":"v","k":"w"}}`,
+		`{"event_id":"a","type":"t","shipment_id":"s","recipient":{"email":"a@b.example"},"channels":["email",null]}`,
+		`{"event_id":1,"type":"t","shipment_id":"s","recipient":{"email":"a@b.example"}}`,
+		` { "event_id" : "a" , "type" : "t" , "shipment_id" : "s" , "recipient" : { "email" : "a@b.example" } , "data" : { "n" : -1.5e3 , "b" : false } } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		got, gotErr := domain.Decode(value)
+		want, wantErr := domain.DecodeFull(value)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("Decode(%q) error %v, encoding/json's reading %v", value, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Decode(%q) = %#v, encoding/json's reading %#v", value, got, want)
 		}
 	})
 }

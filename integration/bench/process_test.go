@@ -46,11 +46,7 @@ func binary(b *testing.B, pkg string) string {
 	if bin, ok := built[pkg]; ok {
 		return bin
 	}
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		b.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	root := checkoutRoot(b)
 	sum := sha256.Sum256([]byte(root))
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("notification-worker-bench-%x", sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -71,7 +67,14 @@ func binary(b *testing.B, pkg string) string {
 // (see integration.StartWorkerProcess), killed when b ends.
 func startWorker(b *testing.B, env map[string]string) *integration.Worker {
 	b.Helper()
-	b.Setenv("WORKER_BINARY", binary(b, "cmd/notification-worker"))
+	return startWorkerBinary(b, binary(b, "cmd/notification-worker"), env)
+}
+
+// startWorkerBinary is startWorker for the worker binary bin (the
+// baseline's, say).
+func startWorkerBinary(b *testing.B, bin string, env map[string]string) *integration.Worker {
+	b.Helper()
+	b.Setenv("WORKER_BINARY", bin)
 	return integration.StartWorkerProcess(b, env)
 }
 

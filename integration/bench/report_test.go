@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -39,7 +40,7 @@ func loadAverage() string {
 }
 
 // results collects what the benchmarks measured, by name, for the table.
-var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}}
+var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}, startup: map[string]time.Duration{}}
 
 type registry struct {
 	mu   sync.Mutex
@@ -47,6 +48,10 @@ type registry struct {
 	keys []keyMemory
 	rss  map[string]rssRun
 	cpu  map[string]cpuRun
+	// startup is each worker's time from its start to /readyz 200.
+	startup map[string]time.Duration
+	// cpuBase is the baseline's commit of the cpu/*/base runs.
+	cpuBase string
 	// loadBefore is the load average when the run started.
 	loadBefore string
 }
@@ -120,7 +125,7 @@ func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
-	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0
+	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0 && len(r.startup) == 0
 	r.mu.Unlock()
 	if empty {
 		return
@@ -143,6 +148,8 @@ func (r *registry) print(w io.Writer) {
 	r.printLittle(w)
 	r.printCPU(w)
 	r.printCoTenant(w)
+	r.printReplay(w)
+	r.printStartup(w)
 	fmt.Fprintln(w)
 }
 
@@ -245,26 +252,63 @@ func (r *registry) printLittle(w io.Writer) {
 		fmt.Sprintf("%.0f/s", littleLimit()), fmt.Sprintf("%.3f", ratio), target)
 }
 
+// cpuTarget is the most worker CPU per record with Redis this checkout
+// may spend, as a share of the baseline revision's in the same run.
+const cpuTarget = 0.5
+
+func (r *registry) setCPUBase(commit string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cpuBase = commit
+}
+
 func (r *registry) printCPU(w io.Writer) {
-	mem, okMem := r.getCPU(runCPUMemory)
-	red, okRed := r.getCPU(runCPURedis)
+	_, okMem := r.getCPU(runCPUMemory)
+	_, okRed := r.getCPU(runCPURedis)
 	if !okMem && !okRed {
 		return
 	}
+	r.mu.Lock()
+	baseCommit := r.cpuBase
+	r.mu.Unlock()
 	fmt.Fprintln(w, "\n### 10. CPU per record of the worker process (worker binary, default settings, console notifier: a send takes no time; kfake broker in its own process)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu.")
+	fmt.Fprintf(w, "From the first record sent to the last, the worker's user and system time (/proc/<pid>/stat) over the records sent; redis-server's from INFO cpu. "+
+		"The baseline is the worker of %s (BENCH_BASE, default HEAD~1), built in this run and measured interleaved with this checkout's, %d rounds each, the least CPU per record kept.\n", baseCommit, cpuRounds)
 	fmt.Fprintln(w)
-	header(w, "store", "records", "seconds", "worker CPU/record", "redis-server CPU/record", "ratio vs memory")
-	if okMem {
-		row(w, "memory", fmt.Sprint(mem.records), fmt.Sprintf("%.2f", mem.elapsed.Seconds()), us(mem.perRecord()), "", "1.00x (baseline)")
-	}
-	if okRed {
-		ratio := "n/a (baseline not run)"
-		if okMem && mem.perRecord() > 0 {
-			ratio = fmt.Sprintf("%.2fx", float64(red.perRecord())/float64(mem.perRecord()))
+	header(w, "store", "worker", "records", "seconds", "worker CPU/record", "redis-server CPU/record", "vs memory", "vs baseline", "target")
+	for _, v := range []struct {
+		store, base, cur string
+		target           bool
+	}{{"memory", runCPUMemoryBase, runCPUMemory, false}, {"redis", runCPURedisBase, runCPURedis, true}} {
+		for _, who := range []string{v.base, v.cur} {
+			m, ok := r.getCPU(who)
+			if !ok {
+				continue
+			}
+			// Each worker's Redis run is read against its own memory run.
+			name, vsBase, target, memOf := "this checkout", "", "reported", runCPUMemory
+			if who == v.base {
+				name, vsBase, memOf = "baseline "+baseCommit, "1.00x (baseline)", runCPUMemoryBase
+			} else if b, ok := r.getCPU(v.base); ok && b.perRecord() > 0 {
+				x := float64(m.perRecord()) / float64(b.perRecord())
+				vsBase = fmt.Sprintf("%.2fx", x)
+				if v.target {
+					target = fmt.Sprintf("<= %gx: met", cpuTarget)
+					if x > cpuTarget {
+						target = fmt.Sprintf("<= %gx: MISSED", cpuTarget)
+					}
+				}
+			}
+			vsMem, server := "1.00x", ""
+			if v.store == "redis" {
+				vsMem, server = "n/a", us(m.serverPerRecord())
+				if mm, ok := r.getCPU(memOf); ok && mm.perRecord() > 0 {
+					vsMem = fmt.Sprintf("%.2fx", float64(m.perRecord())/float64(mm.perRecord()))
+				}
+			}
+			row(w, v.store, name, fmt.Sprint(m.records), fmt.Sprintf("%.2f", m.elapsed.Seconds()), us(m.perRecord()), server, vsMem, vsBase, target)
 		}
-		row(w, "redis", fmt.Sprint(red.records), fmt.Sprintf("%.2f", red.elapsed.Seconds()), us(red.perRecord()), us(red.serverPerRecord()), ratio)
 	}
 }
 
@@ -535,5 +579,67 @@ func (r *registry) printTracing(w io.Writer) {
 			rt = "1.00x (baseline)"
 		}
 		row(w, c.label, fmt.Sprint(m.records), rate(m), roundRates(m), rt, us(m.cpuPerRecord()))
+	}
+}
+
+func (r *registry) putStartup(name string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.startup[name] = d
+}
+
+func (r *registry) baseCommit() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cpuBase
+}
+
+func (r *registry) printReplay(w io.Writer) {
+	cur, ok := r.getCPU(runReplay)
+	if !ok {
+		return
+	}
+	base, okBase := r.getCPU(runReplayBase)
+	fmt.Fprintf(w, "\n### 13. A replay: %d records already sent, read again by a fresh group (worker binary, Redis store; every record suppressed as a duplicate)\n\n", replayEvents)
+	fmt.Fprintf(w, "From the first record handled to the last (suppressed, or sent where a Claim failed open under load); the baseline is the worker of %s, on the same records and keys.\n\n", r.baseCommit())
+	header(w, "worker", "records", "seconds", "records/s", "worker CPU/record", "redis-server CPU/record", "CPU vs baseline")
+	perSec := func(m cpuRun) string {
+		if m.elapsed <= 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f", float64(m.records)/m.elapsed.Seconds())
+	}
+	if okBase {
+		row(w, "baseline "+r.baseCommit(), fmt.Sprint(base.records), fmt.Sprintf("%.2f", base.elapsed.Seconds()), perSec(base), us(base.perRecord()), us(base.serverPerRecord()), "1.00x (baseline)")
+	}
+	vs := "n/a (baseline not run)"
+	if okBase && base.perRecord() > 0 {
+		vs = fmt.Sprintf("%.2fx", float64(cur.perRecord())/float64(base.perRecord()))
+	}
+	row(w, "this checkout", fmt.Sprint(cur.records), fmt.Sprintf("%.2f", cur.elapsed.Seconds()), perSec(cur), us(cur.perRecord()), us(cur.serverPerRecord()), vs)
+}
+
+func (r *registry) printStartup(w io.Writer) {
+	r.mu.Lock()
+	got := maps.Clone(r.startup)
+	r.mu.Unlock()
+	if len(got) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### 14. Start-up: the worker binary from its start to GET /readyz 200 (kfake broker process, empty topic; polled every %v, fastest of %d rounds)\n\n", startupPoll, startupRounds)
+	header(w, "store", "worker", "start to /readyz", "target")
+	for _, v := range []struct{ store, base, cur string }{
+		{"memory", startupKafkaBase, startupKafka}, {"redis", startupKafkaRedisB, startupKafkaRedis},
+	} {
+		if d, ok := got[v.base]; ok {
+			row(w, v.store, "baseline "+r.baseCommit(), ms(d), "reported")
+		}
+		if d, ok := got[v.cur]; ok {
+			target := fmt.Sprintf("<= %v: met", startupTarget)
+			if d > startupTarget {
+				target = fmt.Sprintf("<= %v: MISSED", startupTarget)
+			}
+			row(w, v.store, "this checkout", ms(d), target)
+		}
 	}
 }
