@@ -51,7 +51,18 @@ func TestRedisOutage(t *testing.T) {
 			t.Fatalf("no idempotency_check_unavailable warning during the outage\n%s", strings.Join(w.Logs(), "\n"))
 		}
 		// Each was sent without a check: proof they went out while Redis
-		// was really down, not after it came back.
+		// was really down, not after it came back. The worker logs a send
+		// after its record attempt, which may end after the double counted
+		// the SMS: wait for every line before judging them.
+		faultWait(t, 15*time.Second, "a notification_sent line for every record of the outage", func() (bool, string) {
+			logged := 0
+			for _, e := range during {
+				if len(faultEvents(w, "notification_sent", e.ID)) > 0 {
+					logged++
+				}
+			}
+			return logged == len(during), fmt.Sprintf("%d of %d logged", logged, len(during))
+		})
 		for _, e := range during {
 			sent := faultEvents(w, "notification_sent", e.ID)
 			if len(sent) != 1 || sent[0]["idempotency_checked"] != false {
