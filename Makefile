@@ -64,7 +64,7 @@ fuzz: ## every fuzz target for FUZZTIME each (default 15s), on top of its seed c
 	scripts/fuzz.sh
 
 bench: ## throughput and capacity, as ratios against baselines measured in the same run
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 20m ./integration/bench/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 35m ./integration/bench/
 
 check-deploy: ## deploy/compose.yaml and deploy/k8s validated offline
 	scripts/check-deploy.sh

@@ -7,7 +7,11 @@
 // provider, on), throughput against Little's law at MaxInFlight 1024, and
 // the worker process itself: its peak RSS under a GiB backlog and its CPU
 // per record; a rate-limit co-tenant's latency on the worker's Redis, alone
-// and beside the worker at its peak, and the cost of AOF persistence.
+// and beside the worker at its peak, and the cost of AOF persistence; an
+// SMS backlog sent by three worker processes of one group to a Twilio
+// double that limits the sender's pace, without SMS_RATE_LIMIT and with it
+// shared through one Redis (BENCH_RATE_SMS sets the backlog, default
+// 10 000: 200 s at the pace).
 //
 // Everything runs through the real pieces (the Sarama consumer on the
 // embedded kfake broker, the domain service, the real stores, a real
@@ -22,7 +26,7 @@
 // benchmarks only run with -bench, so
 // `go test ./...` compiles this package and runs nothing:
 //
-//	go test -run '^$' -bench . -benchtime 1x -count 1 -timeout 10m ./integration/bench/
+//	go test -run '^$' -bench . -benchtime 1x -count 1 -timeout 35m ./integration/bench/
 //
 // The Redis benchmarks need redis-server on PATH and are skipped without it.
 package bench

@@ -40,7 +40,7 @@ func loadAverage() string {
 }
 
 // results collects what the benchmarks measured, by name, for the table.
-var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}, startup: map[string]time.Duration{}}
+var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}, startup: map[string]time.Duration{}, rates: map[string]rateRun{}}
 
 type registry struct {
 	mu   sync.Mutex
@@ -50,6 +50,8 @@ type registry struct {
 	cpu  map[string]cpuRun
 	// startup is each worker's time from its start to /readyz 200.
 	startup map[string]time.Duration
+	// rates are the SMS backlog runs at the provider's pace.
+	rates map[string]rateRun
 	// cpuBase is the baseline's commit of the cpu/*/base runs.
 	cpuBase string
 	// loadBefore is the load average when the run started.
@@ -95,6 +97,19 @@ func (r *registry) getCPU(name string) (cpuRun, bool) {
 	return m, ok
 }
 
+func (r *registry) putRate(name string, m rateRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rates[name] = m
+}
+
+func (r *registry) getRate(name string) (rateRun, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.rates[name]
+	return m, ok
+}
+
 func (r *registry) setKeys(k keyMemory) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -125,7 +140,7 @@ func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
-	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0 && len(r.startup) == 0
+	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0 && len(r.startup) == 0 && len(r.rates) == 0
 	r.mu.Unlock()
 	if empty {
 		return
@@ -150,6 +165,7 @@ func (r *registry) print(w io.Writer) {
 	r.printCoTenant(w)
 	r.printReplay(w)
 	r.printStartup(w)
+	r.printRateLimit(w)
 	fmt.Fprintln(w)
 }
 
