@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -111,13 +113,40 @@ func mustPickImage(t testing.TB, envVar, public, local string) string {
 // instead of its usual fixed port.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 1000 {
+		port := freePortLow + mathrand.IntN(freePortHigh-freePortLow)
+		if freePorts.given[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		freePorts.given[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("free port: none free in %d..%d after 1000 tries", freePortLow, freePortHigh)
+	return 0
 }
+
+// FreePort draws from [freePortLow, freePortHigh), below Linux's default
+// ephemeral range (32768-60999): a port handed out here is bound by its
+// server some seconds later, and in that time the ephemeral range's ports
+// go to the outgoing connections of every test running in parallel, which
+// then hold the server's port ("Address already in use"). No port is
+// handed out twice in one test process.
+const (
+	freePortLow  = 10000
+	freePortHigh = 32768
+)
+
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 // hostNetwork puts a container on the host's network: dockerd runs with
 // --bridge=none here, so there is no other network to put it on.
