@@ -24,7 +24,9 @@ import (
 //	                        otherwise (an unknown send this
 //	                          delivery left: under its token)    claiming
 //	claiming     claim      Claimed                              held
-//	                        store down, failing open             unchecked
+//	                        store down, failing open (also when
+//	                          it fails on the abandoned claim this
+//	                          attempt reconciled)                unchecked
 //	                        Claimed or unchecked, with an
 //	                          unknown send to reconcile          reconciling
 //	                        TakenOver (even unvouched by a store
@@ -119,6 +121,9 @@ type notification struct {
 	unknown       unknownSend
 	pending, ours bool
 	reconciled    bool // a reconciliation ran: the claim now made is a fresh one
+	// taken is the lease of the abandoned claim whose send this attempt
+	// reconciles (or reconciled), as the store reported it (takenOver).
+	taken ports.Lease
 
 	// err says why the notification did not end delivered: set in the
 	// states conflict, unknown, stillUnknown, throttled and the failed
@@ -237,11 +242,14 @@ func (s *Service) claim(ctx context.Context, n *notification) {
 		case err != nil && s.cfg.FailureMode == FailClosed:
 			n.fail(ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err)))
 			return
-		case err != nil && c.State == ports.TakenOver:
-			// The store took an abandoned claim over but cannot vouch
-			// for it. Failing open must not send blind: that claim's
-			// send may have gone out. Reconcile it first, as for a
-			// takeover; what follows claims afresh, and fails open then.
+		case err != nil && c.State == ports.TakenOver && !(n.reconciled && sameLease(c.Lease, n.taken)):
+			// The store found an abandoned claim, and took it over or
+			// tried to, but cannot vouch for the outcome. Failing open
+			// must not send blind: that claim's send may have gone out.
+			// Reconcile it first, as for a takeover; what follows claims
+			// afresh, and fails open then: a store still failing on the
+			// very claim this attempt reconciled is a store error like
+			// any other (the case below).
 			s.logLimited(ctx, s.unavailable, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))
 			log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
@@ -334,6 +342,7 @@ func (s *Service) takenOver(n *notification, l ports.Lease) {
 		n.fail(fmt.Errorf("claim %s: abandoned by another worker while reconciling", n.m.IdempotencyKey))
 		return
 	}
+	n.taken = l
 	if !n.pending {
 		n.unknown = unknownSend{Token: n.token, Since: l.First, Until: l.Until, Digest: l.Digest, First: s.cfg.Now()}
 		if n.unknown.Since.IsZero() {
@@ -451,6 +460,11 @@ func (s *Service) release(ctx context.Context, log *slog.Logger, key, token stri
 		log.Warn("idempotency_release_failed", slog.String("error", err.Error()),
 			slog.Duration("expires_in", s.cfg.ClaimTTL))
 	}
+}
+
+// sameLease reports whether a and b are the lease of one claim.
+func sameLease(a, b ports.Lease) bool {
+	return a.Token == b.Token && a.Start.Equal(b.Start) && a.Until.Equal(b.Until)
 }
 
 // newToken returns a token unique to one delivery attempt, so a claim is
