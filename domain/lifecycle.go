@@ -121,6 +121,9 @@ type notification struct {
 	unknown       unknownSend
 	pending, ours bool
 	reconciled    bool // a reconciliation ran: the claim now made is a fresh one
+	// counted says CloseBy counted n's send, under way then, as lost
+	// (guarded by Service.tally).
+	counted bool
 	// taken is the lease of the abandoned claim whose send this attempt
 	// reconciles (or reconciled), as the store reported it (takenOver).
 	taken ports.Lease
@@ -362,6 +365,8 @@ func (s *Service) send(ctx context.Context, n *notification) {
 	if !s.pace(ctx, n) {
 		return
 	}
+	s.sending(n)
+	defer s.sendEnded(n)
 	start := s.cfg.Now()
 	receipt, err := s.callNotifier(ctx, n)
 	switch {
@@ -442,12 +447,42 @@ func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.R
 	}
 	r.Fingerprint = n.m.Fingerprint
 	err := s.record(ctx, n.m.IdempotencyKey, r, s.cfg.TTL)
-	s.journal.deliver(n.m.IdempotencyKey, n.delivery, r, err != nil)
+	s.enter(n, r, err != nil)
 	if err != nil {
 		s.logLimited(ctx, s.recordFail, n.log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))
 	}
 	s.drainSoon()
+}
+
+// sending notes n's send as under way, for CloseBy's count.
+func (s *Service) sending(n *notification) {
+	s.tally.Lock()
+	s.tally.sending[n] = struct{}{}
+	s.tally.Unlock()
+}
+
+// sendEnded notes that n's send is no longer under way (its delivery, if
+// any, was entered).
+func (s *Service) sendEnded(n *notification) {
+	s.tally.Lock()
+	delete(s.tally.sending, n)
+	s.tally.Unlock()
+}
+
+// enter enters n's delivery r in the journal, its record owed when owed,
+// in one step with CloseBy's count: a record owed after that count, by a
+// send the count did not include, is lost as it is entered (nothing writes
+// owed records after CloseBy), and reported lost at once.
+func (s *Service) enter(n *notification, r ports.Receipt, owed bool) {
+	s.tally.Lock()
+	s.journal.deliver(n.m.IdempotencyKey, n.delivery, r, owed)
+	delete(s.tally.sending, n)
+	late := owed && s.tally.done && !n.counted
+	s.tally.Unlock()
+	if late {
+		s.reportLost(1, 0, "a send that ended after the shutdown's final attempt at the owed records left its record owed; a replay of it is sent again unless the store holds its record")
+	}
 }
 
 // release gives the key back after a failed send, so a retry or a replay
