@@ -110,7 +110,7 @@ func TestCommandRefused_TakeoverIsNotSentBlind(t *testing.T) {
 				// process), retried as the consumer retries a record that
 				// failed, for as long as A's claims can stand in the way.
 				rb := ports.Record{Topic: rec.Topic, Value: rec.Value, DeliveryID: ports.NewDeliveryID()}
-				deadline := time.Now().Add(4 * claimTTL)
+				deadline := time.Now().Add(8 * claimTTL)
 				for try := 1; ; try++ {
 					err := b.Handle(testCtx(t), rb)
 					if err == nil {
