@@ -50,9 +50,10 @@ type Config struct {
 	UnknownPolicy UnknownPolicy
 	// Reconciled, when set, is told the result of every reconciliation.
 	Reconciled func(ch ports.Channel, r ports.ReconcileResult)
-	// OwedLost, when set, is told how many sent records were still owed to
-	// the store when Close gave up on them (called once, by Close, and only
-	// with n > 0).
+	// OwedLost, when set, is told how many sent records were lost with the
+	// process: by CloseBy, those still owed to the store when it gave up
+	// on them and the sends still under way; after it, each record owed by
+	// a send CloseBy did not count (see CloseBy). Only with n > 0.
 	OwedLost func(n int)
 
 	TTL time.Duration // lifetime of a sent record (48h)

@@ -445,9 +445,20 @@ func (s *Service) Close() { s.CloseBy(time.Time{}) }
 //
 // What is still owed then is lost with the process: a replay of it is
 // protected by the store alone, and is sent again if the store has no
-// record. CloseBy logs owed_records_lost (error level, with count), tells
-// Config.OwedLost, and returns the count. Handle must not be called after
-// Close or CloseBy; only the first call does anything, later ones return 0.
+// record. So is every send still under way (a Handle that outlived the
+// shutdown, in a notifier ignoring its context): the process may exit
+// before it ends, and nothing writes a record after CloseBy. CloseBy
+// logs owed_records_lost (error level, with count, and sending: those of
+// them still under way), tells Config.OwedLost, and returns the count.
+// A send it counted is not counted again however it ends, so the count
+// may exceed what was lost (a send under way that then fails, or whose
+// record the store takes), never fall below it. A Handle still running
+// that owes a record it did not count (its send started after the count)
+// reports it when it owes it: owed_records_lost with count 1, and
+// Config.OwedLost(1).
+//
+// Handle must not be called after Close or CloseBy (one still running
+// may end); only the first call does anything, later ones return 0.
 func (s *Service) CloseBy(deadline time.Time) (lost int) {
 	first := false
 	s.closeOnce.Do(func() { close(s.closed); first = true })
@@ -465,12 +476,27 @@ func (s *Service) CloseBy(deadline time.Time) (lost int) {
 		time.Sleep(min(finalRetry, left))
 	}
 	// oldest drops the entries past their TTL, whose records need no write.
+	s.tally.Lock()
 	lost = len(s.journal.oldest(s.cfg.LedgerSize))
-	if lost > 0 {
-		s.cfg.Logger.Error("owed_records_lost",
-			slog.Int("count", lost),
-			slog.String("error", "the store did not take these sent records before shutdown; a replay of each is sent again unless the store holds its record"))
-		s.cfg.OwedLost(lost)
+	sending := len(s.tally.sending)
+	for n := range s.tally.sending {
+		n.counted = true
 	}
-	return lost
+	s.tally.done = true
+	s.tally.Unlock()
+	s.reportLost(lost+sending, sending, "the store did not take these sent records before shutdown, or their sends were still under way; a replay of each is sent again unless the store holds its record")
+	return lost + sending
+}
+
+// reportLost logs owed_records_lost with count n, of which sending were
+// sends still under way, and tells Config.OwedLost; nothing when n is 0.
+func (s *Service) reportLost(n, sending int, why string) {
+	if n == 0 {
+		return
+	}
+	s.cfg.Logger.Error("owed_records_lost",
+		slog.Int("count", n),
+		slog.Int("sending", sending),
+		slog.String("error", why))
+	s.cfg.OwedLost(n)
 }

@@ -363,4 +363,86 @@ func TestService_CloseBy(t *testing.T) {
 			t.Errorf("a second CloseBy lost %d, want 0: only the first one acts", lost)
 		}
 	})
+
+	// A handler can outlive the shutdown: a notifier ignoring its
+	// context (a provider call without one) hangs past SHUTDOWN_TIMEOUT
+	// and the consumer's grace, the worker closes, and its SMS goes out
+	// after CloseBy has counted what was owed; or the handler was still
+	// on its way to the send. Either way its record is never written: the
+	// store is down, and nothing writes owed records after CloseBy. What
+	// the operator reads (owed_records_lost's count, Config.OwedLost) must
+	// not be below what was lost.
+	// sending says the handler is in its send when CloseBy counts: the
+	// count then includes it, since the process may exit before it ends.
+	outlived := func(t *testing.T, sending bool, hang func(w *world, entered, release chan struct{})) {
+		var reported atomic.Int64
+		w := newWorld(t, domain.FailOpen, func(c *domain.Config) {
+			c.OwedLost = func(n int) { reported.Add(int64(n)) }
+		})
+		entered, release := make(chan struct{}), make(chan struct{})
+		hang(w, entered, release)
+		done := make(chan error, 1)
+		go func() { done <- w.handle(t, event("e1", "sms")) }()
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the handler did not reach the hang within 5s")
+		}
+		counted := w.svc.CloseBy(time.Now()) // SHUTDOWN_TIMEOUT has passed
+		if sending && counted != 1 {
+			t.Errorf("CloseBy counted %d lost, with a send in progress that cannot be recorded after it, want 1", counted)
+		}
+		close(release)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Handle did not return within 10s of the release")
+		}
+		if n := len(w.sms.Sent()); n != 1 {
+			t.Fatalf("the provider accepted %d SMS, want 1", n)
+		}
+		if owed, _ := w.svc.Owed(); owed != 1 {
+			t.Fatalf("owed %d records, want the SMS's record owed", owed)
+		}
+		logged := 0
+		for _, l := range strings.Split(w.logs.String(), "\n") {
+			if strings.Contains(l, `"msg":"owed_records_lost"`) {
+				var line struct{ Count int }
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatal(err)
+				}
+				logged += line.Count
+			}
+		}
+		if got := reported.Load(); got < 1 || logged < 1 {
+			t.Errorf("one record lost; reported lost: %d to OwedLost, %d in owed_records_lost (CloseBy returned %d), want at least 1 each; logs:\n%s", got, logged, counted, w.logs.String())
+		}
+		if got := reported.Load(); got > 1 || logged > 1 {
+			t.Errorf("one record lost; reported lost: %d to OwedLost, %d in owed_records_lost, want it counted once", got, logged)
+		}
+	}
+	t.Run("SendOutlivesTheShutdown", func(t *testing.T) {
+		outlived(t, true, func(w *world, entered, release chan struct{}) {
+			w.storeDown()
+			w.sms.FailFunc = func(ports.Message) error {
+				close(entered)
+				<-release // ignores its context
+				return nil
+			}
+		})
+	})
+	t.Run("SendStartsAfterTheCount", func(t *testing.T) {
+		outlived(t, false, func(w *world, entered, release chan struct{}) {
+			w.storeDown()
+			down := w.store.ClaimFunc
+			w.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+				close(entered)
+				<-release // a store call past its deadline
+				return down(ctx, key, token, digest, ttl)
+			}
+		})
+	})
 }

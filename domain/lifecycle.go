@@ -24,7 +24,9 @@ import (
 //	                        otherwise (an unknown send this
 //	                          delivery left: under its token)    claiming
 //	claiming     claim      Claimed                              held
-//	                        store down, failing open             unchecked
+//	                        store down, failing open (also when
+//	                          it fails on the abandoned claim this
+//	                          attempt reconciled)                unchecked
 //	                        Claimed or unchecked, with an
 //	                          unknown send to reconcile          reconciling
 //	                        TakenOver (even unvouched by a store
@@ -119,6 +121,12 @@ type notification struct {
 	unknown       unknownSend
 	pending, ours bool
 	reconciled    bool // a reconciliation ran: the claim now made is a fresh one
+	// counted says CloseBy counted n's send, under way then, as lost
+	// (guarded by Service.tally).
+	counted bool
+	// taken is the lease of the abandoned claim whose send this attempt
+	// reconciles (or reconciled), as the store reported it (takenOver).
+	taken ports.Lease
 
 	// err says why the notification did not end delivered: set in the
 	// states conflict, unknown, stillUnknown, throttled and the failed
@@ -237,11 +245,14 @@ func (s *Service) claim(ctx context.Context, n *notification) {
 		case err != nil && s.cfg.FailureMode == FailClosed:
 			n.fail(ports.MarkUnavailable(fmt.Errorf("claim %s: %w", key, err)))
 			return
-		case err != nil && c.State == ports.TakenOver:
-			// The store took an abandoned claim over but cannot vouch
-			// for it. Failing open must not send blind: that claim's
-			// send may have gone out. Reconcile it first, as for a
-			// takeover; what follows claims afresh, and fails open then.
+		case err != nil && c.State == ports.TakenOver && !(n.reconciled && sameLease(c.Lease, n.taken)):
+			// The store found an abandoned claim, and took it over or
+			// tried to, but cannot vouch for the outcome. Failing open
+			// must not send blind: that claim's send may have gone out.
+			// Reconcile it first, as for a takeover; what follows claims
+			// afresh, and fails open then: a store still failing on the
+			// very claim this attempt reconciled is a store error like
+			// any other (the case below).
 			s.logLimited(ctx, s.unavailable, log, slog.LevelWarn, "idempotency_check_unavailable",
 				slog.String("error", err.Error()))
 			log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
@@ -334,6 +345,7 @@ func (s *Service) takenOver(n *notification, l ports.Lease) {
 		n.fail(fmt.Errorf("claim %s: abandoned by another worker while reconciling", n.m.IdempotencyKey))
 		return
 	}
+	n.taken = l
 	if !n.pending {
 		n.unknown = unknownSend{Token: n.token, Since: l.First, Until: l.Until, Digest: l.Digest, First: s.cfg.Now()}
 		if n.unknown.Since.IsZero() {
@@ -353,6 +365,8 @@ func (s *Service) send(ctx context.Context, n *notification) {
 	if !s.pace(ctx, n) {
 		return
 	}
+	s.sending(n)
+	defer s.sendEnded(n)
 	start := s.cfg.Now()
 	receipt, err := s.callNotifier(ctx, n)
 	switch {
@@ -433,12 +447,42 @@ func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.R
 	}
 	r.Fingerprint = n.m.Fingerprint
 	err := s.record(ctx, n.m.IdempotencyKey, r, s.cfg.TTL)
-	s.journal.deliver(n.m.IdempotencyKey, n.delivery, r, err != nil)
+	s.enter(n, r, err != nil)
 	if err != nil {
 		s.logLimited(ctx, s.recordFail, n.log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))
 	}
 	s.drainSoon()
+}
+
+// sending notes n's send as under way, for CloseBy's count.
+func (s *Service) sending(n *notification) {
+	s.tally.Lock()
+	s.tally.sending[n] = struct{}{}
+	s.tally.Unlock()
+}
+
+// sendEnded notes that n's send is no longer under way (its delivery, if
+// any, was entered).
+func (s *Service) sendEnded(n *notification) {
+	s.tally.Lock()
+	delete(s.tally.sending, n)
+	s.tally.Unlock()
+}
+
+// enter enters n's delivery r in the journal, its record owed when owed,
+// in one step with CloseBy's count: a record owed after that count, by a
+// send the count did not include, is lost as it is entered (nothing writes
+// owed records after CloseBy), and reported lost at once.
+func (s *Service) enter(n *notification, r ports.Receipt, owed bool) {
+	s.tally.Lock()
+	s.journal.deliver(n.m.IdempotencyKey, n.delivery, r, owed)
+	delete(s.tally.sending, n)
+	late := owed && s.tally.done && !n.counted
+	s.tally.Unlock()
+	if late {
+		s.reportLost(1, 0, "a send that ended after the shutdown's final attempt at the owed records left its record owed; a replay of it is sent again unless the store holds its record")
+	}
 }
 
 // release gives the key back after a failed send, so a retry or a replay
@@ -451,6 +495,11 @@ func (s *Service) release(ctx context.Context, log *slog.Logger, key, token stri
 		log.Warn("idempotency_release_failed", slog.String("error", err.Error()),
 			slog.Duration("expires_in", s.cfg.ClaimTTL))
 	}
+}
+
+// sameLease reports whether a and b are the lease of one claim.
+func sameLease(a, b ports.Lease) bool {
+	return a.Token == b.Token && a.Start.Equal(b.Start) && a.Until.Equal(b.Until)
 }
 
 // newToken returns a token unique to one delivery attempt, so a claim is

@@ -110,6 +110,20 @@ func (s *scene) deadWorker(t *testing.T, token string) {
 	s.advance(3 * time.Second)
 }
 
+// refusingTakeover leaves the claim of a worker that died while sending
+// the SMS of e1, past its lease, behind a store that finds it but cannot
+// take it over (Redis answers, but refuses the takeover's script): every
+// Claim reports that claim's lease with an error.
+func refusingTakeover(t *testing.T, s *scene) {
+	t.Helper()
+	start := s.now()
+	s.deadWorker(t, "dead-worker")
+	abandoned := ports.Lease{Token: "dead-worker", Start: start, Until: start.Add(2 * time.Second), First: start}
+	s.store.ClaimFunc = func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+		return ports.Claim{State: ports.TakenOver, Lease: abandoned}, errors.New("NOPERM this user has no permissions to run the 'evalsha' command")
+	}
+}
+
 func newScene(t *testing.T, mode domain.FailureMode, script []answer, opts ...func(*domain.Config)) *scene {
 	t.Helper()
 	s := &scene{sms: &scripted{script: script}}
@@ -305,6 +319,21 @@ func TestService_Transitions(t *testing.T) {
 			return record(event("e1", "sms"))
 		},
 		kind: "retryable", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable}, event: "reconciled_not_delivered",
+	}, {
+		name: "claiming/TakenOver unvouched by a store failing/reconciling/the provider has it/duplicate",
+		before: func(t *testing.T, s *scene) ports.Record {
+			refusingTakeover(t, s)
+			s.sms.accepted = append(s.sms.accepted, mustRenderSMS(t, "e1"))
+			return record(event("e1", "sms"))
+		},
+		kind: "nil", key: ports.AlreadySent, received: 0, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "reconciled_delivered",
+	}, {
+		name: "claiming/store failing on the abandoned claim reconciled/unchecked/sent",
+		before: func(t *testing.T, s *scene) ports.Record {
+			refusingTakeover(t, s)
+			return record(event("e1", "sms"))
+		},
+		kind: "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "reconciled_not_delivered",
 	}, {
 		name:   "held/outcome unknown/unknown",
 		script: []answer{acceptUnanswered},

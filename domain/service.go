@@ -23,12 +23,20 @@ import (
 // Config.LedgerSize and Config.TTL. Owed records are written from the
 // journal when the store answers again.
 type Service struct {
-	cfg         Config
-	journal     *journal
-	draining    atomic.Bool    // a drain goroutine runs
-	drains      sync.WaitGroup // the drain goroutine, for Close
-	closed      chan struct{}  // closed by Close
-	closeOnce   sync.Once
+	cfg       Config
+	journal   *journal
+	draining  atomic.Bool    // a drain goroutine runs
+	drains    sync.WaitGroup // the drain goroutine, for Close
+	closed    chan struct{}  // closed by Close
+	closeOnce sync.Once
+	// tally keeps CloseBy's count of the records lost with the process
+	// whole: the sends in progress when it counts, and the records owed
+	// after it by sends that were not (see CloseBy).
+	tally struct {
+		sync.Mutex
+		done    bool                       // CloseBy has counted
+		sending map[*notification]struct{} // sends under way, their delivery not yet entered
+	}
 	unavailable *ports.LogLimit
 	recordFail  *ports.LogLimit
 	throttled   *ports.LogLimit
@@ -49,14 +57,16 @@ func NewService(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Service{
+	s := &Service{
 		cfg:         cfg,
 		journal:     newJournal(cfg.LedgerSize, cfg.TTL, cfg.Now),
 		closed:      make(chan struct{}),
 		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
 		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
 		throttled:   &ports.LogLimit{Every: cfg.LogEvery},
-	}, nil
+	}
+	s.tally.sending = map[*notification]struct{}{}
+	return s, nil
 }
 
 // LongestHandle bounds how long Handle takes on one record, with every

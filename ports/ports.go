@@ -300,11 +300,14 @@ type IdempotencyStore interface {
 	// caller holds after Claimed or TakenOver is reported, with its
 	// history, to whoever finds it next.
 	//
-	// An error may come with State TakenOver and the lease taken over: the
-	// store wrote the takeover but cannot vouch for it (a replica did not
-	// acknowledge it). The caller must not treat that as a claim; should
-	// it send anyway (failing open), it reconciles that lease's send
-	// first. Any other error comes with a zero Claim.
+	// An error may come with State TakenOver and the lease of an abandoned
+	// claim the store found under key: the store took it over but cannot
+	// vouch for it (a replica did not acknowledge it), or its takeover
+	// failed and may or may not have been applied (the server refused or
+	// cut short a later command of the call). The caller must not treat
+	// that as a claim; should it send anyway (failing open), it reconciles
+	// that lease's send first. Any other error, one before the store found
+	// an abandoned claim, comes with a zero Claim.
 	Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (Claim, error)
 	// Record sets key to a sent record holding r, living ttl, whatever key
 	// held before. A store may keep less than r: at the least the send time

@@ -148,7 +148,7 @@ func New() *Metrics {
 		}, []string{"topic", "kind"}),
 		owedLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "owed_records_lost_total",
-			Help: "Sent records still owed to the idempotency store when the worker shut down (after its final attempt at them): a replay of each is sent again unless the store holds its record.",
+			Help: "Sent records lost with the worker at shutdown: still owed to the idempotency store after its final attempt at them, or whose sends were still under way then (or ended after it, owing their record): a replay of each is sent again unless the store holds its record.",
 		}),
 		redisEvicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "redis_evicted_keys_total",
@@ -224,8 +224,9 @@ func (m *Metrics) exposeZeros() {
 }
 
 // OwedRecordsLost counts n sent records the worker shut down still owing
-// to the store (the domain's Config.OwedLost). It is incremented as the
-// process exits: a scrape sees it only if one comes before the exit.
+// to the store, or whose sends were still under way (the domain's
+// Config.OwedLost). It is incremented as the process exits: a scrape sees
+// it only if one comes before the exit.
 func (m *Metrics) OwedRecordsLost(n int) { m.owedLost.Add(float64(n)) }
 
 // RateLimited counts a send on ch the provider refused for its sender's

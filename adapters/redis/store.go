@@ -630,6 +630,16 @@ func (s *Store) Ping(ctx context.Context) error {
 // the lease taken over, so that a caller that sends anyway (failing open)
 // reconciles that lease's send first rather than sending blind.
 //
+// The same holds for every error once Claim has found an abandoned claim,
+// under either format's key: Redis answered, but a later command of the
+// call failed (the takeover's script refused, as NOPERM after an ACL
+// change, or cut short by the budget; the other format's key unreadable).
+// The error then comes with State TakenOver and that claim's lease,
+// whether the takeover was applied, may have been, or was not: the
+// abandoned claim's send may have reached the provider, and a caller
+// failing open must ask before it sends. Only an error before any
+// abandoned claim was found comes with a zero Claim.
+//
 // An error does not prove the claim was not made: a command cut short by the
 // timeout may already be on its way, and run when a slow server catches up.
 // Such a claim is harmless: the caller's Record overwrites it, Release
@@ -650,9 +660,15 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 		reads = rueidis.Commands{s.client.B().Get().Key(other).Build()}
 	}
 	res, ackErr := s.acked(ctx, s.claimCmd(k, mine.encode(), px), reads...)
-	if s.cfg.ReadBoth && abandoned(res[0], now) {
-		if o, err := otherDecides(other, res[1], now); err != nil || o.State != 0 {
-			return o, err
+	if l, ok := abandoned(res[0], now); s.cfg.ReadBoth && ok {
+		o, err := otherDecides(other, res[1], now)
+		if err != nil {
+			// The abandoned claim under k is known, though not taken
+			// over: its lease goes with the error (see above).
+			return ports.Claim{State: ports.TakenOver, Lease: l}, err
+		}
+		if o.State != 0 {
+			return o, nil
 		}
 	}
 	c, err := s.claimed(ctx, k, res[0], mine, px, now)
@@ -689,14 +705,18 @@ func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, 
 }
 
 // abandoned reports whether res, the answer to a claim's SET, is an
-// abandoned claim: one that the claim would take over.
-func abandoned(res rueidis.RedisResult, now time.Time) bool {
+// abandoned claim: one that the claim would take over; if so, it returns
+// that claim's lease.
+func abandoned(res rueidis.RedisResult, now time.Time) (ports.Lease, bool) {
 	v, err := res.ToString()
 	if err != nil {
-		return false
+		return ports.Lease{}, false
 	}
 	c, ok := decodeValue(v)
-	return ok && c.State == ports.InFlight && c.Lease.Passed(now)
+	if !ok || c.State != ports.InFlight || !c.Lease.Passed(now) {
+		return ports.Lease{}, false
+	}
+	return c.Lease, true
 }
 
 // otherDecides returns what decides a Claim whose own key holds an
@@ -783,11 +803,12 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 // Should other no longer hold old (another worker took it over, or its
 // worker recorded the send after all), our claim is released and Claim
 // reports what other holds now. Should the deletion fail (an error: it
-// may have been applied), our claim is kept, given prev's history, and the
-// error returned: whoever finds our claim next reconciles from prev's
-// start. Should our claim not take the history (an error), the takeover
-// stands: this call's caller has prev, and only a later takeover of our
-// claim would miss prev's start. With Config.MinReplicas, the deletion and
+// may have been applied), our claim is kept and given prev's history, and
+// the error returned with State TakenOver and prev: this call's caller,
+// failing open, reconciles from prev's start, and so does whoever takes
+// our claim over next (when it took the history). Should our claim not
+// take the history (an error), the takeover stands: this call's caller has
+// prev, and only a later takeover of our claim would miss prev's start. With Config.MinReplicas, the deletion and
 // the history are each acknowledged (see script); should either fall
 // short, the error wraps ErrNotReplicated and our claim is kept: after a
 // failover old may be back under other, so the caller must not send on it.
@@ -810,8 +831,12 @@ func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, pr
 	}
 	now, err := res.ToString()
 	if err != nil && !rueidis.IsRedisNil(err) {
-		_ = inherit()
-		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", other, err)
+		// The deletion failed: refused, or cut short (it may have been
+		// applied). Whether our claim took the history or not, this
+		// caller knows prev, and gets it with the error: failing open, it
+		// reconciles prev's send first (see Claim).
+		inheritErr := inherit()
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: take over: %w", other, cmp.Or(err, inheritErr))
 	}
 	_ = s.Release(ctx, key, mine.token)
 	if err != nil {
@@ -821,7 +846,7 @@ func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, pr
 	}
 	c, ok := decodeValue(now)
 	if !ok {
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
 	}
 	return c, nil
 }
@@ -840,6 +865,9 @@ func (s *Store) script(ctx context.Context, sc *rueidis.Lua, src, key string, ar
 }
 
 // takeOver replaces the abandoned claim old (whose lease is prev) by mine.
+// An error comes with State TakenOver and prev whenever the script may have
+// run or did not (refused, cut short, not acknowledged): the abandoned
+// claim is known, and its send may have gone out (see Claim).
 func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Duration, prev ports.Lease) (ports.Claim, error) {
 	res, ackErr := s.script(ctx, takeoverScript, takeoverLua, k, old, mine, strconv.FormatInt(ms(px), 10))
 	if n, err := res.AsInt64(); err == nil && n == 1 {
@@ -859,11 +887,15 @@ func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Durat
 		// ours; the caller's next look claims it.
 		return ports.Claim{State: ports.InFlight, Lease: prev}, nil
 	case err != nil:
-		return ports.Claim{}, fmt.Errorf("redis claim %s: take over: %w", k, err)
+		// The script failed (refused, or cut short: it may have run).
+		// The abandoned claim is known: its lease goes with the error, so
+		// that a caller failing open reconciles its send first (see
+		// Claim).
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: take over: %w", k, err)
 	}
 	c, ok := decodeValue(now)
 	if !ok {
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
 	}
 	// Another worker took it over first (InFlight), or its worker
 	// recorded it after all (AlreadySent).

@@ -18,10 +18,13 @@ import (
 
 // smsProvider is an SMS provider double: it keeps every message it
 // accepted, answers the first send with an unknown outcome (the request
-// was written, no answer came) though it accepted it, and lists what it
-// accepted to a reconciliation, as Twilio's Messages list does.
+// was written, no answer came) though it accepted it (unless lose: then
+// the first request never reached it), and lists what it accepted to a
+// reconciliation, as Twilio's Messages list does.
 type smsProvider struct {
+	lose     bool
 	mu       sync.Mutex
+	sends    int
 	accepted []ports.Message
 	at       []time.Time
 }
@@ -29,9 +32,13 @@ type smsProvider struct {
 func (p *smsProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.sends++
+	if p.lose && p.sends == 1 {
+		return ports.Receipt{}, fmt.Errorf("read: connection reset: %w", ports.ErrOutcomeUnknown)
+	}
 	p.accepted = append(p.accepted, m)
 	p.at = append(p.at, time.Now())
-	if len(p.accepted) == 1 {
+	if p.sends == 1 {
 		return ports.Receipt{}, fmt.Errorf("read: connection reset: %w", ports.ErrOutcomeUnknown)
 	}
 	return ports.Receipt{ProviderID: fmt.Sprintf("SM%d", len(p.accepted)), SentAt: time.Now()}, nil
