@@ -346,7 +346,7 @@ func TestService_Transitions(t *testing.T) {
 			s.pause(t, domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}, time.Minute)
 			return record(event("e1", "sms"))
 		},
-		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+		kind: "paced", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
 	}, {
 		name: "unchecked/no turn of the sender's pace, the claim landed unanswered/throttled",
 		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
@@ -362,18 +362,25 @@ func TestService_Transitions(t *testing.T) {
 			}
 			return record(event("e1", "sms"))
 		},
-		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+		kind: "paced", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+	}, {
+		name: "held/the rate limiter cannot answer/throttled",
+		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}), func(c *domain.Config) {
+			c.RateLimiter = brokenLimiter{}
+		}},
+		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		kind:   "unavailable", key: ports.Claimed, received: 0, outcomes: nil,
 	}, {
 		name:   "held/refused for the sender's pace/throttled",
 		script: []answer{overPace},
 		opts:   []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
 		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
-		kind:   "unavailable", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
+		kind:   "paced", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
 	}, {
 		name:   "held/refused for the pace, channel without a pace/throttled",
 		script: []answer{overPace},
 		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
-		kind:   "unavailable", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
+		kind:   "paced", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
 	}, {
 		name:   "held/refused/failedRetryable",
 		script: []answer{refuse},

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,20 @@ func (l *logBuffer) count(msg string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), `"msg":"`+msg+`"`)
+}
+
+// lines returns the logged lines whose msg is msg, decoded.
+func (l *logBuffer) lines(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func testConfig() (policy.Config, *counts, *logBuffer) {
@@ -222,6 +237,75 @@ func TestRetry(t *testing.T) {
 		if err != nil || len(sink.written()) != 0 || calls != 11 {
 			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, 11", err, len(sink.written()), calls)
 		}
+	})
+	t.Run("PacedNeverExhaustsTheBudget", func(t *testing.T) {
+		t.Parallel()
+		cfg, m, _ := testConfig()
+		sink := &memorySink{}
+		calls := 0
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			if calls <= 3*cfg.RetryMaxAttempts {
+				return ports.MarkPaced(errors.New("rate limited: no turn of sender +15550001111"))
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(sink.written()) != 0 || calls != 3*cfg.RetryMaxAttempts+1 {
+			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, %d", err, len(sink.written()), calls, 3*cfg.RetryMaxAttempts+1)
+		}
+		if m.retry[ports.Paced] != 3*cfg.RetryMaxAttempts || m.retry[ports.Unavailable] != 0 {
+			t.Errorf("retries counted %v, want %d paced and no unavailable", m.retry, 3*cfg.RetryMaxAttempts)
+		}
+	})
+	t.Run("PacedWaitsTheFirstBackoffAndSpendsNothing", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, logs := testConfig()
+		cfg.RetryMaxBackoff = time.Second
+		sink := &memorySink{}
+		calls := 0
+		// Retryable, Unavailable, many Paced, Retryable again, then
+		// success: two Retryable failures stay under a budget of three,
+		// the paced retries wait the first step's backoff whatever came
+		// before, and the last Retryable one backs off at the third step,
+		// as if the paced attempts had not been.
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			switch {
+			case calls == 1 || calls == 23:
+				return errors.New("twilio: 503")
+			case calls == 2:
+				return ports.MarkUnavailable(errors.New("redis down"))
+			case calls < 23:
+				return ports.MarkPaced(errors.New("rate limited: no turn of sender +15550001111"))
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(sink.written()) != 0 || calls != 24 {
+			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, 24", err, len(sink.written()), calls)
+		}
+		type retry struct {
+			kind    string
+			backoff time.Duration
+		}
+		var retries []retry
+		for _, l := range logs.lines("record_retry_scheduled") {
+			retries = append(retries, retry{fmt.Sprint(l["kind"]), time.Duration(l["backoff"].(float64))})
+		}
+		if len(retries) != 23 {
+			t.Fatalf("%d retries logged, want 23: %v", len(retries), retries)
+		}
+		in := func(i int, kind string, lo, hi time.Duration) {
+			if r := retries[i]; r.kind != kind || r.backoff < lo || r.backoff > hi {
+				t.Errorf("retry %d: %s after %v, want %s with a backoff in [%v, %v]; all: %v", i+1, r.kind, r.backoff, kind, lo, hi, retries)
+			}
+		}
+		ms := time.Millisecond
+		in(0, "retryable", ms/2, ms)
+		in(1, "unavailable", ms, 2*ms)
+		for i := 2; i < 22; i++ {
+			in(i, "paced", ms/2, ms)
+		}
+		in(22, "retryable", 2*ms, 4*ms)
 	})
 	t.Run("PermanentIsNotRetried", func(t *testing.T) {
 		t.Parallel()

@@ -144,7 +144,7 @@ func New() *Metrics {
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "retries_total",
-			Help: "Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable, unavailable).",
+			Help: "Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable; unavailable: a dependency is down; paced: waiting for the sender's pace).",
 		}, []string{"topic", "kind"}),
 		owedLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "owed_records_lost_total",
@@ -283,14 +283,14 @@ func (m *Metrics) KnowChannels(chs ...ports.Channel) {
 }
 
 // KnowTopic exports the dead letter counters of topic at 0 for both kinds a
-// record can be dead-lettered with, and its retry counters for both kinds
+// record can be dead-lettered with, and its retry counters for every kind
 // a retry can have, so an alert on their increase sees the first one. The
 // topic is only known once configured, hence not in New.
 func (m *Metrics) KnowTopic(topic string) {
 	for _, k := range []ports.Kind{ports.Permanent, ports.Retryable} {
 		m.deadLettered.WithLabelValues(topic, k.String())
 	}
-	for _, k := range []ports.Kind{ports.Retryable, ports.Unavailable} {
+	for _, k := range []ports.Kind{ports.Retryable, ports.Unavailable, ports.Paced} {
 		m.retries.WithLabelValues(topic, k.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,4 +253,83 @@ func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
 		t.Errorf("notification_worker_rate_limit_fallback_total = %v with Redis down, want at least 1", got)
 	}
 	t.Logf("%d SMS in %v with Redis down", events, took)
+}
+
+// TestRateLimit_PacedBacklogIsNotAnOutage runs a backlog of SMS that must
+// wait for its sender's pace: SMS_RATE_LIMIT lets each record wait at most
+// about a second for its turn, far less than the backlog takes, and the
+// Twilio double enforces a pace below the limit, so it also refuses sends
+// (429). A record waiting for the pace is retried as kind "paced", never as
+// "unavailable" (which says a dependency is down and pages the operator),
+// and, with a budget of two attempts, is still never dead-lettered: every
+// event is sent exactly once.
+func TestRateLimit_PacedBacklogIsNotAnOutage(t *testing.T) {
+	const events, budget = 20, 2
+	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+		"SMS_RATE_LIMIT":     "5",
+		"SMS_RATE_BURST":     "1",
+		"MAX_IN_FLIGHT":      "32",
+		"RETRY_MAX_ATTEMPTS": strconv.Itoa(budget),
+		// Generous store bounds (a store call timing out under a loaded
+		// machine is not what this test is about), and a claim TTL that
+		// leaves a turn's wait of about a second: 7.1s - (2s send + 2 x 1s
+		// store + 100ms skew) - 1s store, halved.
+		"IDEMPOTENCY_TIMEOUT":   "1s",
+		"IDEMPOTENCY_CLAIM_TTL": "7100ms",
+	})
+	p.twilio.LimitRate(double.RateLimit{PerSecond: 4, Burst: 1})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range strings.Split(p.m.Stdout.(*logtest.Buffer).String(), "\n") {
+				if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "rate_limit_no_turn") {
+					t.Log(l)
+				}
+			}
+		}
+	})
+
+	ev, _ := sampleEvents(events)
+	for i := range ev {
+		ev[i].Channels = []string{"sms"}
+		ev[i].ShipmentID = fmt.Sprintf("SHP-PACED-%03d", i) // every one its own key: all wait at once
+	}
+	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+	waitFor(t, "every SMS sent", func() (bool, string) {
+		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
+		return got == events, fmt.Sprintf("SMS counted sent: %v of %d", got, events)
+	})
+
+	s := scrape(t, p.m)
+	if got := sumOf(s, "notification_worker_retries_total{", `kind="unavailable"`); got != 0 {
+		t.Errorf(`retries_total{kind="unavailable"} = %v for a paced backlog, want 0: no dependency was down`, got)
+	}
+	paced := sumOf(s, "notification_worker_retries_total{", `kind="paced"`)
+	if paced == 0 {
+		t.Errorf(`retries_total{kind="paced"} = 0, want the backlog's waits counted there`)
+	}
+	if dl := sumOf(s, "notification_worker_records_dead_lettered_total{"); dl != 0 {
+		t.Errorf("%v records dead-lettered, want 0", dl)
+	}
+	// Some record waited for the pace over more attempts than the budget
+	// allows a failing one: the waits spent none of it.
+	most := 0
+	perOffset := map[string]int{}
+	for _, e := range p.m.Stdout.(*logtest.Buffer).Events(t, "record_retry_scheduled") {
+		k := fmt.Sprint(e["partition"], "/", e["offset"])
+		perOffset[k]++
+		most = max(most, perOffset[k])
+	}
+	if most <= budget {
+		t.Errorf("no record was retried more than %d times (most: %d): the backlog did not outlast the budget, and the test shows nothing", budget, most)
+	}
+	seen := map[string]int{}
+	for _, m := range p.twilio.Messages() {
+		seen[m.To]++
+	}
+	for _, e := range ev {
+		if seen[e.Recipient.Phone] != 1 {
+			t.Errorf("SMS to %s accepted %d times, want 1", e.Recipient.Phone, seen[e.Recipient.Phone])
+		}
+	}
+	t.Logf("%d SMS; %v paced retries, a record retried up to %d times; double refused %d", events, paced, most, p.twilio.RateLimited())
 }
