@@ -5,9 +5,10 @@
 // dead-lettering and panic recovery, the same for every source. The
 // package imports only ports and the standard library.
 //
-// Logs, with the record's topic, partition and offset: record_retry_scheduled,
-// handler_panicked, event_dead_lettered, and dead_letter_failed (at most
-// once per 5s per DeadLetter middleware, with a failures count).
+// Logs, with the record's topic, partition and offset: record_retry_scheduled
+// (at debug for a Paced failure, else warn), handler_panicked,
+// event_dead_lettered, and dead_letter_failed (at most once per 5s per
+// DeadLetter middleware, with a failures count).
 package policy
 
 import (
@@ -224,7 +225,13 @@ func Retry(cfg Config) ports.Middleware {
 				}
 				wait := Backoff(step, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
 				cfg.Metrics.RecordRetried(rec.Topic, kind)
-				cfg.Logger.Warn("record_retry_scheduled", append(recordAttrs(rec), "attempt", attempt,
+				// A record waiting for its sender's pace is the normal
+				// course of a backlog, not a warning.
+				level := slog.LevelWarn
+				if kind == ports.Paced {
+					level = slog.LevelDebug
+				}
+				cfg.Logger.Log(ctx, level, "record_retry_scheduled", append(recordAttrs(rec), "attempt", attempt,
 					"kind", kind.String(), "backoff", wait, "error", err)...)
 				if !ports.Sleep(stopping, wait) {
 					return ports.ErrStopping

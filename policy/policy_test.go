@@ -261,6 +261,7 @@ func TestRetry(t *testing.T) {
 		t.Parallel()
 		cfg, _, logs := testConfig()
 		cfg.RetryMaxBackoff = time.Second
+		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		sink := &memorySink{}
 		calls := 0
 		// Retryable, Unavailable, many Paced, Retryable again, then
@@ -306,6 +307,17 @@ func TestRetry(t *testing.T) {
 			in(i, "paced", ms/2, ms)
 		}
 		in(22, "retryable", 2*ms, 4*ms)
+		// A wait for the pace is the normal course of a backlog: logged at
+		// debug, the others at warn.
+		for i, l := range logs.lines("record_retry_scheduled") {
+			want := "WARN"
+			if l["kind"] == "paced" {
+				want = "DEBUG"
+			}
+			if l["level"] != want {
+				t.Errorf("retry %d (%v) logged at %v, want %s", i+1, l["kind"], l["level"], want)
+			}
+		}
 	})
 	t.Run("PermanentIsNotRetried", func(t *testing.T) {
 		t.Parallel()

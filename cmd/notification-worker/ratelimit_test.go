@@ -276,12 +276,14 @@ func TestRateLimit_PacedBacklogIsNotAnOutage(t *testing.T) {
 		// store + 100ms skew) - 1s store, halved.
 		"IDEMPOTENCY_TIMEOUT":   "1s",
 		"IDEMPOTENCY_CLAIM_TTL": "7100ms",
+		// A paced retry is logged at debug.
+		"LOG_LEVEL": "debug",
 	})
 	p.twilio.LimitRate(double.RateLimit{PerSecond: 4, Burst: 1})
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, l := range strings.Split(p.m.Stdout.(*logtest.Buffer).String(), "\n") {
-				if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "rate_limit_no_turn") {
+				if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "rate_limit_no_turn") && !strings.Contains(l, "record_retry_scheduled") {
 					t.Log(l)
 				}
 			}
@@ -315,6 +317,9 @@ func TestRateLimit_PacedBacklogIsNotAnOutage(t *testing.T) {
 	most := 0
 	perOffset := map[string]int{}
 	for _, e := range p.m.Stdout.(*logtest.Buffer).Events(t, "record_retry_scheduled") {
+		if e["kind"] == "paced" && e["level"] != "DEBUG" {
+			t.Errorf("a paced retry logged at %v, want DEBUG: a backlog at its pace is not a warning: %v", e["level"], e)
+		}
 		k := fmt.Sprint(e["partition"], "/", e["offset"])
 		perOffset[k]++
 		most = max(most, perOffset[k])
