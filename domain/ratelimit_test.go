@@ -113,11 +113,7 @@ func TestService_RateLimit(t *testing.T) {
 		if got := s.sms.Received(); got != 3 {
 			t.Errorf("the provider received %d sends, want 3: the refused one and one per event", got)
 		}
-		for _, key := range []string{"sms:e1", "sms:e2"} {
-			if got := s.claimState(t, key); got != ports.AlreadySent {
-				t.Errorf("%s is %v, want already sent", key, got)
-			}
-		}
+		s.wantAlreadySent(t, "sms:e1", "sms:e2")
 	})
 
 	t.Run("APacedChannelKeepsItsRecordFromTheDeadLetters", func(t *testing.T) {
@@ -150,12 +146,18 @@ func TestService_RateLimit(t *testing.T) {
 		if got := s.sms.Received(); got != 1 {
 			t.Errorf("the provider received %d SMS, want 1", got)
 		}
-		for _, key := range []string{"sms:e1", "email:e1"} {
-			if got := s.claimState(t, key); got != ports.AlreadySent {
-				t.Errorf("%s is %v, want already sent", key, got)
-			}
-		}
+		s.wantAlreadySent(t, "sms:e1", "email:e1")
 	})
+}
+
+// wantAlreadySent checks that the store holds a sent record for each key.
+func (w *world) wantAlreadySent(t *testing.T, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		if got := w.claimState(t, key); got != ports.AlreadySent {
+			t.Errorf("%s is %v, want already sent", key, got)
+		}
+	}
 }
 
 // brokenLimiter is a rate limiter that cannot answer, as one whose Redis
