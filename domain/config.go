@@ -89,7 +89,7 @@ type Config struct {
 	// when Paces is not empty. A notification claims first, then takes its
 	// sender's turn, waiting for it at most RateWaitMax (DefaultRateWaitMax)
 	// and at most what the claim's lease leaves; without a turn in that
-	// time it gives the claim back and its record waits as Unavailable.
+	// time it gives the claim back and its record waits as Paced.
 	// A send the provider refuses for its pace (ports.ErrRateLimited)
 	// pauses the sender by the wait asked, and its record waits likewise,
 	// on every channel, with or without a Pace.

@@ -72,7 +72,7 @@ const (
 	stateConflict        // the key was sent for another message: dead-letter
 	stateUnknown         // the send's outcome is unknown: the claim is kept, reconciled next attempt
 	stateStillUnknown    // the outcome reported unknown by an earlier attempt is still unknown
-	stateThrottled       // not sent, for the sender's pace: the record waits (Unavailable); not reported
+	stateThrottled       // not sent, for the sender's pace: the record waits (Paced; Unavailable when the limiter cannot answer); not reported
 	stateFailedRetryable // not sent; another attempt may succeed
 	stateFailedPermanent // not sent, and never will be
 )

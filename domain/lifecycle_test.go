@@ -170,6 +170,49 @@ func kindName(err error) string {
 func TestService_Transitions(t *testing.T) {
 	other := strings.Replace(event("e1", "sms"), "+31201234567", "+31207654321", 1)
 	noReconciler := func(c *domain.Config) { c.Reconcilers = nil }
+	pace := domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}
+
+	// A row's before is built of steps that set the scene, in order, and
+	// names the record of the last attempt: recordOf(value, ...) a fresh
+	// record of value (a delivery of its own); sms(...) a fresh record of
+	// e1 for the SMS; retried(want, ...) the record of e1 for the SMS
+	// after a first attempt at it whose error was of kind want (its retry:
+	// the same delivery).
+	type step = func(t *testing.T, s *scene)
+	recordOf := func(value string, steps ...step) func(*testing.T, *scene) ports.Record {
+		return func(t *testing.T, s *scene) ports.Record {
+			for _, st := range steps {
+				st(t, s)
+			}
+			return record(value)
+		}
+	}
+	sms := func(steps ...step) func(*testing.T, *scene) ports.Record {
+		return recordOf(event("e1", "sms"), steps...)
+	}
+	retried := func(want string, steps ...step) func(*testing.T, *scene) ports.Record {
+		return func(t *testing.T, s *scene) ports.Record {
+			rec := sms(steps...)(t, s)
+			if err := s.attempt(t, rec); kindName(err) != want {
+				t.Fatalf("first attempt: %v, want %s", err, want)
+			}
+			return rec
+		}
+	}
+	// The steps. sent: e1's SMS sent by a delivery of its own, before the
+	// last attempt.
+	sent := func(t *testing.T, s *scene) {
+		if err := s.attempt(t, record(event("e1", "sms"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storeDown := func(_ *testing.T, s *scene) { s.storeDown() }
+	// A worker that died while sending the SMS of e1 left its claim.
+	deadWorker := func(t *testing.T, s *scene) { s.deadWorker(t, "dead-worker") }
+	cannotTell := func(_ *testing.T, s *scene) { s.sms.cannotTell = true }
+	// Another replica took the sender's turns for the next minute.
+	senderBusy := func(t *testing.T, s *scene) { s.pause(t, pace, time.Minute) }
+
 	for _, tc := range []struct {
 		name   string
 		mode   domain.FailureMode
@@ -196,117 +239,72 @@ func TestService_Transitions(t *testing.T) {
 		},
 		kind: "nil", key: ports.AlreadySent, received: 1, outcomes: nil, event: "notification_delivered_earlier",
 	}, {
-		name: "new/record owed for another delivery/duplicate",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.storeDown()
-			if err := s.attempt(t, record(event("e1", "sms"))); err != nil {
-				t.Fatal(err)
-			}
-			return record(event("e1", "sms"))
-		},
-		kind: "nil", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "duplicate_suppressed", owed: 1,
+		name:   "new/record owed for another delivery/duplicate",
+		before: sms(storeDown, sent),
+		kind:   "nil", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "duplicate_suppressed", owed: 1,
 	}, {
-		name: "new/record owed for another message/conflict",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.storeDown()
-			if err := s.attempt(t, record(event("e1", "sms"))); err != nil {
-				t.Fatal(err)
-			}
-			return record(other)
-		},
-		kind: "permanent", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeConflict}, event: "event_id_conflict", owed: 1,
+		name:   "new/record owed for another message/conflict",
+		before: recordOf(other, storeDown, sent),
+		kind:   "permanent", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeConflict}, event: "event_id_conflict", owed: 1,
 	}, {
 		name:   "claiming/Claimed/held/sent",
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		before: sms(),
 		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "notification_sent",
 	}, {
-		name: "claiming/AlreadySent/duplicate",
-		before: func(t *testing.T, s *scene) ports.Record {
-			if err := s.attempt(t, record(event("e1", "sms"))); err != nil {
-				t.Fatal(err)
-			}
-			return record(event("e1", "sms"))
-		},
-		kind: "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "duplicate_suppressed",
+		name:   "claiming/AlreadySent/duplicate",
+		before: sms(sent),
+		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "duplicate_suppressed",
 	}, {
-		name: "claiming/AlreadySent for another message/conflict",
-		before: func(t *testing.T, s *scene) ports.Record {
-			if err := s.attempt(t, record(event("e1", "sms"))); err != nil {
-				t.Fatal(err)
-			}
-			return record(other)
-		},
-		kind: "permanent", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeConflict}, event: "event_id_conflict",
+		name:   "claiming/AlreadySent for another message/conflict",
+		before: recordOf(other, sent),
+		kind:   "permanent", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeConflict}, event: "event_id_conflict",
 	}, {
-		name: "claiming/store down failing open/unchecked/sent",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.storeDown()
-			return record(event("e1", "sms"))
-		},
-		kind: "nil", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "idempotency_check_unavailable", owed: 1,
+		name:   "claiming/store down failing open/unchecked/sent",
+		before: sms(storeDown),
+		kind:   "nil", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "idempotency_check_unavailable", owed: 1,
 	}, {
-		name: "claiming/store down failing closed/failedRetryable",
-		mode: domain.FailClosed,
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.storeDown()
-			return record(event("e1", "sms"))
-		},
-		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable},
+		name:   "claiming/store down failing closed/failedRetryable",
+		mode:   domain.FailClosed,
+		before: sms(storeDown),
+		kind:   "unavailable", key: ports.Claimed, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable},
 	}, {
 		name: "claiming/InFlight past the wait/failedRetryable",
-		before: func(t *testing.T, s *scene) ports.Record {
+		before: sms(func(_ *testing.T, s *scene) {
 			// Another worker's claim of unknown lease, which each look
 			// finds a while later.
 			s.store.ClaimFunc = func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
 				s.advance(200 * time.Millisecond)
 				return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "other-worker"}}, nil
 			}
-			return record(event("e1", "sms"))
-		},
+		}),
 		kind: "retryable", key: ports.Claimed, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable}, event: "claim_in_flight_wait",
 	}, {
 		name: "claiming/TakenOver/reconciling/the provider has it/duplicate",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.deadWorker(t, "dead-worker")
+		before: sms(deadWorker, func(t *testing.T, s *scene) {
 			s.sms.accepted = append(s.sms.accepted, mustRenderSMS(t, "e1"))
-			return record(event("e1", "sms"))
-		},
+		}),
 		kind: "nil", key: ports.AlreadySent, received: 0, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "reconciled_delivered",
 	}, {
-		name: "reconciling/not delivered/claiming/held/sent",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.deadWorker(t, "dead-worker")
-			return record(event("e1", "sms"))
-		},
-		kind: "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "reconciled_not_delivered",
+		name:   "reconciling/not delivered/claiming/held/sent",
+		before: sms(deadWorker),
+		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "reconciled_not_delivered",
 	}, {
-		name: "reconciling/cannot tell yet, another's send/unknown",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.deadWorker(t, "dead-worker")
-			s.sms.cannotTell = true
-			return record(event("e1", "sms"))
-		},
-		kind: "unavailable", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "claim_taken_over",
+		name:   "reconciling/cannot tell yet, another's send/unknown",
+		before: sms(deadWorker, cannotTell),
+		kind:   "unavailable", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "claim_taken_over",
 	}, {
-		name: "reconciling/nobody can tell, policy dead letter/failedPermanent",
-		opts: []func(*domain.Config){noReconciler, func(c *domain.Config) { c.UnknownPolicy = domain.PolicyDeadLetter }},
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.deadWorker(t, "dead-worker")
-			return record(event("e1", "sms"))
-		},
-		kind: "permanent", key: ports.Claimed, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedPermanent}, event: "unknown_outcome_dead_lettered",
+		name:   "reconciling/nobody can tell, policy dead letter/failedPermanent",
+		opts:   []func(*domain.Config){noReconciler, func(c *domain.Config) { c.UnknownPolicy = domain.PolicyDeadLetter }},
+		before: sms(deadWorker),
+		kind:   "permanent", key: ports.Claimed, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedPermanent}, event: "unknown_outcome_dead_lettered",
 	}, {
-		name: "reconciling/nobody can tell, policy resend/claiming/held/sent",
-		opts: []func(*domain.Config){noReconciler},
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.deadWorker(t, "dead-worker")
-			return record(event("e1", "sms"))
-		},
-		kind: "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "unknown_outcome_resent",
+		name:   "reconciling/nobody can tell, policy resend/claiming/held/sent",
+		opts:   []func(*domain.Config){noReconciler},
+		before: sms(deadWorker),
+		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "unknown_outcome_resent",
 	}, {
 		name: "claiming/TakenOver again after reconciling/failedRetryable",
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.deadWorker(t, "dead-worker")
+		before: sms(deadWorker, func(t *testing.T, s *scene) {
 			var claims atomic.Int32
 			s.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
 				if claims.Add(1) == 2 {
@@ -316,8 +314,7 @@ func TestService_Transitions(t *testing.T) {
 				}
 				return s.store.Store.Claim(ctx, key, token, digest, ttl)
 			}
-			return record(event("e1", "sms"))
-		},
+		}),
 		kind: "retryable", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable}, event: "reconciled_not_delivered",
 	}, {
 		name: "claiming/TakenOver unvouched by a store failing/reconciling/the provider has it/duplicate",
@@ -337,50 +334,32 @@ func TestService_Transitions(t *testing.T) {
 	}, {
 		name:   "held/outcome unknown/unknown",
 		script: []answer{acceptUnanswered},
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		before: sms(),
 		kind:   "unavailable", key: ports.InFlight, received: 1, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "send_outcome_unknown",
 	}, {
 		name:   "claiming/our own kept claim/reconciling/our send delivered/sent",
 		script: []answer{acceptUnanswered},
-		before: func(t *testing.T, s *scene) ports.Record {
-			rec := record(event("e1", "sms"))
-			if err := s.attempt(t, rec); kindName(err) != "unavailable" {
-				t.Fatalf("first attempt: %v, want unavailable", err)
-			}
-			return rec
-		},
-		kind: "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "reconciled_delivered",
+		before: retried("unavailable"),
+		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "reconciled_delivered",
 	}, {
 		name:   "reconciling/cannot tell yet, our send/stillUnknown",
 		script: []answer{acceptUnanswered},
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.sms.cannotTell = true
-			rec := record(event("e1", "sms"))
-			if err := s.attempt(t, rec); kindName(err) != "unavailable" {
-				t.Fatalf("first attempt: %v, want unavailable", err)
-			}
-			return rec
-		},
-		kind: "unavailable", key: ports.InFlight, received: 1, outcomes: nil,
+		before: retried("unavailable", cannotTell),
+		kind:   "unavailable", key: ports.InFlight, received: 1, outcomes: nil,
 	}, {
 		name:   "held/recipient opted out/optedOut",
 		script: []answer{optOut},
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		before: sms(),
 		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeOptedOut}, event: "recipient_opted_out",
 	}, {
-		name: "held/no turn of the sender's pace/throttled",
-		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
-		before: func(t *testing.T, s *scene) ports.Record {
-			// Another replica took the sender's turns for the next minute.
-			s.pause(t, domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}, time.Minute)
-			return record(event("e1", "sms"))
-		},
-		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+		name:   "held/no turn of the sender's pace/throttled",
+		opts:   []func(*domain.Config){withPace(pace)},
+		before: sms(senderBusy),
+		kind:   "paced", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
 	}, {
 		name: "unchecked/no turn of the sender's pace, the claim landed unanswered/throttled",
-		opts: []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
-		before: func(t *testing.T, s *scene) ports.Record {
-			s.pause(t, domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}}, time.Minute)
+		opts: []func(*domain.Config){withPace(pace)},
+		before: sms(senderBusy, func(t *testing.T, s *scene) {
 			// The store takes the claim but its answer is lost: failing
 			// open, the worker does not know it holds it.
 			s.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
@@ -389,36 +368,39 @@ func TestService_Transitions(t *testing.T) {
 				}
 				return ports.Claim{}, errStoreDown
 			}
-			return record(event("e1", "sms"))
-		},
-		kind: "unavailable", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+		}),
+		kind: "paced", key: ports.Claimed, received: 0, outcomes: nil, event: "rate_limit_no_turn",
+	}, {
+		name:   "held/the rate limiter cannot answer/throttled",
+		opts:   []func(*domain.Config){withPace(pace), func(c *domain.Config) { c.RateLimiter = brokenLimiter{} }},
+		before: sms(),
+		kind:   "unavailable", key: ports.Claimed, received: 0, outcomes: nil,
 	}, {
 		name:   "held/refused for the sender's pace/throttled",
 		script: []answer{overPace},
-		opts:   []func(*domain.Config){withPace(domain.Pace{Sender: "+15550001111", Limit: ports.Limit{Rate: 1, Burst: 1}})},
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
-		kind:   "unavailable", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
+		opts:   []func(*domain.Config){withPace(pace)},
+		before: sms(),
+		kind:   "paced", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
 	}, {
 		name:   "held/refused for the pace, channel without a pace/throttled",
 		script: []answer{overPace},
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
-		kind:   "unavailable", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
+		before: sms(),
+		kind:   "paced", key: ports.Claimed, received: 1, outcomes: nil, event: "notification_rate_limited",
 	}, {
 		name:   "held/refused/failedRetryable",
 		script: []answer{refuse},
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		before: sms(),
 		kind:   "retryable", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable}, event: "notification_failed",
 	}, {
 		name:   "held/refused for good/failedPermanent",
 		script: []answer{refuseForGood},
-		before: func(*testing.T, *scene) ports.Record { return record(event("e1", "sms")) },
+		before: sms(),
 		kind:   "permanent", key: ports.Claimed, received: 1, outcomes: []ports.Outcome{ports.OutcomeFailedPermanent}, event: "notification_failed",
 	}, {
 		name: "held/sent, record refused/owed",
-		before: func(t *testing.T, s *scene) ports.Record {
+		before: sms(func(_ *testing.T, s *scene) {
 			s.store.RecordFunc = func(context.Context, string, ports.Receipt, time.Duration) error { return errStoreDown }
-			return record(event("e1", "sms"))
-		},
+		}),
 		kind: "nil", key: ports.InFlight, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "idempotency_record_failed", owed: 1,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,7 +21,7 @@ type Pace struct {
 
 // DefaultRateWaitMax is Config.RateWaitMax's default: the longest one
 // notification waits for its sender's turn before its record is given back
-// to wait as Unavailable.
+// to wait as Paced.
 const DefaultRateWaitMax = 5 * time.Second
 
 // rateWaitMax is the longest a held notification waits for its turn: at
@@ -53,10 +53,14 @@ func (c *Config) validatePaces() []error {
 
 // pace takes n's turn at its channel's pace before the send, waiting for
 // it up to rateWaitMax, and reports whether n may send. A channel without
-// a Pace sends at once. When the turn is not granted within the wait (or
-// the limiter cannot answer, or ctx ends), n gives its claim back and ends
-// throttled: nothing was sent, and the record waits as Unavailable, so the
-// wait spends no retry budget.
+// a Pace sends at once. When the turn is not granted within the wait, n
+// gives its claim back and ends throttled: nothing was sent, and the record
+// waits as Paced, spending no retry budget. When the limiter cannot answer
+// (it failed within the store timeout: its Redis does not answer, and the
+// fallback to this replica's share had no time to step in), n ends
+// throttled the same way but its record waits as Unavailable: a dependency
+// is down, not a pace being kept. When ctx ends, the record stays
+// Retryable: the source is stopping.
 func (s *Service) pace(ctx context.Context, n *notification) bool {
 	p, ok := s.cfg.Paces[n.m.Channel]
 	if !ok {
@@ -67,18 +71,18 @@ func (s *Service) pace(ctx context.Context, n *notification) bool {
 	cancel()
 	switch {
 	case err != nil:
-		s.throttle(ctx, n, fmt.Errorf("rate limit of %s: %w", p.Sender, err), 0)
+		s.throttle(ctx, n, ports.Unavailable, fmt.Errorf("rate limit of %s: %w", p.Sender, err), 0)
 		return false
 	case !r.OK:
 		n.log.Debug("rate_limit_no_turn", slog.String("sender", p.Sender), slog.Duration("next_turn_in", r.Wait))
-		s.throttle(ctx, n, fmt.Errorf("%w: no turn of sender %s within %v (next in %v)", errNoTurn, p.Sender, rateWaitMax(&s.cfg), r.Wait), r.Wait)
+		s.throttle(ctx, n, ports.Paced, fmt.Errorf("%w: no turn of sender %s within %v (next in %v)", errNoTurn, p.Sender, rateWaitMax(&s.cfg), r.Wait), r.Wait)
 		return false
 	}
 	s.cfg.RateWaited(n.m.Channel, r.Wait)
 	if r.Wait > 0 && !ports.Sleep(ctx.Done(), r.Wait) {
 		// The turn is lost: a reservation left unused only slows the
 		// sender.
-		s.throttle(ctx, n, ctx.Err(), 0)
+		s.throttle(ctx, n, ports.Paced, ctx.Err(), 0)
 		return false
 	}
 	return true
@@ -90,12 +94,13 @@ var errNoTurn = errors.New("rate limited: the sender's pace is taken")
 
 // throttle ends n, which did not send, as throttled with err: its claim
 // (even one the store may have taken without answering) is given back and
-// the record waits as Unavailable (a done ctx stays
+// the record waits as kind, Paced or Unavailable (a done ctx stays
 // retryable: the source is stopping). Holding no claim, it then waits
 // until the sender's next turn may be free, wait, but at most
 // rateWaitMax, so that a backlog's records do not claim, ask and release
-// again and again while the sender is busy.
-func (s *Service) throttle(ctx context.Context, n *notification, err error, wait time.Duration) {
+// again and again while the sender is busy: the source retries a Paced
+// record without a backoff of its own.
+func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind, err error, wait time.Duration) {
 	switch {
 	case n.held:
 		s.release(ctx, n.log, n.m.IdempotencyKey, n.token)
@@ -115,7 +120,7 @@ func (s *Service) throttle(ctx context.Context, n *notification, err error, wait
 	if ctx.Err() != nil {
 		return
 	}
-	n.err = ports.MarkUnavailable(n.err)
+	n.err = mark(kind, n.err)
 	if wait = min(wait, rateWaitMax(&s.cfg)); wait > 0 {
 		ports.Sleep(ctx.Done(), wait)
 	}
@@ -124,7 +129,7 @@ func (s *Service) throttle(ctx context.Context, n *notification, err error, wait
 // rateLimited handles a send the provider refused for its sender's pace
 // (ports.ErrRateLimited): nothing was sent, so the claim is given back;
 // the sender is paused for every record by the wait the provider asked
-// (when the channel has a Pace), and the record waits as Unavailable.
+// (when the channel has a Pace), and the record waits as Paced.
 func (s *Service) rateLimited(ctx context.Context, n *notification, err error) {
 	after, _ := ports.RetryAfter(err)
 	s.cfg.RateLimited(n.m.Channel)
@@ -139,7 +144,7 @@ func (s *Service) rateLimited(ctx context.Context, n *notification, err error) {
 		}
 	}
 	s.logLimited(ctx, s.throttled, n.log, slog.LevelWarn, "notification_rate_limited", attrs...)
-	s.throttle(ctx, n, err, after)
+	s.throttle(ctx, n, ports.Paced, err, after)
 }
 
 // logLimited logs msg through log unless l holds it back (see

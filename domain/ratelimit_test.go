@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func (s *scene) pause(t *testing.T, p domain.Pace, d time.Duration) {
 
 // TestService_RateLimit takes notifications through their sender's pace:
 // a turn granted now or after a wait, a turn not granted (nothing sent,
-// the claim given back, the record waiting as Unavailable), and a
+// the claim given back, the record waiting as Paced), and a
 // provider's 429 that pauses the sender for the next records, after which
 // every notification is sent exactly once.
 func TestService_RateLimit(t *testing.T) {
@@ -72,15 +73,15 @@ func TestService_RateLimit(t *testing.T) {
 
 		// e1 is refused for the pace (Retry-After 30s): nothing sent, the
 		// claim given back, the record waits.
-		if err := s.attempt(t, e1); kindName(err) != "unavailable" {
-			t.Fatalf("e1: %v, want unavailable", err)
+		if err := s.attempt(t, e1); kindName(err) != "paced" {
+			t.Fatalf("e1: %v, want paced", err)
 		}
 		if got := s.claimState(t, "sms:e1"); got != ports.Claimed {
 			t.Fatalf("sms:e1 is %v after the 429, want free", got)
 		}
 		// e2 finds the sender paused: it is not sent at all.
-		if err := s.attempt(t, e2); kindName(err) != "unavailable" {
-			t.Fatalf("e2 during the pause: %v, want unavailable", err)
+		if err := s.attempt(t, e2); kindName(err) != "paced" {
+			t.Fatalf("e2 during the pause: %v, want paced", err)
 		}
 		if got := s.sms.Received(); got != 1 {
 			t.Fatalf("the provider received %d sends during the pause, want 1 (the refused one)", got)
@@ -112,12 +113,62 @@ func TestService_RateLimit(t *testing.T) {
 		if got := s.sms.Received(); got != 3 {
 			t.Errorf("the provider received %d sends, want 3: the refused one and one per event", got)
 		}
-		for _, key := range []string{"sms:e1", "sms:e2"} {
-			if got := s.claimState(t, key); got != ports.AlreadySent {
-				t.Errorf("%s is %v, want already sent", key, got)
-			}
-		}
+		s.wantAlreadySent(t, "sms:e1", "sms:e2")
 	})
+
+	t.Run("APacedChannelKeepsItsRecordFromTheDeadLetters", func(t *testing.T) {
+		// The email fails in a way the retry budget counts while the SMS
+		// waits for its sender: the record waits as paced, so its retries
+		// spend no budget and it is not dead-lettered before the SMS had
+		// its turn. An email failure the operator must see to outranks it.
+		s := newScene(t, domain.FailOpen, nil, withPace(pace))
+		s.pause(t, pace, time.Minute)
+		s.email.FailFunc = failFirst(1, errors.New("451 4.3.0 try again later"))
+		rec := record(event("e1", "sms", "email"))
+		if err := s.attempt(t, rec); kindName(err) != "paced" {
+			t.Fatalf("SMS paced, email retryable: %v, want paced", err)
+		}
+		s.email.FailFunc = failFirst(1, ports.MarkUnavailable(errors.New("535 5.7.8 authentication failed")))
+		if err := s.attempt(t, rec); kindName(err) != "unavailable" {
+			t.Fatalf("SMS paced, email unavailable: %v, want unavailable", err)
+		}
+		if got := s.sms.Received(); got != 0 {
+			t.Fatalf("the provider received %d SMS during the pause, want 0", got)
+		}
+		// Once the sender's turn comes, both go, once each.
+		s.advance(time.Minute)
+		if err := s.attempt(t, rec); err != nil {
+			t.Fatalf("after the pause: %v", err)
+		}
+		if err := s.attempt(t, record(event("e1", "sms", "email"))); err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+		if got := s.sms.Received(); got != 1 {
+			t.Errorf("the provider received %d SMS, want 1", got)
+		}
+		s.wantAlreadySent(t, "sms:e1", "email:e1")
+	})
+}
+
+// wantAlreadySent checks that the store holds a sent record for each key.
+func (w *world) wantAlreadySent(t *testing.T, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		if got := w.claimState(t, key); got != ports.AlreadySent {
+			t.Errorf("%s is %v, want already sent", key, got)
+		}
+	}
+}
+
+// brokenLimiter is a rate limiter that cannot answer, as one whose Redis
+// stopped answering within the store timeout.
+type brokenLimiter struct{}
+
+func (brokenLimiter) Take(context.Context, string, ports.Limit, time.Duration) (ports.Reservation, error) {
+	return ports.Reservation{}, errStoreDown
+}
+func (brokenLimiter) Pause(context.Context, string, ports.Limit, time.Duration) error {
+	return errStoreDown
 }
 
 // withLimiter paces the SMS channel by p on a new in-process limiter.

@@ -100,11 +100,16 @@ func (s *Service) Owed() (owed int, evicted int64) {
 // ports.Kind tells the consumer what to do: Permanent for a record that can
 // never succeed (it does not decode, its type is unknown, a provider refused
 // it for good, its occurred_at is more than ClockSkew in the future),
-// Unavailable when the store is down in the closed mode or a notification
-// was held back by its sender's pace (Config.RateLimiter) or refused by
-// the provider for it (ports.ErrRateLimited), and
-// Retryable for everything else. Retrying a record is safe: what was sent is
-// skipped as a duplicate.
+// Unavailable when the store is down in the closed mode (or another
+// dependency the operator must see to: a provider's credentials, the rate
+// limiter's Redis not answering), Paced when a notification was held back
+// by its sender's pace (Config.RateLimiter) or refused by the provider for
+// it (ports.ErrRateLimited), and Retryable for everything else. A record
+// whose notifications failed in several ways takes the kind that keeps it
+// longest: Unavailable over Paced over Retryable over Permanent, so that
+// a notification still waiting is never dead-lettered for another one's
+// failure. Retrying a record is safe: what was sent is skipped as a
+// duplicate.
 //
 // Cancelling ctx abandons waits and sends not yet started; a send that
 // succeeded is recorded even so.
@@ -152,7 +157,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		failed = append(failed, fmt.Errorf("%s: %w", m.Channel, n.err))
 		// One retryable channel makes the record worth retrying: the sent
 		// channels are skipped then, and a permanent one fails again.
-		if k := ports.KindOf(n.err); k != ports.Permanent && (worst == ports.Permanent || k == ports.Unavailable) {
+		if k := ports.KindOf(n.err); holdRank(k) > holdRank(worst) {
 			worst = k
 		}
 	}
@@ -165,12 +170,35 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	if len(failed) == 0 {
 		return nil
 	}
-	err = fmt.Errorf("event %s: %w", ev.EventID, errors.Join(failed...))
-	switch worst {
+	return mark(worst, fmt.Errorf("event %s: %w", ev.EventID, errors.Join(failed...)))
+}
+
+// holdRank orders the kinds by how long they keep a record: Permanent
+// (dead-lettered now), Retryable (dead-lettered after the retry budget),
+// Paced (retried until the pace allows), Unavailable (retried until the
+// dependency answers, and the one an operator must act on).
+func holdRank(k ports.Kind) int {
+	switch k {
+	case ports.Permanent:
+		return 0
+	case ports.Retryable:
+		return 1
+	case ports.Paced:
+		return 2
+	}
+	return 3
+}
+
+// mark wraps err as kind (Retryable: err unchanged, as KindOf reads an
+// unmarked error).
+func mark(kind ports.Kind, err error) error {
+	switch kind {
 	case ports.Permanent:
 		return ports.MarkPermanent(err)
 	case ports.Unavailable:
 		return ports.MarkUnavailable(err)
+	case ports.Paced:
+		return ports.MarkPaced(err)
 	}
 	return err
 }

@@ -5,9 +5,10 @@
 // dead-lettering and panic recovery, the same for every source. The
 // package imports only ports and the standard library.
 //
-// Logs, with the record's topic, partition and offset: record_retry_scheduled,
-// handler_panicked, event_dead_lettered, and dead_letter_failed (at most
-// once per 5s per DeadLetter middleware, with a failures count).
+// Logs, with the record's topic, partition and offset: record_retry_scheduled
+// (at debug for a Paced failure, else warn), handler_panicked,
+// event_dead_lettered, and dead_letter_failed (at most once per 5s per
+// DeadLetter middleware, with a failures count).
 package policy
 
 import (
@@ -64,7 +65,7 @@ type Metrics interface {
 	RecordDeadLettered(topic string, kind ports.Kind)
 	HandlerPanicked(topic string)
 	// RecordRetried counts a retry scheduled after a handler failed with an
-	// error of kind (Retryable or Unavailable).
+	// error of kind (Retryable, Unavailable or Paced).
 	RecordRetried(topic string, kind ports.Kind)
 }
 
@@ -179,9 +180,16 @@ func MaxBytes(cfg Config) ports.Middleware {
 }
 
 // Retry calls next again, after a backoff, while it fails with a Retryable
-// error, up to cfg.RetryMaxAttempts calls, or with an Unavailable error, for
-// as long as the source delivers (an outage never spends the budget). It
-// returns nil on success; a Permanent error at once; after the budget, an
+// error, up to cfg.RetryMaxAttempts calls, or with an Unavailable or Paced
+// error, for as long as the source delivers (an outage or a sender's pace
+// never spends the budget). The backoff doubles with each Retryable or
+// Unavailable failure, from cfg.RetryInitialBackoff up to
+// cfg.RetryMaxBackoff; after a Paced failure it is the first step's
+// (cfg.RetryInitialBackoff, jittered) and does not grow, since the handler
+// has already waited what the pace asked: the record is asked again about
+// as soon as its sender may have a turn, and a later failure of another
+// kind backs off as if the paced attempts had not been. It returns nil on
+// success; a Permanent error at once; after the budget, an
 // error wrapping the last one whose message says so; and ErrStopping when
 // the source stopped during a backoff. Every attempt at one record carries
 // the same rec.DeliveryID: Retry takes one from ports.NewDeliveryID when
@@ -194,7 +202,7 @@ func Retry(cfg Config) ports.Middleware {
 				rec.DeliveryID = ports.NewDeliveryID()
 			}
 			stopping := ports.DeliveryOf(ctx).Stopping
-			retryable := 0
+			retryable, backoffs := 0, 0
 			for attempt := 1; ; attempt++ {
 				err := next.Handle(ctx, rec)
 				if finished(ctx, err) {
@@ -210,9 +218,20 @@ func Retry(cfg Config) ports.Middleware {
 						return fmt.Errorf("retries exhausted after %d attempts: %w", retryable, err)
 					}
 				}
-				wait := Backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+				step := 1
+				if kind != ports.Paced {
+					backoffs++
+					step = backoffs
+				}
+				wait := Backoff(step, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
 				cfg.Metrics.RecordRetried(rec.Topic, kind)
-				cfg.Logger.Warn("record_retry_scheduled", append(recordAttrs(rec), "attempt", attempt,
+				// A record waiting for its sender's pace is the normal
+				// course of a backlog, not a warning.
+				level := slog.LevelWarn
+				if kind == ports.Paced {
+					level = slog.LevelDebug
+				}
+				cfg.Logger.Log(ctx, level, "record_retry_scheduled", append(recordAttrs(rec), "attempt", attempt,
 					"kind", kind.String(), "backoff", wait, "error", err)...)
 				if !ports.Sleep(stopping, wait) {
 					return ports.ErrStopping

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,20 @@ func (l *logBuffer) count(msg string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), `"msg":"`+msg+`"`)
+}
+
+// lines returns the logged lines whose msg is msg, decoded.
+func (l *logBuffer) lines(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func testConfig() (policy.Config, *counts, *logBuffer) {
@@ -183,25 +198,36 @@ func TestRetry(t *testing.T) {
 			t.Errorf("%d retries counted, %d logged; want 2", m.retry[ports.Retryable], logs.count("record_retry_scheduled"))
 		}
 	})
-	t.Run("UnavailableNeverExhaustsTheBudget", func(t *testing.T) {
-		t.Parallel()
-		cfg, m, _ := testConfig()
-		sink := &memorySink{}
-		calls := 0
-		err := chain(cfg, sink, func(context.Context, ports.Record) error {
-			calls++
-			if calls <= 3*cfg.RetryMaxAttempts {
-				return ports.MarkUnavailable(errors.New("redis down"))
+	// A record waiting for a dependency or for its sender's pace is
+	// retried for as long as it takes, counted under its own kind only.
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"UnavailableNeverExhaustsTheBudget", ports.MarkUnavailable(errors.New("redis down"))},
+		{"PacedNeverExhaustsTheBudget", ports.MarkPaced(errors.New("rate limited: no turn of sender +15550001111"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, m, _ := testConfig()
+			sink := &memorySink{}
+			calls := 0
+			err := chain(cfg, sink, func(context.Context, ports.Record) error {
+				calls++
+				if calls <= 3*cfg.RetryMaxAttempts {
+					return tc.err
+				}
+				return nil
+			}).Handle(context.Background(), rec)
+			if err != nil || len(sink.written()) != 0 || calls != 3*cfg.RetryMaxAttempts+1 {
+				t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, %d", err, len(sink.written()), calls, 3*cfg.RetryMaxAttempts+1)
 			}
-			return nil
-		}).Handle(context.Background(), rec)
-		if err != nil || len(sink.written()) != 0 || calls != 3*cfg.RetryMaxAttempts+1 {
-			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, %d", err, len(sink.written()), calls, 3*cfg.RetryMaxAttempts+1)
-		}
-		if m.retry[ports.Unavailable] != 3*cfg.RetryMaxAttempts {
-			t.Errorf("%d Unavailable retries counted, want %d", m.retry[ports.Unavailable], 3*cfg.RetryMaxAttempts)
-		}
-	})
+			kind := ports.KindOf(tc.err)
+			if m.retry[kind] != 3*cfg.RetryMaxAttempts || len(m.retry) != 1 {
+				t.Errorf("retries counted by kind %v, want %d %v only", m.retry, 3*cfg.RetryMaxAttempts, kind)
+			}
+		})
+	}
 	t.Run("UnavailableDoesNotSpendTheRetryableBudget", func(t *testing.T) {
 		t.Parallel()
 		cfg, _, _ := testConfig()
@@ -221,6 +247,68 @@ func TestRetry(t *testing.T) {
 		}).Handle(context.Background(), rec)
 		if err != nil || len(sink.written()) != 0 || calls != 11 {
 			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, 11", err, len(sink.written()), calls)
+		}
+	})
+	t.Run("PacedWaitsTheFirstBackoffAndSpendsNothing", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, logs := testConfig()
+		cfg.RetryMaxBackoff = time.Second
+		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		sink := &memorySink{}
+		calls := 0
+		// Retryable, Unavailable, many Paced, Retryable again, then
+		// success: two Retryable failures stay under a budget of three,
+		// the paced retries wait the first step's backoff whatever came
+		// before, and the last Retryable one backs off at the third step,
+		// as if the paced attempts had not been.
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			switch {
+			case calls == 1 || calls == 23:
+				return errors.New("twilio: 503")
+			case calls == 2:
+				return ports.MarkUnavailable(errors.New("redis down"))
+			case calls < 23:
+				return ports.MarkPaced(errors.New("rate limited: no turn of sender +15550001111"))
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(sink.written()) != 0 || calls != 24 {
+			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, 24", err, len(sink.written()), calls)
+		}
+		type retry struct {
+			kind    string
+			backoff time.Duration
+		}
+		var retries []retry
+		for _, l := range logs.lines("record_retry_scheduled") {
+			retries = append(retries, retry{fmt.Sprint(l["kind"]), time.Duration(l["backoff"].(float64))})
+		}
+		if len(retries) != 23 {
+			t.Fatalf("%d retries logged, want 23: %v", len(retries), retries)
+		}
+		in := func(i int, kind string, lo, hi time.Duration) {
+			if r := retries[i]; r.kind != kind || r.backoff < lo || r.backoff > hi {
+				t.Errorf("retry %d: %s after %v, want %s with a backoff in [%v, %v]; all: %v", i+1, r.kind, r.backoff, kind, lo, hi, retries)
+			}
+		}
+		ms := time.Millisecond
+		in(0, "retryable", ms/2, ms)
+		in(1, "unavailable", ms, 2*ms)
+		for i := 2; i < 22; i++ {
+			in(i, "paced", ms/2, ms)
+		}
+		in(22, "retryable", 2*ms, 4*ms)
+		// A wait for the pace is the normal course of a backlog: logged at
+		// debug, the others at warn.
+		for i, l := range logs.lines("record_retry_scheduled") {
+			want := "WARN"
+			if l["kind"] == "paced" {
+				want = "DEBUG"
+			}
+			if l["level"] != want {
+				t.Errorf("retry %d (%v) logged at %v, want %s", i+1, l["kind"], l["level"], want)
+			}
 		}
 	})
 	t.Run("PermanentIsNotRetried", func(t *testing.T) {

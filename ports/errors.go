@@ -19,6 +19,13 @@ const (
 	// store, in the closed failure mode). Retry with backoff for as long as it
 	// takes; never dead-letter for it.
 	Unavailable
+	// Paced: nothing is wrong, the record waits for its sender's pace (no
+	// rate-limit turn within the wait allowed, or the provider refused the
+	// send until later). Retry as soon as the source allows, for as long as
+	// it takes, spending no retry budget and growing no backoff: the wait
+	// the pace asked was taken before the error was returned. Never
+	// dead-letter for it.
+	Paced
 )
 
 // String returns the kind's name, as the dead letter headers carry it.
@@ -28,6 +35,8 @@ func (k Kind) String() string {
 		return "permanent"
 	case Unavailable:
 		return "unavailable"
+	case Paced:
+		return "paced"
 	}
 	return "retryable"
 }
@@ -45,6 +54,9 @@ func MarkPermanent(err error) error { return mark(Permanent, err) }
 
 // MarkUnavailable wraps err as Unavailable. It returns nil for a nil err.
 func MarkUnavailable(err error) error { return mark(Unavailable, err) }
+
+// MarkPaced wraps err as Paced. It returns nil for a nil err.
+func MarkPaced(err error) error { return mark(Paced, err) }
 
 func mark(k Kind, err error) error {
 	if err == nil {

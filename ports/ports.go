@@ -61,7 +61,7 @@ func (r Record) Origin() string {
 }
 
 // Handler handles one record. The error it returns tells the event source
-// what to do with the record; see Permanent, Unavailable and KindOf.
+// what to do with the record; see Permanent, Unavailable, Paced and KindOf.
 //
 // Handle must be safe for concurrent use: the event source may handle records
 // with different keys at the same time. It never sees two records with the

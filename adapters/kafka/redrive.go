@@ -22,7 +22,7 @@ const DefaultRedriveBatch = 500
 
 // RedriveKinds are the values RedriveConfig.Kind may take: the kinds a dead
 // letter's HeaderDLQKind names.
-var RedriveKinds = []string{ports.Permanent.String(), ports.Retryable.String(), ports.Unavailable.String()}
+var RedriveKinds = []string{ports.Permanent.String(), ports.Retryable.String(), ports.Unavailable.String(), ports.Paced.String()}
 
 // RedriveConfig configures Redrive.
 type RedriveConfig struct {

@@ -94,101 +94,101 @@ var _ ports.Observer = (*Metrics)(nil)
 // KnowChannels names the channels: a rate() over a series that appears only
 // at its first increment misses that increment.
 func New() *Metrics {
-	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "notifications_total",
-			Help: "Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent, unknown, conflict, recipient_opted_out, stale).",
-		}, []string{"channel", "outcome"}),
-		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "outcome_unknown_total",
-			Help: "Sends whose outcome was unknown (no answer after the request was written, or a gateway answering for the provider), by channel: each is reconciled with the provider, or follows UNKNOWN_OUTCOME_POLICY.",
-		}, []string{"channel"}),
-		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "reconciliations_total",
-			Help: "Providers asked whether a send of unknown outcome went out, by channel and result (delivered, not_delivered, cannot_tell).",
-		}, []string{"channel", "result"}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "duplicates_suppressed_total",
-			Help: "Replayed notifications not sent because the idempotency store held a sent record, or this worker had delivered them and still owed the record.",
-		}),
-		storeUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "store_unavailable_total",
-			Help: "Idempotency store calls that failed or timed out, by operation (claim, record, release), including those refused by an open circuit breaker; calls the worker cancelled itself (shutdown) are not counted.",
-		}, []string{"operation"}),
-		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "records_dead_lettered_total",
-			Help: "Records written to the dead letter topic, by source topic and kind (permanent, retryable).",
-		}, []string{"topic", "kind"}),
-		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "store_call_duration_seconds",
-			Help:    "Latency of each idempotency store call, by operation (claim, record, release).",
-			Buckets: storeBuckets,
-		}, []string{"operation"}),
-		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "send_duration_seconds",
-			Help:    "Latency of each provider call, by channel, whatever its result.",
-			Buckets: sendBuckets,
-		}, []string{"channel"}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "consumer_lag",
-			Help: "Records between a partition's high-water mark and the group's committed offset (what a restart would replay), read from the broker every few seconds for each partition this worker holds, whether or not records finish; 0 once this worker gives the partition up, so sum across replicas with max by (topic, partition).",
-		}, []string{"topic", "partition"}),
-		panics: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "handler_panics_total",
-			Help: "Records whose handling panicked (each is dead-lettered as permanent).",
-		}),
-		abandoned: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "handlers_abandoned",
-			Help: "Handler calls given up on at a rebalance or shutdown that are still running, each holding one of MAX_IN_FLIGHT slots; at MAX_IN_FLIGHT the worker is wedged and /healthz fails.",
-		}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "retries_total",
-			Help: "Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable, unavailable).",
-		}, []string{"topic", "kind"}),
-		owedLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "owed_records_lost_total",
-			Help: "Sent records lost with the worker at shutdown: still owed to the idempotency store after its final attempt at them, or whose sends were still under way then (or ended after it, owing their record): a replay of each is sent again unless the store holds its record.",
-		}),
-		redisEvicted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "redis_evicted_keys_total",
-			Help: "Keys the idempotency store's Redis evicted (INFO evicted_keys on every primary, read every minute) since this worker started watching: anyone's keys, Redis does not say whose; with an evicting maxmemory-policy (accepted by IDEMPOTENCY_ALLOW_EVICTION), sent records among them.",
-		}),
-		storeResets: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "idempotency_store_resets_total",
-			Help: "Times this worker found the idempotency store's Redis restarted without its data (a primary's new run_id, and the store's marker keys gone): replays of notifications sent before it within IDEMPOTENCY_TTL are sent again.",
-		}),
-		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "rate_limited_total",
-			Help: "Sends the provider refused for its sender's pace (Twilio 429, 20429, 21611), by channel: nothing was sent, the sender is paused for the wait the provider asked, and the record is tried again later without spending its retries.",
-		}, []string{"channel"}),
-		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "rate_limit_wait_seconds",
-			Help:    "How long a notification waited for its sender's turn (SMS_RATE_LIMIT, EMAIL_RATE_LIMIT) before its send, by channel; a notification without a turn within the wait allowed is not counted here (its record waits and is tried again).",
-			Buckets: []float64{0, .01, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"channel"}),
-		rateFallback: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "rate_limit_fallback_total",
-			Help: "Times the fleet-wide rate limiter (Redis) could not answer and this replica paced its senders by its share of each limit (the limit divided by KAFKA_EXPECTED_REPLICAS) for a cool-off: at most about one a second while Redis is down.",
-		}),
-		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "build_info",
-			Help: "Always 1: the worker's version, the VCS revision it was built from, and the Go version that built it.",
-		}, []string{"version", "revision", "go_version"}),
-	}
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.notifications = m.counterVec("notifications_total",
+		"Notifications the domain finished, by channel and outcome (sent, duplicate, failed_retryable, failed_permanent, unknown, conflict, recipient_opted_out, stale).",
+		"channel", "outcome")
+	m.unknown = m.counterVec("outcome_unknown_total",
+		"Sends whose outcome was unknown (no answer after the request was written, or a gateway answering for the provider), by channel: each is reconciled with the provider, or follows UNKNOWN_OUTCOME_POLICY.",
+		"channel")
+	m.reconciliations = m.counterVec("reconciliations_total",
+		"Providers asked whether a send of unknown outcome went out, by channel and result (delivered, not_delivered, cannot_tell).",
+		"channel", "result")
+	m.duplicates = m.counter("duplicates_suppressed_total",
+		"Replayed notifications not sent because the idempotency store held a sent record, or this worker had delivered them and still owed the record.")
+	m.storeUnavailable = m.counterVec("store_unavailable_total",
+		"Idempotency store calls that failed or timed out, by operation (claim, record, release), including those refused by an open circuit breaker; calls the worker cancelled itself (shutdown) are not counted.",
+		"operation")
+	m.deadLettered = m.counterVec("records_dead_lettered_total",
+		"Records written to the dead letter topic, by source topic and kind (permanent, retryable).",
+		"topic", "kind")
+	m.storeDuration = m.histogramVec("store_call_duration_seconds",
+		"Latency of each idempotency store call, by operation (claim, record, release).",
+		storeBuckets, "operation")
+	m.sendDuration = m.histogramVec("send_duration_seconds",
+		"Latency of each provider call, by channel, whatever its result.",
+		sendBuckets, "channel")
+	m.lag = m.gaugeVec("consumer_lag",
+		"Records between a partition's high-water mark and the group's committed offset (what a restart would replay), read from the broker every few seconds for each partition this worker holds, whether or not records finish; 0 once this worker gives the partition up, so sum across replicas with max by (topic, partition).",
+		"topic", "partition")
+	m.panics = m.counter("handler_panics_total",
+		"Records whose handling panicked (each is dead-lettered as permanent).")
+	m.abandoned = m.gauge("handlers_abandoned",
+		"Handler calls given up on at a rebalance or shutdown that are still running, each holding one of MAX_IN_FLIGHT slots; at MAX_IN_FLIGHT the worker is wedged and /healthz fails.")
+	m.retries = m.counterVec("retries_total",
+		"Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable; unavailable: a dependency is down; paced: waiting for the sender's pace).",
+		"topic", "kind")
+	m.owedLost = m.counter("owed_records_lost_total",
+		"Sent records lost with the worker at shutdown: still owed to the idempotency store after its final attempt at them, or whose sends were still under way then (or ended after it, owing their record): a replay of each is sent again unless the store holds its record.")
+	m.redisEvicted = m.counter("redis_evicted_keys_total",
+		"Keys the idempotency store's Redis evicted (INFO evicted_keys on every primary, read every minute) since this worker started watching: anyone's keys, Redis does not say whose; with an evicting maxmemory-policy (accepted by IDEMPOTENCY_ALLOW_EVICTION), sent records among them.")
+	m.storeResets = m.counter("idempotency_store_resets_total",
+		"Times this worker found the idempotency store's Redis restarted without its data (a primary's new run_id, and the store's marker keys gone): replays of notifications sent before it within IDEMPOTENCY_TTL are sent again.")
+	m.rateLimited = m.counterVec("rate_limited_total",
+		"Sends the provider refused for its sender's pace (Twilio 429, 20429, 21611), by channel: nothing was sent, the sender is paused for the wait the provider asked, and the record is tried again later without spending its retries.",
+		"channel")
+	m.rateWait = m.histogramVec("rate_limit_wait_seconds",
+		"How long a notification waited for its sender's turn (SMS_RATE_LIMIT, EMAIL_RATE_LIMIT) before its send, by channel; a notification without a turn within the wait allowed is not counted here (its record waits and is tried again).",
+		[]float64{0, .01, .05, .1, .25, .5, 1, 2.5, 5}, "channel")
+	m.rateFallback = m.counter("rate_limit_fallback_total",
+		"Times the fleet-wide rate limiter (Redis) could not answer and this replica paced its senders by its share of each limit (the limit divided by KAFKA_EXPECTED_REPLICAS) for a cool-off: at most about one a second while Redis is down.")
+	m.buildInfo = m.gaugeVec("build_info",
+		"Always 1: the worker's version, the VCS revision it was built from, and the Go version that built it.",
+		"version", "revision", "go_version")
 	m.storeState.Store(StoreUnknown)
 	m.registerFuncs()
 	m.reg.MustRegister(
-		m.notifications, m.duplicates, m.storeUnavailable, m.deadLettered,
-		m.storeDuration, m.sendDuration, m.lag, m.panics, m.abandoned,
-		m.retries, m.buildInfo, m.unknown, m.reconciliations, m.owedLost,
-		m.redisEvicted, m.storeResets, m.rateLimited, m.rateWait, m.rateFallback,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.SetVersion("")
 	m.exposeZeros()
 	return m
+}
+
+// counter, gauge, counterVec, gaugeVec and histogramVec make a metric
+// named Namespace_name with help (and the labels, in the order the
+// With* calls give their values; the buckets, in seconds) and register it
+// on m's registry: a name registered twice panics, as New's callers
+// cannot recover from it.
+func (m *Metrics) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+	m.reg.MustRegister(c)
+	return c
+}
+
+func (m *Metrics) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+	m.reg.MustRegister(g)
+	return g
+}
+
+func (m *Metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	m.reg.MustRegister(c)
+	return c
+}
+
+func (m *Metrics) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	m.reg.MustRegister(g)
+	return g
+}
+
+func (m *Metrics) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	m.reg.MustRegister(h)
+	return h
 }
 
 // registerFuncs registers the metrics read from the worker when scraped:
@@ -284,14 +284,14 @@ func (m *Metrics) KnowChannels(chs ...ports.Channel) {
 }
 
 // KnowTopic exports the dead letter counters of topic at 0 for both kinds a
-// record can be dead-lettered with, and its retry counters for both kinds
+// record can be dead-lettered with, and its retry counters for every kind
 // a retry can have, so an alert on their increase sees the first one. The
 // topic is only known once configured, hence not in New.
 func (m *Metrics) KnowTopic(topic string) {
 	for _, k := range []ports.Kind{ports.Permanent, ports.Retryable} {
 		m.deadLettered.WithLabelValues(topic, k.String())
 	}
-	for _, k := range []ports.Kind{ports.Retryable, ports.Unavailable} {
+	for _, k := range []ports.Kind{ports.Retryable, ports.Unavailable, ports.Paced} {
 		m.retries.WithLabelValues(topic, k.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,58 @@ import (
 // sends back and let them go together; each refused one is paused and
 // sent later, once. Without the limit the double refuses most of them.
 func mostRefused(n int) int64 { return int64(max(1, n/10)) }
+
+// smsBacklog returns n sample events for the SMS channel only, each of its
+// own shipment (shipment-NNN), so that no two share a key and all may be
+// in flight at once.
+func smsBacklog(n int, shipment string) []sampleEvent {
+	ev, _ := sampleEvents(n)
+	for i := range ev {
+		ev[i].Channels = []string{"sms"}
+		ev[i].ShipmentID = fmt.Sprintf("%s-%03d", shipment, i)
+	}
+	return ev
+}
+
+// wantEachSMSOnce checks that the Twilio double accepted exactly one SMS
+// for each of ev's recipients, among msgs.
+func wantEachSMSOnce(t *testing.T, ev []sampleEvent, msgs []double.Message) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.To]++
+	}
+	for _, e := range ev {
+		if seen[e.Recipient.Phone] != 1 {
+			t.Errorf("SMS to %s accepted %d times, want 1", e.Recipient.Phone, seen[e.Recipient.Phone])
+		}
+	}
+}
+
+// logOnFailure logs m's lines when t has failed, prefixed by who (if not
+// empty), leaving out the routine ones of a paced backlog (each send, each
+// retry, each wait without a turn) and those naming any of skip.
+func logOnFailure(t *testing.T, who string, m *Main, skip ...string) {
+	t.Helper()
+	skip = append([]string{`"notification_sent"`, "record_retry_scheduled", "rate_limit_no_turn"}, skip...)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+	lines:
+		for _, l := range strings.Split(m.Stdout.(*logtest.Buffer).String(), "\n") {
+			for _, s := range skip {
+				if strings.Contains(l, s) {
+					continue lines
+				}
+			}
+			if who != "" {
+				l = who + ": " + l
+			}
+			t.Log(l)
+		}
+	})
+}
 
 // TestRateLimit_SendsAtTheProvidersPace runs a backlog of SMS through a
 // worker whose SMS_RATE_LIMIT is below the pace the Twilio double enforces
@@ -41,21 +94,9 @@ func TestRateLimit_SendsAtTheProvidersPace(t *testing.T) {
 		"IDEMPOTENCY_CLAIM_TTL": "10s",
 	})
 	p.twilio.LimitRate(double.RateLimit{PerSecond: 10, Burst: 2})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, l := range strings.Split(p.m.Stdout.(*logtest.Buffer).String(), "\n") {
-				if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "record_retry_scheduled") && !strings.Contains(l, "rate_limit_no_turn") {
-					t.Log(l)
-				}
-			}
-		}
-	})
+	logOnFailure(t, "", p.m)
 
-	ev, _ := sampleEvents(events)
-	for i := range ev {
-		ev[i].Channels = []string{"sms"}
-		ev[i].ShipmentID = fmt.Sprintf("SHP-RATE-%03d", i) // every one its own key: all may go at once
-	}
+	ev := smsBacklog(events, "SHP-RATE")
 	start := time.Now()
 	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
 	waitFor(t, "every SMS sent", func() (bool, string) {
@@ -68,15 +109,7 @@ func TestRateLimit_SendsAtTheProvidersPace(t *testing.T) {
 		t.Errorf("the double refused %d sends for its pace (429), want at most %d: the worker went faster than SMS_RATE_LIMIT", n, mostRefused(events))
 	}
 	msgs := p.twilio.Messages()
-	seen := map[string]int{}
-	for _, m := range msgs {
-		seen[m.To]++
-	}
-	for _, e := range ev {
-		if seen[e.Recipient.Phone] != 1 {
-			t.Errorf("SMS to %s accepted %d times, want 1", e.Recipient.Phone, seen[e.Recipient.Phone])
-		}
-	}
+	wantEachSMSOnce(t, ev, msgs)
 	if len(msgs) != events {
 		t.Errorf("the double accepted %d SMS, want %d", len(msgs), events)
 	}
@@ -140,17 +173,9 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 		MustRun(t, m)
 		workers = append(workers, m)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i, m := range workers {
-				for _, l := range strings.Split(m.Stdout.(*logtest.Buffer).String(), "\n") {
-					if !strings.Contains(l, `"notification_sent"`) && !strings.Contains(l, "record_retry_scheduled") && !strings.Contains(l, "rate_limit_no_turn") && !strings.Contains(l, "worker_starting") {
-						t.Logf("worker %d: %s", i, l)
-					}
-				}
-			}
-		}
-	})
+	for i, m := range workers {
+		logOnFailure(t, fmt.Sprintf("worker %d", i), m, "worker_starting")
+	}
 	waitFor(t, "every worker holding partitions", func() (bool, string) {
 		var states []any
 		all := true
@@ -162,11 +187,7 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 		return all, fmt.Sprint(states)
 	})
 
-	ev, _ := sampleEvents(events)
-	for i := range ev {
-		ev[i].Channels = []string{"sms"}
-		ev[i].ShipmentID = fmt.Sprintf("SHP-FLEET-%03d", i)
-	}
+	ev := smsBacklog(events, "SHP-FLEET")
 	start := time.Now()
 	MustPublish(t, emb.Brokers(), topic, eventMessages(ev)...)
 	var perWorker []float64
@@ -194,15 +215,7 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 	if busy < 2 {
 		t.Errorf("SMS sent by each worker: %v; want at least two workers sending, or the limit was not shared", perWorker)
 	}
-	seen := map[string]int{}
-	for _, m := range twilio.Messages() {
-		seen[m.To]++
-	}
-	for _, e := range ev {
-		if seen[e.Recipient.Phone] != 1 {
-			t.Errorf("SMS to %s accepted %d times, want 1", e.Recipient.Phone, seen[e.Recipient.Phone])
-		}
-	}
+	wantEachSMSOnce(t, ev, twilio.Messages())
 	for i, m := range workers {
 		if dl := sumOf(scrape(t, m), "notification_worker_records_dead_lettered_total{"); dl != 0 {
 			t.Errorf("worker %d dead-lettered %v records, want 0", i, dl)
@@ -228,11 +241,7 @@ func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
 	})
 	p.redis.Kill(t)
 
-	ev, _ := sampleEvents(events)
-	for i := range ev {
-		ev[i].Channels = []string{"sms"}
-		ev[i].ShipmentID = fmt.Sprintf("SHP-FALLBACK-%03d", i)
-	}
+	ev := smsBacklog(events, "SHP-FALLBACK")
 	start := time.Now()
 	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
 	waitFor(t, "every SMS sent with Redis down", func() (bool, string) {
@@ -252,4 +261,68 @@ func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
 		t.Errorf("notification_worker_rate_limit_fallback_total = %v with Redis down, want at least 1", got)
 	}
 	t.Logf("%d SMS in %v with Redis down", events, took)
+}
+
+// TestRateLimit_PacedBacklogIsNotAnOutage runs a backlog of SMS that must
+// wait for its sender's pace: SMS_RATE_LIMIT lets each record wait at most
+// about a second for its turn, far less than the backlog takes, and the
+// Twilio double enforces a pace below the limit, so it also refuses sends
+// (429). A record waiting for the pace is retried as kind "paced", never as
+// "unavailable" (which says a dependency is down and pages the operator),
+// and, with a budget of two attempts, is still never dead-lettered: every
+// event is sent exactly once.
+func TestRateLimit_PacedBacklogIsNotAnOutage(t *testing.T) {
+	const events, budget = 20, 2
+	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+		"SMS_RATE_LIMIT":     "5",
+		"SMS_RATE_BURST":     "1",
+		"MAX_IN_FLIGHT":      "32",
+		"RETRY_MAX_ATTEMPTS": strconv.Itoa(budget),
+		// Generous store bounds (a store call timing out under a loaded
+		// machine is not what this test is about), and a claim TTL that
+		// leaves a turn's wait of about a second: 7.1s - (2s send + 2 x 1s
+		// store + 100ms skew) - 1s store, halved.
+		"IDEMPOTENCY_TIMEOUT":   "1s",
+		"IDEMPOTENCY_CLAIM_TTL": "7100ms",
+		// A paced retry is logged at debug.
+		"LOG_LEVEL": "debug",
+	})
+	p.twilio.LimitRate(double.RateLimit{PerSecond: 4, Burst: 1})
+	logOnFailure(t, "", p.m)
+
+	ev := smsBacklog(events, "SHP-PACED")
+	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+	waitFor(t, "every SMS sent", func() (bool, string) {
+		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
+		return got == events, fmt.Sprintf("SMS counted sent: %v of %d", got, events)
+	})
+
+	s := scrape(t, p.m)
+	if got := sumOf(s, "notification_worker_retries_total{", `kind="unavailable"`); got != 0 {
+		t.Errorf(`retries_total{kind="unavailable"} = %v for a paced backlog, want 0: no dependency was down`, got)
+	}
+	paced := sumOf(s, "notification_worker_retries_total{", `kind="paced"`)
+	if paced == 0 {
+		t.Errorf(`retries_total{kind="paced"} = 0, want the backlog's waits counted there`)
+	}
+	if dl := sumOf(s, "notification_worker_records_dead_lettered_total{"); dl != 0 {
+		t.Errorf("%v records dead-lettered, want 0", dl)
+	}
+	// Some record waited for the pace over more attempts than the budget
+	// allows a failing one: the waits spent none of it.
+	most := 0
+	perOffset := map[string]int{}
+	for _, e := range p.m.Stdout.(*logtest.Buffer).Events(t, "record_retry_scheduled") {
+		if e["kind"] == "paced" && e["level"] != "DEBUG" {
+			t.Errorf("a paced retry logged at %v, want DEBUG: a backlog at its pace is not a warning: %v", e["level"], e)
+		}
+		k := fmt.Sprint(e["partition"], "/", e["offset"])
+		perOffset[k]++
+		most = max(most, perOffset[k])
+	}
+	if most <= budget {
+		t.Errorf("no record was retried more than %d times (most: %d): the backlog did not outlast the budget, and the test shows nothing", budget, most)
+	}
+	wantEachSMSOnce(t, ev, p.twilio.Messages())
+	t.Logf("%d SMS; %v paced retries, a record retried up to %d times; double refused %d", events, paced, most, p.twilio.RateLimited())
 }

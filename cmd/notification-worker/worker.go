@@ -440,8 +440,8 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, erro
 		// A panic is a permanent failure, not a crash.
 		policy.Recover(pcfg),
 		// Retryable failures are tried RETRY_MAX_ATTEMPTS times, Unavailable
-		// ones for as long as the partition is held, all carrying one
-		// DeliveryID.
+		// and Paced ones for as long as the partition is held, all carrying
+		// one DeliveryID.
 		policy.Retry(pcfg),
 	}, nil
 }
