@@ -150,8 +150,9 @@ type FallbackConfig struct {
 }
 
 // Fallback is a ports.RateLimiter that asks Fleet and, when Fleet cannot
-// answer (its store is down), paces by this replica's share of the limit
-// on Local. Its methods return an error only when ctx is done or the
+// answer (its store is down, or silent for half of what is left of the
+// caller's deadline), paces by this replica's share of the limit on
+// Local. Its methods return an error only when ctx is done or the
 // limit is invalid: a store's failure is Fallback's to handle. A pause is
 // applied to both, so a replica that falls back keeps honouring it. Safe
 // for concurrent use.
@@ -183,7 +184,9 @@ func NewFallback(cfg FallbackConfig) (*Fallback, error) {
 // limit's share.
 func (f *Fallback) Take(ctx context.Context, sender string, limit ports.Limit, maxWait time.Duration) (ports.Reservation, error) {
 	if f.fleetAsked() {
-		r, err := f.cfg.Fleet.Take(ctx, sender, limit, maxWait)
+		fctx, cancel := fleetBudget(ctx)
+		r, err := f.cfg.Fleet.Take(fctx, sender, limit, maxWait)
+		cancel()
 		if f.answered(ctx, "take", sender, err) {
 			return r, nil
 		}
@@ -201,9 +204,24 @@ func (f *Fallback) Pause(ctx context.Context, sender string, limit ports.Limit, 
 		return err
 	}
 	if f.fleetAsked() {
-		f.answered(ctx, "pause", sender, f.cfg.Fleet.Pause(ctx, sender, limit, d))
+		fctx, cancel := fleetBudget(ctx)
+		f.answered(ctx, "pause", sender, f.cfg.Fleet.Pause(fctx, sender, limit, d))
+		cancel()
 	}
 	return nil
+}
+
+// fleetBudget returns the context Fleet is asked under: with half of what
+// is left of ctx's deadline, when it has one. A Fleet that takes the
+// connection and answers nothing (a paused or partitioned Redis) then
+// fails on its own budget, which is Fleet's failure, and Local still
+// answers within the caller's.
+func fleetBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, d.Add(-time.Until(d)/2))
 }
 
 // fleetAsked reports whether Fleet is asked now: not while cooling off.

@@ -247,6 +247,46 @@ func TestRateLimiterOutage(t *testing.T) {
 	}
 }
 
+// TestRateLimiterPaused takes a turn while Redis takes the connection and
+// answers nothing (paused), under a caller's deadline of the store's
+// timeout, as the worker asks: the Fallback's answer is the replica's
+// share, within that deadline, and the silence is told as a failure of
+// the fleet, not taken for the caller's own deadline.
+func TestRateLimiterPaused(t *testing.T) {
+	srv := redistest.MustStart(t)
+	l := MustRateLimiter(t, redis.RateLimiterConfig{Conn: redis.Config{URL: srv.URL(), Timeout: timeout}})
+	limit := ports.Limit{Rate: 0.3, Burst: 3}
+	s := ratelimittest.Sender(t)
+	var mu sync.Mutex
+	var fellBack []string
+	fb, err := ratelimit.NewFallback(ratelimit.FallbackConfig{
+		Fleet: l, Replicas: 3,
+		OnFallback: func(op, sender string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			fellBack = append(fellBack, op+" "+sender)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratelimittest.MustTake(t, l, context.Background(), s, limit, 0) // connected
+
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r, err := fb.Take(ctx, s, limit, time.Hour)
+	if err != nil || !r.OK {
+		t.Fatalf("Fallback.Take with Redis paused = %+v, %v; want the local share's turn within the caller's deadline", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(fellBack) != 1 || fellBack[0] != "take "+s {
+		t.Errorf("OnFallback told %q, want the silent take", fellBack)
+	}
+}
+
 // TestRateLimiterCluster: on a 3-node Redis Cluster given one node's URL,
 // the limiter passes the contract and its senders' keys land on every
 // node: each call goes to the node owning its one key.

@@ -227,40 +227,57 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 	t.Logf("%d SMS in %v by workers %v; double refused %d", events, took, perWorker, twilio.RateLimited())
 }
 
-// TestRateLimit_RedisDownPacesByTheReplicasShare kills the Redis that
-// holds the fleet's pace: the worker (failing open on the store) keeps
-// sending, at its share of SMS_RATE_LIMIT (the limit divided by
+// TestRateLimit_RedisDownPacesByTheReplicasShare takes away the Redis that
+// holds the fleet's pace, killed (refusing connections) or paused (taking
+// them and answering nothing): the worker (failing open on the store)
+// keeps sending, at its share of SMS_RATE_LIMIT (the limit divided by
 // KAFKA_EXPECTED_REPLICAS), and says so: rate_limit_fallback, and its
 // counter.
 func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
-	const events = 6
-	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
-		"SMS_RATE_LIMIT":          "6",
-		"SMS_RATE_BURST":          "1",
-		"KAFKA_EXPECTED_REPLICAS": "2",
-	})
-	p.redis.Kill(t)
+	for _, tc := range []struct {
+		name string
+		down func(t *testing.T, p *retryPeers)
+	}{
+		{"Killed", func(t *testing.T, p *retryPeers) { p.redis.Kill(t) }},
+		{"Paused", func(t *testing.T, p *retryPeers) { p.redis.Pause(t); t.Cleanup(func() { p.redis.Resume(t) }) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const events = 6
+			p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+				"SMS_RATE_LIMIT":          "6",
+				"SMS_RATE_BURST":          "1",
+				"KAFKA_EXPECTED_REPLICAS": "2",
+			})
+			tc.down(t, p)
 
-	ev := smsBacklog(events, "SHP-FALLBACK")
-	start := time.Now()
-	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
-	waitFor(t, "every SMS sent with Redis down", func() (bool, string) {
-		got := len(p.twilio.Messages())
-		return got == events, fmt.Sprintf("SMS at the double: %d of %d", got, events)
-	})
-	took := time.Since(start)
-	// The share is 3/s: the last of 6 goes no sooner than 5 of its
-	// Intervals after the first.
-	if least := 5 * time.Second / 3; took < least {
-		t.Errorf("%d SMS took %v with Redis down, less than %v: not paced by the replica's share", events, took, least)
+			ev := smsBacklog(events, "SHP-FALLBACK")
+			start := time.Now()
+			MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+			waitFor(t, "every SMS sent with Redis down", func() (bool, string) {
+				got := len(p.twilio.Messages())
+				return got == events, fmt.Sprintf("SMS at the double: %d of %d", got, events)
+			})
+			took := time.Since(start)
+			// The share is 3/s: the last of 6 goes no sooner than 5 of its
+			// Intervals after the first.
+			if least := 5 * time.Second / 3; took < least {
+				t.Errorf("%d SMS took %v with Redis down, less than %v: not paced by the replica's share", events, took, least)
+			}
+			if n := len(p.m.Stdout.(*logtest.Buffer).Events(t, "rate_limit_fallback")); n < 1 {
+				t.Errorf("no rate_limit_fallback line with Redis down")
+			}
+			s := scrape(t, p.m)
+			if got := sumOf(s, "notification_worker_rate_limit_fallback_total"); got < 1 {
+				t.Errorf("notification_worker_rate_limit_fallback_total = %v with Redis down, want at least 1", got)
+			}
+			// Each SMS waits for its turn at the share, not for Redis: no
+			// record is put back to wait for the limiter to answer.
+			if got := sumOf(s, "notification_worker_retries_total{", `kind="unavailable"`); got != 0 {
+				t.Errorf("notification_worker_retries_total{kind=\"unavailable\"} = %v with Redis down, want 0: records waited for the limiter to answer rather than pacing at the share", got)
+			}
+			t.Logf("%d SMS in %v with Redis down", events, took)
+		})
 	}
-	if n := len(p.m.Stdout.(*logtest.Buffer).Events(t, "rate_limit_fallback")); n < 1 {
-		t.Errorf("no rate_limit_fallback line with Redis down")
-	}
-	if got := sumOf(scrape(t, p.m), "notification_worker_rate_limit_fallback_total"); got < 1 {
-		t.Errorf("notification_worker_rate_limit_fallback_total = %v with Redis down, want at least 1", got)
-	}
-	t.Logf("%d SMS in %v with Redis down", events, took)
 }
 
 // TestRateLimit_PacedBacklogIsNotAnOutage runs a backlog of SMS that must
