@@ -16,8 +16,16 @@ import (
 
 // TestStoreContract_MinReplicas runs the store contract with every write
 // acknowledged by a replica, through both of acked's paths: a standalone
-// primary, and a Redis Cluster whose primaries each have a replica.
+// primary, and a Redis Cluster whose primaries each have a replica; and
+// with WAITAOF (IDEMPOTENCY_WAIT_AOF), on a server that has it.
 func TestStoreContract_MinReplicas(t *testing.T) {
+	t.Run("WaitAOF", func(t *testing.T) {
+		primary := redistest.MustStartWaitAOF(t)
+		redistest.MustStartReplica(t, primary, "--appendfsync", "always")
+		cfg := redis.Config{URL: primary.URL(), Format: redis.Compact, CompactPrefix: "ra:", KeyPrefix: "replicas-a:",
+			ReadBoth: true, MinReplicas: 1, WaitAOF: true, Timeout: 5 * time.Second}
+		storetest.Run(t, contractHarness(cfg, primary.MustClient(t, 0)))
+	})
 	t.Run("Cluster", func(t *testing.T) {
 		c := redistest.MustStartCluster(t, 3)
 		for i := range c.Nodes {

@@ -144,3 +144,37 @@ func mustAOFHold(t *testing.T, srv *redistest.Server, s string) bool {
 	}
 	return false
 }
+
+// TestWaitAOF_PromptWithFsyncAlways: a replica that fsyncs every write
+// (appendfsync always) acknowledges it to WAITAOF as soon as it has it, so
+// a healthy rig's records each succeed well within a 1 s budget. (A
+// replica tells the primary what it fsynced when the primary asks, which a
+// WAITAOF that blocks does at once, before the replica has fsynced the
+// write, and otherwise once a second: the store asks again once the write
+// is there.)
+func TestWaitAOF_PromptWithFsyncAlways(t *testing.T) {
+	primary := redistest.MustStartWaitAOF(t)
+	replica, _ := redistest.MustStartReplica(t, primary, "--appendfsync", "always")
+	const budget = time.Second
+	s := MustStore(t, redis.Config{URL: primary.URL(), Timeout: budget, MinReplicas: 1, WaitAOF: true})
+	// The replica's first write to its AOF waits for the rewrite that
+	// follows its initial sync: not what is tested.
+	waitFor(t, 30*time.Second, "a first acknowledged record", func() error {
+		return s.Record(testCtx(t), uniqueKey(t), ports.Receipt{ProviderID: "SM0", SentAt: time.Now()}, time.Hour)
+	})
+	onReplica := replica.MustClient(t, 0)
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(testCtx(t), budget)
+		k := uniqueKey(t)
+		start := time.Now()
+		err := s.Record(ctx, k, ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, time.Hour)
+		took := time.Since(start)
+		cancel()
+		if err != nil {
+			t.Fatalf("record %d, the replica in sync and fsyncing every write: %v after %v", i, err, took)
+		}
+		if v, ok := MustGet(t, onReplica, (redis.Config{}).Key(k)); !ok || !mustAOFHold(t, replica, v) {
+			t.Fatalf("record %d acknowledged, but the replica's AOF lacks it", i)
+		}
+	}
+}
