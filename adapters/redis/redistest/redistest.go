@@ -114,10 +114,13 @@ func newServerBin(tb testing.TB, bin string, persist, args []string) *Server {
 // unless CI is set.
 func MustStartWaitAOF(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	s := newServerBin(tb, waitAOFBin(tb), []string{"--appendonly", "yes", "--appendfsync", "everysec"}, args)
+	s := newServerBin(tb, waitAOFBin(tb), waitAOFPersist, args)
 	s.mustStartFree(tb)
 	return s
 }
+
+// waitAOFPersist is the persistence of MustStartWaitAOF's servers.
+var waitAOFPersist = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
 
 func waitAOFBin(tb testing.TB) string {
 	tb.Helper()
