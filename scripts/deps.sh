@@ -25,4 +25,5 @@ if [ ${#need[@]} -gt 0 ]; then
   # Debian starts a redis-server on 6379 (and a prometheus on 9090, where
   # an init system runs) on install; the tests need neither.
 fi
+"$(dirname "$0")/redis72.sh" >/dev/null # Valkey 8 (WAITAOF), unpacked, for IDEMPOTENCY_WAIT_AOF's tests
 echo "deps: ok ($(redis-server --version | cut -d' ' -f3), $(promtool --version 2>&1 | head -1), $(java -version 2>&1 | head -1), $(mvn -v 2>/dev/null | head -1 | sed 's/\x1b\[[0-9;]*m//g'))"

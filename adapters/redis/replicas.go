@@ -39,7 +39,8 @@ const (
 )
 
 // acked sends write, then reads, and with Config.MinReplicas > 0 a WAIT
-// (WAITAOF with Config.WaitAOF) right after write on the same connection,
+// (and a WAITAOF with Config.WaitAOF: see ackedAOF) right after write on
+// the same connection,
 // and returns the answers to write and reads, in that order, and the
 // acknowledgement's outcome: nil when MinReplicas is 0 or enough replicas
 // acknowledged everything the connection had written, else an error
@@ -69,11 +70,10 @@ func (s *Store) acked(ctx context.Context, write rueidis.Completed, reads ...rue
 		}
 		return s.client.DoMulti(ctx, append(rueidis.Commands{write}, reads...)...), nil
 	}
-	wait := s.timeout
-	if d, ok := ctx.Deadline(); ok {
-		wait = time.Until(d)
+	if s.cfg.WaitAOF {
+		return s.ackedAOF(ctx, write, reads...)
 	}
-	waitMs := max(1, int64(time.Duration(float64(wait)*waitReplyShare)-serverTick)/int64(time.Millisecond))
+	waitMs := s.waitMs(ctx)
 	waitCmd := s.waitCmd(s.client.B(), waitMs)
 	var res []rueidis.RedisResult
 	if s.client.Mode() == rueidis.ClientModeCluster {
@@ -93,27 +93,94 @@ func (s *Store) acked(ctx context.Context, write rueidis.Completed, reads ...rue
 		})
 		<-done
 		ack := res[1]
-		return append(res[:1], rr...), s.replicated(ack, time.Duration(waitMs)*time.Millisecond)
+		return append(res[:1], rr...), s.replicated(ack, false, time.Duration(waitMs)*time.Millisecond)
 	}
 	res = s.client.DoMulti(ctx, append(rueidis.Commands{write}, append(reads, waitCmd)...)...)
 	n := 1 + len(reads)
-	return res[:n], s.replicated(res[n], time.Duration(waitMs)*time.Millisecond)
+	return res[:n], s.replicated(res[n], false, time.Duration(waitMs)*time.Millisecond)
+}
+
+// ackedAOF is acked with Config.WaitAOF: the write, a WAIT, and once the
+// WAIT has counted enough replicas, a WAITAOF, on one dedicated connection.
+//
+// A replica tells the primary how far it has fsynced its AOF when the
+// primary asks (a WAIT or WAITAOF that blocks makes it ask at once), and
+// otherwise once a second. Asked at once, a replica has read the write but
+// not yet fsynced it, so a WAITAOF on its own waited for the next report,
+// up to a second, on a replica that fsyncs every write within
+// milliseconds (appendfsync always). The WAIT's question comes back once
+// the replica has the write; the WAITAOF sent after it asks again, and a
+// replica with appendfsync always has fsynced the write by then. (With
+// everysec, the fsync itself waits for the next second.) A WAIT that falls
+// short ends the call: the WAITAOF could count no more replicas.
+//
+// Each step's timeout is drawn from what is left of the budget, as in
+// acked; the WAITAOF's from what the WAIT left.
+func (s *Store) ackedAOF(ctx context.Context, write rueidis.Completed, reads ...rueidis.Completed) ([]rueidis.RedisResult, error) {
+	cluster := s.client.Mode() == rueidis.ClientModeCluster
+	var rr []rueidis.RedisResult
+	done := make(chan struct{})
+	if cluster && len(reads) > 0 {
+		// As in acked: the reads' keys may be in other slots, which a
+		// dedicated Cluster connection refuses.
+		go func() {
+			defer close(done)
+			rr = s.client.DoMulti(ctx, reads...)
+		}()
+	} else {
+		close(done)
+	}
+	var res []rueidis.RedisResult
+	var ackErr error
+	_ = s.client.Dedicated(func(c rueidis.DedicatedClient) error {
+		cmds := rueidis.Commands{write}
+		if !cluster {
+			cmds = append(cmds, reads...)
+		}
+		waitMs := s.waitMs(ctx)
+		res = c.DoMulti(ctx, append(cmds, c.B().Wait().Numreplicas(int64(s.cfg.MinReplicas)).Timeout(waitMs).Build())...)
+		n := len(cmds)
+		ack := res[n]
+		res = res[:n]
+		if err := res[0].Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return nil // not applied: the caller reports the write's error
+		}
+		if ackErr = s.replicated(ack, false, time.Duration(waitMs)*time.Millisecond); ackErr != nil {
+			return nil
+		}
+		waitMs = s.waitMs(ctx)
+		ack = c.Do(ctx, c.B().Waitaof().Numlocal(0).Numreplicas(int64(s.cfg.MinReplicas)).Timeout(waitMs).Build())
+		ackErr = s.replicated(ack, true, time.Duration(waitMs)*time.Millisecond)
+		return nil
+	})
+	<-done
+	return append(res, rr...), ackErr
+}
+
+// waitMs is the timeout of a WAIT or WAITAOF sent now, in milliseconds:
+// what is left of ctx's deadline (else Config.Timeout), times
+// waitReplyShare, less serverTick, and at least 1 (0 would block forever).
+func (s *Store) waitMs(ctx context.Context) int64 {
+	wait := s.timeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	return max(1, int64(time.Duration(float64(wait)*waitReplyShare)-serverTick)/int64(time.Millisecond))
 }
 
 // waitCmd is the acknowledgement Config asks for, bounded by waitMs.
 func (s *Store) waitCmd(b rueidis.Builder, waitMs int64) rueidis.Completed {
-	if s.cfg.WaitAOF {
-		return b.Waitaof().Numlocal(0).Numreplicas(int64(s.cfg.MinReplicas)).Timeout(waitMs).Build()
-	}
 	return b.Wait().Numreplicas(int64(s.cfg.MinReplicas)).Timeout(waitMs).Build()
 }
 
-// replicated judges res, the answer to waitCmd: WAIT's count of replicas,
-// or WAITAOF's pair (local fsyncs, replicas).
-func (s *Store) replicated(res rueidis.RedisResult, wait time.Duration) error {
+// replicated judges res, the answer to a WAIT (aof false: its count of
+// replicas) or a WAITAOF (aof true: its pair, local fsyncs and replicas).
+func (s *Store) replicated(res rueidis.RedisResult, aof bool, wait time.Duration) error {
+	name := "WAIT"
 	var n int64
 	var err error
-	if s.cfg.WaitAOF {
+	if aof {
+		name = "WAITAOF"
 		var pair []int64
 		if pair, err = res.AsIntSlice(); err == nil && len(pair) != 2 {
 			err = fmt.Errorf("WAITAOF answered %d numbers, want 2", len(pair))
@@ -125,19 +192,15 @@ func (s *Store) replicated(res rueidis.RedisResult, wait time.Duration) error {
 		n, err = res.AsInt64()
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrNotReplicated, s.waitName(), err)
+		return fmt.Errorf("%w: %s: %w", ErrNotReplicated, name, err)
 	}
 	if n < int64(s.cfg.MinReplicas) {
+		if aof {
+			return fmt.Errorf("%w: %d of %d replicas fsynced it within %v", ErrNotReplicated, n, s.cfg.MinReplicas, wait)
+		}
 		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.cfg.MinReplicas, wait)
 	}
 	return nil
-}
-
-func (s *Store) waitName() string {
-	if s.cfg.WaitAOF {
-		return "WAITAOF"
-	}
-	return "WAIT"
 }
 
 // checkWaitAOF asks every node for WAITAOF 0 0 with a 1 ms timeout, which

@@ -16,8 +16,27 @@ import (
 
 // TestStoreContract_MinReplicas runs the store contract with every write
 // acknowledged by a replica, through both of acked's paths: a standalone
-// primary, and a Redis Cluster whose primaries each have a replica.
+// primary, and a Redis Cluster whose primaries each have a replica; and
+// both again with WAITAOF (IDEMPOTENCY_WAIT_AOF), on servers that have it.
 func TestStoreContract_MinReplicas(t *testing.T) {
+	t.Run("ClusterWaitAOF", func(t *testing.T) {
+		c := redistest.MustStartClusterWaitAOF(t, 3)
+		for i := range c.Nodes {
+			c.MustAddReplica(t, i, "--appendfsync", "always")
+		}
+		// Reading both formats: the other key's GET is in another slot,
+		// beside the write's dedicated connection.
+		cfg := redis.Config{URL: c.URL(), Format: redis.Compact, CompactPrefix: "rca:", KeyPrefix: "replicas-ca:",
+			ReadBoth: true, MinReplicas: 1, WaitAOF: true, Timeout: 5 * time.Second}
+		storetest.Run(t, contractHarness(cfg, c.MustClient(t)))
+	})
+	t.Run("WaitAOF", func(t *testing.T) {
+		primary := redistest.MustStartWaitAOF(t)
+		redistest.MustStartReplica(t, primary, "--appendfsync", "always")
+		cfg := redis.Config{URL: primary.URL(), Format: redis.Compact, CompactPrefix: "ra:", KeyPrefix: "replicas-a:",
+			ReadBoth: true, MinReplicas: 1, WaitAOF: true, Timeout: 5 * time.Second}
+		storetest.Run(t, contractHarness(cfg, primary.MustClient(t, 0)))
+	})
 	t.Run("Cluster", func(t *testing.T) {
 		c := redistest.MustStartCluster(t, 3)
 		for i := range c.Nodes {

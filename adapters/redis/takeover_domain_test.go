@@ -70,11 +70,25 @@ func (p *smsProvider) Accepted() int {
 // Claim reports only an error, and the default failure mode (open) sends
 // the SMS again without asking the provider: the customer gets it twice.
 // With replication flowing, the same takeover reconciles and sends nothing.
+// It runs with WAIT on redis-server, and with WAITAOF
+// (IDEMPOTENCY_WAIT_AOF) on a server that has it.
 func TestMinReplicas_TakeoverShortOfReplicasIsNotSentBlind(t *testing.T) {
-	primary := redistest.MustStart(t)
-	_, link := redistest.MustStartReplica(t, primary)
+	for _, server := range []struct {
+		name    string
+		start   func(testing.TB, ...string) *redistest.Server
+		waitAOF bool
+	}{
+		{"WAIT", redistest.MustStart, false},
+		{"WAITAOF", redistest.MustStartWaitAOF, true},
+	} {
+		t.Run(server.name, func(t *testing.T) { takeoverShortOfReplicas(t, server.start(t), server.waitAOF) })
+	}
+}
+
+func takeoverShortOfReplicas(t *testing.T, primary *redistest.Server, waitAOF bool) {
+	_, link := redistest.MustStartReplica(t, primary, "--appendfsync", "always")
 	const storeTimeout = time.Second
-	cfg := redis.Config{URL: primary.URL(), Timeout: storeTimeout, MinReplicas: 1, CompactPrefix: "tb:"}
+	cfg := redis.Config{URL: primary.URL(), Timeout: storeTimeout, MinReplicas: 1, WaitAOF: waitAOF, CompactPrefix: "tb:"}
 	store := MustStore(t, cfg)
 	raw := primary.MustClient(t, 0)
 

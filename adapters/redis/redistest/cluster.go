@@ -31,6 +31,20 @@ type Cluster struct {
 // --cluster-port) and skips like MustStart when there is none.
 func MustStartCluster(tb testing.TB, n int, args ...string) *Cluster {
 	tb.Helper()
+	return startCluster(tb, n, func(args []string) *Server { return newServer(tb, args) }, args)
+}
+
+// MustStartClusterWaitAOF is MustStartCluster with the server
+// MustStartWaitAOF runs, and its persistence: a Cluster whose nodes have
+// WAITAOF. MustAddReplica adds replicas of the same kind.
+func MustStartClusterWaitAOF(tb testing.TB, n int, args ...string) *Cluster {
+	tb.Helper()
+	bin := waitAOFBin(tb)
+	return startCluster(tb, n, func(args []string) *Server { return newServerBin(tb, bin, waitAOFPersist, args) }, args)
+}
+
+func startCluster(tb testing.TB, n int, newNode func(args []string) *Server, args []string) *Cluster {
+	tb.Helper()
 	if n < 1 {
 		tb.Fatalf("redistest: MustStartCluster(%d): want at least one node", n)
 	}
@@ -44,7 +58,7 @@ func MustStartCluster(tb testing.TB, n int, args ...string) *Cluster {
 	args = append([]string{"--cluster-node-timeout", "1000"}, args...)
 	c := &Cluster{}
 	for range n {
-		s := newServer(tb, args)
+		s := newNode(args)
 		s.cluster = true
 		s.mustStartFree(tb)
 		c.Nodes = append(c.Nodes, s)
@@ -179,11 +193,11 @@ func (c *Cluster) settled(ctx context.Context, clients []rueidis.Client) error {
 // MustAddReplica starts a cluster node, joins it to c as a replica of
 // Nodes[i] (CLUSTER MEET, CLUSTER REPLICATE) and waits until it is in sync
 // and every node lists it in CLUSTER SLOTS, where a client learns of it.
-// Extra args go to the replica, as in MustStart. It is stopped when tb
-// ends.
+// Extra args go to the replica, as in MustStart. It runs Nodes[i]'s server,
+// with its persistence. It is stopped when tb ends.
 func (c *Cluster) MustAddReplica(tb testing.TB, i int, args ...string) *Server {
 	tb.Helper()
-	r := newServer(tb, append([]string{"--cluster-node-timeout", "1000"}, args...))
+	r := newServerBin(tb, c.Nodes[i].bin, c.Nodes[i].persist, append([]string{"--cluster-node-timeout", "1000"}, args...))
 	r.cluster = true
 	r.mustStartFree(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*startWithin)

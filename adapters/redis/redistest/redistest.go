@@ -6,7 +6,8 @@
 //
 // It needs the redis-server binary (Debian package redis-server, 7.x) on
 // PATH. Without it, tests are skipped, unless the environment variable CI is
-// set: a CI run must not pass by skipping.
+// set: a CI run must not pass by skipping. MustStartWaitAOF starts a server
+// with Redis 7.2's WAITAOF instead, found as it says, under the same rule.
 package redistest
 
 import (
@@ -46,6 +47,7 @@ type Server struct {
 
 	bin       string
 	dir       string
+	persist   []string // persistence arguments, before args; nil: none
 	args      []string
 	clientTLS *tls.Config // nil: plain TCP
 	cluster   bool        // a Redis Cluster node (see MustStartCluster)
@@ -91,10 +93,61 @@ func newServer(tb testing.TB, args []string) *Server {
 		}
 		tb.Fatalf("redis-server not found on PATH, and CI is set: install the redis-server package")
 	}
-	s := &Server{bin: bin, dir: tb.TempDir(), args: args}
+	return newServerBin(tb, bin, nil, args)
+}
+
+func newServerBin(tb testing.TB, bin string, persist, args []string) *Server {
+	tb.Helper()
+	s := &Server{bin: bin, dir: tb.TempDir(), persist: persist, args: args}
 	tb.Cleanup(s.stop)
 	return s
 }
+
+// MustStartWaitAOF starts a server that has WAITAOF (Redis 7.2 or later),
+// persisting every write to its append-only file (appendonly yes,
+// appendfsync everysec; args may override them), as a replica must for
+// WAITAOF to count it. MustStartReplica of it starts another such server.
+//
+// The server is the executable REDIS72_SERVER names, else the Valkey 8
+// that scripts/redis72.sh unpacks into $NW_CACHE_DIR/redis72 (by default
+// ~/.cache/notification-worker/redis72). Without it, the test is skipped,
+// unless CI is set.
+func MustStartWaitAOF(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s := newServerBin(tb, waitAOFBin(tb), waitAOFPersist, args)
+	s.mustStartFree(tb)
+	return s
+}
+
+// waitAOFPersist is the persistence of MustStartWaitAOF's servers.
+var waitAOFPersist = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+
+func waitAOFBin(tb testing.TB) string {
+	tb.Helper()
+	bin := os.Getenv("REDIS72_SERVER")
+	if bin == "" {
+		dir := os.Getenv("NW_CACHE_DIR")
+		if dir == "" {
+			cache, err := os.UserCacheDir()
+			if err != nil {
+				tb.Fatalf("redistest: no cache folder to find the WAITAOF server in: %v", err)
+			}
+			dir = filepath.Join(cache, "notification-worker")
+		}
+		bin = filepath.Join(dir, "redis72", "bin", "valkey-server")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") == "" {
+			tb.Skipf("no server with WAITAOF (%v): run scripts/redis72.sh, or set REDIS72_SERVER; skipped outside CI", err)
+		}
+		tb.Fatalf("no server with WAITAOF (%v), and CI is set: scripts/deps.sh runs scripts/redis72.sh", err)
+	}
+	return bin
+}
+
+// Dir is the server's working folder: its log, and with persistence its
+// append-only files (appendonlydir/).
+func (s *Server) Dir() string { return s.dir }
 
 // Addr is "127.0.0.1:<port>".
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
@@ -169,7 +222,8 @@ func (s *Server) Resume(tb testing.TB) {
 }
 
 // Restart starts the server again on the same port after Kill, and waits
-// until it accepts connections. The data is gone: persistence is off.
+// until it accepts connections. The data is gone, unless the server
+// persists (MustStartWaitAOF): then it loads its append-only file.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.mu.Lock()
@@ -255,7 +309,7 @@ func (s *Server) startLocked() error {
 		// redis-server wants the config file first.
 		args = append([]string{s.conf, "--sentinel"}, args...)
 	}
-	args = append(args, s.args...)
+	args = append(append(args, s.persist...), s.args...)
 	logPath := filepath.Join(s.dir, "redis.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

@@ -121,13 +121,15 @@ func (l *Link) relay(down, up net.Conn) {
 	}
 }
 
-// MustStartReplica starts a redis-server replicating primary through a
-// Link, and waits until the replica is in sync (master_link_status:up).
+// MustStartReplica starts a server replicating primary through a Link, and
+// waits until the replica is in sync (master_link_status:up). The replica
+// runs primary's server, with its persistence (see MustStartWaitAOF).
 func MustStartReplica(tb testing.TB, primary *Server, args ...string) (*Server, *Link) {
 	tb.Helper()
 	l := newLink(tb, primary.Addr())
 	host, port, _ := net.SplitHostPort(l.Addr())
-	r := MustStart(tb, append([]string{"--replicaof", host, port}, args...)...)
+	r := newServerBin(tb, primary.bin, primary.persist, append([]string{"--replicaof", host, port}, args...))
+	r.mustStartFree(tb)
 	c := r.MustClient(tb, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
 	defer cancel()

@@ -50,3 +50,41 @@ func TestLinkHoldsUnderSentinels(t *testing.T) {
 		t.Errorf("WAIT 1 after Hold: %d replicas acknowledged the write, want 0", acked)
 	}
 }
+
+// TestWaitAOFReplica: MustStartWaitAOF's server has WAITAOF, and a replica
+// started of it counts for WAITAOF once it has fsynced a write to its
+// append-only file; a replica started without one never does, though the
+// write reaches it (which WAIT would count).
+func TestWaitAOFReplica(t *testing.T) {
+	primary := redistest.MustStartWaitAOF(t)
+	redistest.MustStartReplica(t, primary)
+	noAOF, _ := redistest.MustStartReplica(t, primary, "--appendonly", "no")
+	pc, nc := primary.MustClient(t, 0), noAOF.MustClient(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// WAITAOF counts the replicas that have the writes of its own
+	// connection: the SET and the WAITAOF go out together (rueidis sends a
+	// DoMulti holding a blocking command on a connection of its own). Both
+	// replicas are asked for: one answers, and the other makes the WAITAOF
+	// run to its timeout, after which the count is final.
+	res := pc.DoMulti(ctx, pc.B().Set().Key("k").Value("1").Build(),
+		pc.B().Waitaof().Numlocal(1).Numreplicas(2).Timeout(2000).Build())
+	if err := res[0].Error(); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := res[1].AsIntSlice()
+	if err != nil {
+		t.Fatalf("WAITAOF 1 2: %v", err)
+	}
+	if len(ack) != 2 || ack[0] != 1 || ack[1] != 1 {
+		t.Fatalf("WAITAOF 1 2 after a SET, one replica with an AOF and one without: %v, want [1 1]", ack)
+	}
+	// The replica without an AOF has the write: WAIT would count it.
+	res = pc.DoMulti(ctx, pc.B().Set().Key("k").Value("2").Build(), pc.B().Wait().Numreplicas(2).Timeout(5000).Build())
+	if n, err := res[1].AsInt64(); err != nil || n != 2 {
+		t.Fatalf("WAIT 2 after a SET: %d, %v; want both replicas", n, err)
+	}
+	if v, err := nc.Do(ctx, nc.B().Get().Key("k").Build()).ToString(); err != nil || v != "2" {
+		t.Fatalf("GET on the replica without an AOF: %q, %v", v, err)
+	}
+}
