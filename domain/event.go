@@ -331,15 +331,9 @@ func checkObject(path string, raw []byte, fields []string, closed bool, recipien
 	if i >= len(raw) || raw[i] != '{' {
 		return nil
 	}
-	i = skipSpace(raw, i+1)
 	var seen map[string]bool
-	for i < len(raw) && raw[i] == '"' {
-		end := skipString(raw, i)
-		key := jsonKey(raw[i:end])
-		i = skipSpace(raw, end)
-		i = skipSpace(raw, i+1) // the ':'
-		vend := skipValue(raw, i)
-		v := raw[i:vend]
+	for k, v := range members(raw[i:]) {
+		key := string(k)
 		field := join(path, key)
 		if seen[key] {
 			return invalid(field, "", "the key appears more than once: readers of the record could disagree on its value")
@@ -365,10 +359,6 @@ func checkObject(path string, raw []byte, fields []string, closed bool, recipien
 		}
 		if err != nil {
 			return err
-		}
-		i = skipSpace(raw, vend)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipSpace(raw, i+1)
 		}
 	}
 	return nil
