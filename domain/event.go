@@ -174,10 +174,11 @@ func decode(value []byte, chans []Channel) (Event, error) {
 		// customer would get a message with garbage in it.
 		return Event{}, invalid("", "", "not valid UTF-8")
 	}
-	if tooDeep(value, MaxJSONDepth) {
+	valid, deep := checkJSON(value, MaxJSONDepth)
+	if deep || !valid && tooDeep(value, MaxJSONDepth) {
 		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
 	}
-	if json.Valid(value) {
+	if valid {
 		if w, given, ok := decodeFast(value, chans); ok {
 			ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
 			ev.Recipient.Name = given["name"]
