@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,7 +136,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	worst := ports.Permanent
 	for _, m := range msgs {
 		attrs[5] = slog.String("channel", string(m.Channel))
-		n := &notification{m: m, log: s.logger(attrs[:]), delivery: rec.DeliveryID}
+		n := &notification{m: m, log: with(s.cfg.Logger, attrs[:]...), delivery: rec.DeliveryID}
 		s.deliver(ctx, n)
 		if o, ok := n.state.outcome(); ok {
 			s.cfg.Observer.Observe(m.Channel, o)
@@ -169,11 +168,4 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		return ports.MarkUnavailable(err)
 	}
 	return err
-}
-
-// logger returns the service's logger with attrs on every line, before
-// the line's own: as Logger.With would, in one step. The handler gets a
-// copy of attrs, so the caller may change them afterwards.
-func (s *Service) logger(attrs []slog.Attr) *slog.Logger {
-	return slog.New(s.cfg.Logger.Handler().WithAttrs(slices.Clone(attrs)))
 }

@@ -40,7 +40,7 @@ func (s *Service) stale(attrs []slog.Attr, ev Event, rec ports.Record) (bool, er
 	if age <= limit {
 		return false, nil
 	}
-	s.logger(attrs).Info("stale_event_skipped",
+	with(s.cfg.Logger, attrs...).Info("stale_event_skipped",
 		slog.String("type", ev.Type),
 		slog.Duration("age", age.Round(time.Second)),
 		slog.Duration("max_age", limit),
