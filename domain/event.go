@@ -768,9 +768,28 @@ func normalizeEmail(e string) (string, error) {
 // OneLine folds every run of white space and control characters into one
 // space, so a name can go into a header or an SMS without starting a new line.
 func OneLine(s string) string {
+	if isOneLine(s) {
+		return s
+	}
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.IsControl(r)
 	}), " ")
+}
+
+// isOneLine reports whether OneLine(s) is s itself, without allocating:
+// s is printable ASCII whose spaces stand one at a time between words.
+func isOneLine(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ':
+			if i == 0 || i == len(s)-1 || s[i-1] == ' ' {
+				return false
+			}
+		case c < '!' || c > '~':
+			return false
+		}
+	}
+	return true
 }
 
 // clip cuts s to at most n bytes, on a rune boundary, marking the cut.
