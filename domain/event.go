@@ -174,10 +174,11 @@ func decode(value []byte, chans []Channel) (Event, error) {
 		// customer would get a message with garbage in it.
 		return Event{}, invalid("", "", "not valid UTF-8")
 	}
-	if tooDeep(value, MaxJSONDepth) {
+	valid, deep := checkJSON(value, MaxJSONDepth)
+	if deep || !valid && tooDeep(value, MaxJSONDepth) {
 		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
 	}
-	if json.Valid(value) {
+	if valid {
 		if w, given, ok := decodeFast(value, chans); ok {
 			ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
 			ev.Recipient.Name = given["name"]
@@ -331,15 +332,9 @@ func checkObject(path string, raw []byte, fields []string, closed bool, recipien
 	if i >= len(raw) || raw[i] != '{' {
 		return nil
 	}
-	i = skipSpace(raw, i+1)
 	var seen map[string]bool
-	for i < len(raw) && raw[i] == '"' {
-		end := skipString(raw, i)
-		key := jsonKey(raw[i:end])
-		i = skipSpace(raw, end)
-		i = skipSpace(raw, i+1) // the ':'
-		vend := skipValue(raw, i)
-		v := raw[i:vend]
+	for k, v := range members(raw[i:]) {
+		key := string(k)
 		field := join(path, key)
 		if seen[key] {
 			return invalid(field, "", "the key appears more than once: readers of the record could disagree on its value")
@@ -365,10 +360,6 @@ func checkObject(path string, raw []byte, fields []string, closed bool, recipien
 		}
 		if err != nil {
 			return err
-		}
-		i = skipSpace(raw, vend)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipSpace(raw, i+1)
 		}
 	}
 	return nil
@@ -777,9 +768,28 @@ func normalizeEmail(e string) (string, error) {
 // OneLine folds every run of white space and control characters into one
 // space, so a name can go into a header or an SMS without starting a new line.
 func OneLine(s string) string {
+	if isOneLine(s) {
+		return s
+	}
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.IsControl(r)
 	}), " ")
+}
+
+// isOneLine reports whether OneLine(s) is s itself, without allocating:
+// s is printable ASCII whose spaces stand one at a time between words.
+func isOneLine(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ':
+			if i == 0 || i == len(s)-1 || s[i-1] == ' ' {
+				return false
+			}
+		case c < '!' || c > '~':
+			return false
+		}
+	}
+	return true
 }
 
 // clip cuts s to at most n bytes, on a rune boundary, marking the cut.

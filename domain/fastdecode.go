@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"bytes"
+	"iter"
 	"strings"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -22,42 +24,28 @@ func decodeFast(value []byte, chans []Channel) (w wireEvent, given map[string]st
 		return w, nil, false
 	}
 	var seen [8]bool // by index in eventFields (7 of them)
-	var others map[string]bool
+	var others keySet
 	given = map[string]string{}
-	i = skipSpace(value, i+1)
-	for i < len(value) && value[i] == '"' {
-		end := skipString(value, i)
-		key := jsonKey(value[i:end])
-		i = skipSpace(value, skipSpace(value, end)+1)
-		vend := skipValue(value, i)
-		v := value[i:vend]
-		i = skipSpace(value, vend)
-		if i < len(value) && value[i] == ',' {
-			i = skipSpace(value, i+1)
-		}
+	for key, v := range members(value[i:]) {
 		field := -1
 		for n, f := range eventFields {
-			if key == f {
+			if string(key) == f {
 				field = n
-			} else if strings.EqualFold(key, f) {
+			} else if strings.EqualFold(string(key), f) {
 				return w, nil, false
 			}
 		}
 		if field < 0 {
-			if others[key] {
+			if others.add(key) {
 				return w, nil, false
 			}
-			if others == nil {
-				others = map[string]bool{}
-			}
-			others[key] = true
 			continue
 		}
 		if seen[field] {
 			return w, nil, false
 		}
 		seen[field] = true
-		switch key {
+		switch eventFields[field] {
 		case "event_id":
 			w.EventID, ok = stringValue(v)
 		case "type":
@@ -78,6 +66,39 @@ func decodeFast(value []byte, chans []Channel) (w wireEvent, given map[string]st
 		}
 	}
 	return w, given, true
+}
+
+// members yields the members of the JSON object obj, whose first byte is
+// its '{', in the order written: each key as encoding/json reads it, and
+// its value's bytes. obj is valid JSON (decode checked the record holding
+// it). The key is obj's own bytes unless it holds an escape; neither it
+// nor the value may be kept past obj's life or changed.
+func members(obj []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(key, value []byte) bool) {
+		i := skipSpace(obj, 1)
+		for i < len(obj) && obj[i] == '"' {
+			end := skipString(obj, i)
+			key := keyBytes(obj[i:end])
+			i = skipSpace(obj, skipSpace(obj, end)+1) // past the ':'
+			vend := skipValue(obj, i)
+			v := obj[i:vend]
+			i = skipSpace(obj, vend)
+			if i < len(obj) && obj[i] == ',' {
+				i = skipSpace(obj, i+1)
+			}
+			if !yield(key, v) {
+				return
+			}
+		}
+	}
+}
+
+// keyBytes is jsonKey without a copy for a literal without escapes.
+func keyBytes(q []byte) []byte {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return q[1 : len(q)-1]
+	}
+	return []byte(jsonKey(q))
 }
 
 // stringValue returns the JSON string or null v as encoding/json decodes
@@ -103,26 +124,18 @@ func recipientFast(v []byte, chans []Channel, given map[string]string) bool {
 	if v[0] != '{' {
 		return false
 	}
-	keys := recipientKeys(chans)
-	var seen [8]bool
-	if len(keys) > len(seen) {
+	var seen [8]bool // by index: "name", then each channel's field
+	if 1+len(chans) > len(seen) {
 		return false
 	}
-	i := skipSpace(v, 1)
-	for i < len(v) && v[i] == '"' {
-		end := skipString(v, i)
-		key := jsonKey(v[i:end])
-		i = skipSpace(v, skipSpace(v, end)+1)
-		vend := skipValue(v, i)
-		val := v[i:vend]
-		i = skipSpace(v, vend)
-		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
+	for key, val := range members(v) {
+		n, field := -1, ""
+		if string(key) == "name" {
+			n, field = 0, "name"
 		}
-		n := -1
-		for k, f := range keys {
-			if key == f {
-				n = k
+		for k, c := range chans {
+			if string(key) == c.Field {
+				n, field = k+1, c.Field
 			}
 		}
 		if n < 0 || seen[n] {
@@ -136,7 +149,7 @@ func recipientFast(v []byte, chans []Channel, given map[string]string) bool {
 		if !ok {
 			return false
 		}
-		given[key] = s
+		given[field] = s
 	}
 	return true
 }
@@ -176,34 +189,51 @@ func dataFast(v []byte) (Data, bool) {
 		return nil, false
 	}
 	out := Data{}
-	var seen map[string]bool
-	i := skipSpace(v, 1)
-	for i < len(v) && v[i] == '"' {
-		end := skipString(v, i)
-		key := jsonKey(v[i:end])
-		i = skipSpace(v, skipSpace(v, end)+1)
-		vend := skipValue(v, i)
-		val := v[i:vend]
-		i = skipSpace(v, vend)
-		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
-		}
-		if seen[key] {
+	var seen keySet
+	for key, val := range members(v) {
+		if seen.add(key) {
 			return nil, false
 		}
-		if seen == nil {
-			seen = map[string]bool{}
-		}
-		seen[key] = true
 		switch val[0] {
 		case 'n':
 		case '"':
-			out[key] = jsonKey(val)
+			out[string(key)] = jsonKey(val)
 		case '{', '[':
 			return nil, false
 		default:
-			out[key] = string(val)
+			out[string(key)] = string(val)
 		}
 	}
 	return out, true
+}
+
+// keySet tells a key repeated in one object: it holds the first keys in
+// a list, without allocating, and the rest in a map. The keys it holds
+// are the caller's bytes, which must not change while it is used.
+type keySet struct {
+	few  [8][]byte
+	n    int
+	many map[string]bool
+}
+
+// add adds key and reports whether it was there already.
+func (s *keySet) add(key []byte) bool {
+	for _, k := range s.few[:s.n] {
+		if bytes.Equal(k, key) {
+			return true
+		}
+	}
+	if s.many[string(key)] {
+		return true
+	}
+	if s.n < len(s.few) {
+		s.few[s.n] = key
+		s.n++
+		return false
+	}
+	if s.many == nil {
+		s.many = map[string]bool{}
+	}
+	s.many[string(key)] = true
+	return false
 }

@@ -365,7 +365,7 @@ func (s *Service) pay(ctx context.Context, o owed) error {
 
 // payOwed writes o's owed record now, logging a write the store refused
 // (the drain tries again).
-func (s *Service) payOwed(ctx context.Context, log *slog.Logger, o owed) {
+func (s *Service) payOwed(ctx context.Context, log noteLog, o owed) {
 	if err := s.pay(ctx, o); err != nil {
 		s.logLimited(ctx, s.recordFail, log, slog.LevelWarn, "idempotency_record_failed",
 			slog.String("error", err.Error()))

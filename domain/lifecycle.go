@@ -107,7 +107,7 @@ func (st state) outcome() (ports.Outcome, bool) {
 // attempt: everything the transitions need and decide.
 type notification struct {
 	m        ports.Message
-	log      *slog.Logger
+	log      noteLog
 	delivery uint64 // the record's DeliveryID: what this attempt shares with the others
 	state    state
 
@@ -488,7 +488,7 @@ func (s *Service) enter(n *notification, r ports.Receipt, owed bool) {
 // release gives the key back after a failed send, so a retry or a replay
 // can send it. It runs even when ctx is cancelled. A failed release is
 // harmless: the claim expires after the claim TTL.
-func (s *Service) release(ctx context.Context, log *slog.Logger, key, token string) {
+func (s *Service) release(ctx context.Context, log noteLog, key, token string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	if err := s.cfg.Store.Release(rctx, key, token); err != nil {

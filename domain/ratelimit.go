@@ -153,7 +153,7 @@ func (s *Service) rateLimited(ctx context.Context, n *notification, err error) {
 // repeats for every record (idempotency_check_unavailable,
 // idempotency_record_failed, notification_rate_limited) to one per
 // Config.LogEvery.
-func (s *Service) logLimited(ctx context.Context, l *ports.LogLimit, log *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+func (s *Service) logLimited(ctx context.Context, l *ports.LogLimit, log noteLog, level slog.Level, msg string, attrs ...slog.Attr) {
 	held, ok := l.Allow(s.cfg.Now())
 	if !ok {
 		return

@@ -114,17 +114,21 @@ func (s *Service) Owed() (owed int, evicted int64) {
 // Cancelling ctx abandons waits and sends not yet started; a send that
 // succeeded is recorded even so.
 func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
-	log := s.cfg.Logger.With(
-		slog.String("topic", rec.Topic),
-		slog.Int("partition", int(rec.Partition)),
-		slog.Int64("offset", rec.Offset),
-	)
 	ev, err := s.cfg.Templates.Decode(rec.Value)
 	if err != nil {
 		return ports.MarkPermanent(err)
 	}
-	log = log.With(slog.String("event_id", ev.EventID), slog.String("shipment_id", ev.ShipmentID))
-	if stale, err := s.stale(log, ev, rec); err != nil || stale {
+	// What every line about the record carries, in this order, and a
+	// notification's lines its channel after them.
+	attrs := [...]slog.Attr{
+		slog.String("topic", rec.Topic),
+		slog.Int("partition", int(rec.Partition)),
+		slog.Int64("offset", rec.Offset),
+		slog.String("event_id", ev.EventID),
+		slog.String("shipment_id", ev.ShipmentID),
+		{}, // the channel's
+	}
+	if stale, err := s.stale(attrs[:5], ev, rec); err != nil || stale {
 		return err
 	}
 
@@ -146,7 +150,8 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	var failed []error
 	worst := ports.Permanent
 	for _, m := range msgs {
-		n := &notification{m: m, log: log.With(slog.String("channel", string(m.Channel))), delivery: rec.DeliveryID}
+		attrs[5] = slog.String("channel", string(m.Channel))
+		n := &notification{m: m, log: with(s.cfg.Logger, attrs[:]...), delivery: rec.DeliveryID}
 		s.deliver(ctx, n)
 		if o, ok := n.state.outcome(); ok {
 			s.cfg.Observer.Observe(m.Channel, o)

@@ -18,8 +18,9 @@ const ClockSkew = 5 * time.Minute
 // channels. Its age runs from occurred_at or, when the event has none, from
 // the record's timestamp (the time its producer wrote it, which a replay
 // keeps); with neither, the event has no age and is never stale. An
-// occurred_at more than ClockSkew ahead of now is a Permanent error.
-func (s *Service) stale(log *slog.Logger, ev Event, rec ports.Record) (bool, error) {
+// occurred_at more than ClockSkew ahead of now is a Permanent error. attrs
+// are the record's log attributes (Handle's).
+func (s *Service) stale(attrs []slog.Attr, ev Event, rec ports.Record) (bool, error) {
 	at, from := ev.OccurredAt, "occurred_at"
 	if at.IsZero() {
 		at, from = rec.Timestamp, "record_timestamp"
@@ -39,7 +40,7 @@ func (s *Service) stale(log *slog.Logger, ev Event, rec ports.Record) (bool, err
 	if age <= limit {
 		return false, nil
 	}
-	log.Info("stale_event_skipped",
+	with(s.cfg.Logger, attrs...).Info("stale_event_skipped",
 		slog.String("type", ev.Type),
 		slog.Duration("age", age.Round(time.Second)),
 		slog.Duration("max_age", limit),

@@ -288,8 +288,14 @@ func (r rendered) HTML() (string, error) {
 	return b.String(), err
 }
 
+// textRoom is what execText allocates for a block before it writes.
+const textRoom = 256
+
 func execText(t *texttemplate.Template, name string, v view) (string, error) {
 	var b strings.Builder
+	// Room for the usual block (an SMS is one or two hundred bytes), so
+	// that its many small writes do not grow the buffer step by step.
+	b.Grow(textRoom)
 	err := t.ExecuteTemplate(&b, name, v)
 	return b.String(), err
 }

@@ -20,9 +20,10 @@ var _ ports.Notifier = (*Notifier)(nil)
 // concurrent use: writes are serialized, so lines from concurrent sends never
 // interleave.
 type Notifier struct {
-	mu sync.Mutex
-	w  io.Writer
-	n  uint64
+	mu  sync.Mutex
+	w   io.Writer
+	n   uint64
+	buf []byte // the line being written; guarded by mu
 }
 
 // New returns a Notifier that writes to w. Every send calls w.Write once, under
@@ -49,20 +50,44 @@ func (n *Notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 	n.n++
 	id := "console-" + strconv.FormatUint(n.n, 10)
 	now := time.Now()
-	if _, err := io.WriteString(n.w, line(id, m)); err != nil {
+	n.buf = appendLine(n.buf[:0], id, m)
+	_, err := n.w.Write(n.buf)
+	if cap(n.buf) > maxKeptLine {
+		n.buf = nil
+	}
+	if err != nil {
 		return ports.Receipt{}, fmt.Errorf("console: write %s for event %s: %w", id, m.EventID, err)
 	}
 	return ports.Receipt{ProviderID: id, SentAt: now}, nil
 }
 
-func line(id string, m ports.Message) string {
+// maxKeptLine bounds the line buffer a Notifier keeps between sends.
+const maxKeptLine = 16 << 10
+
+// appendLine appends m's line, as Send prints it, to b:
+//
+//	<id> <channel> to=<masked> event=<event_id> subject=<quoted>
+//
+// or text=<quoted> for a message without a subject, quoted as %q quotes.
+func appendLine(b []byte, id string, m ports.Message) []byte {
 	to := m.ToMasked
 	if to == "" && m.To != "" {
 		// A message no channel rendered: show nothing of the address.
 		to = "***"
 	}
+	b = append(b, id...)
+	b = append(b, ' ')
+	b = append(b, m.Channel...)
+	b = append(b, " to="...)
+	b = append(b, to...)
+	b = append(b, " event="...)
+	b = append(b, m.EventID...)
 	if m.Subject != "" {
-		return fmt.Sprintf("%s %s to=%s event=%s subject=%q\n", id, m.Channel, to, m.EventID, m.Subject)
+		b = append(b, " subject="...)
+		b = strconv.AppendQuote(b, m.Subject)
+	} else {
+		b = append(b, " text="...)
+		b = strconv.AppendQuote(b, m.Text)
 	}
-	return fmt.Sprintf("%s %s to=%s event=%s text=%q\n", id, m.Channel, to, m.EventID, m.Text)
+	return append(b, '\n')
 }

@@ -145,3 +145,27 @@ func MustSend(tb testing.TB, n *console.Notifier, m ports.Message) ports.Receipt
 type failingWriter struct{ err error }
 
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// TestSend_QuotesAsPercentQ holds the line to the format it has always
+// had, fmt's "%s %s to=%s event=%s text=%q" (subject=%q for an email),
+// for text that needs escaping: what a person or a script reads from the
+// console must not change.
+func TestSend_QuotesAsPercentQ(t *testing.T) {
+	var buf, want bytes.Buffer
+	n := console.New(&buf)
+	sent := 0
+	for _, text := range []string{"", `"quoted" \ back`, "tab\tbell\a nul\x00", "bad utf-8 \xff\xfe", "ünïcödé ✓ 😀", "\u2028 line separator", strings.Repeat("long ", 5000)} {
+		sms := ports.Message{EventID: "evt", Channel: ports.ChannelSMS, To: "+15551234567", ToMasked: ports.MaskPhone("+15551234567"), Text: text}
+		MustSend(t, n, sms)
+		sent++
+		fmt.Fprintf(&want, "console-%d %s to=%s event=%s text=%q\n", sent, sms.Channel, sms.ToMasked, sms.EventID, sms.Text)
+		// No masked address: shown as ***.
+		email := ports.Message{EventID: "evt-" + text, Channel: ports.ChannelEmail, To: "ada@example.com", Subject: text + "!", Text: "not shown"}
+		MustSend(t, n, email)
+		sent++
+		fmt.Fprintf(&want, "console-%d %s to=%s event=%s subject=%q\n", sent, email.Channel, "***", email.EventID, email.Subject)
+	}
+	if got := buf.String(); got != want.String() {
+		t.Errorf("output:\n got %q\nwant %q", got, want.String())
+	}
+}

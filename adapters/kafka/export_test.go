@@ -74,3 +74,12 @@ func CheckJoinReadTimeout(sc *sarama.Config) error { return checkJoinReadTimeout
 // JoinReadMargin is how much the read timeout must exceed the rebalance
 // timeout by.
 const JoinReadMargin = joinReadMargin
+
+// Workers exposes the partition's goroutines to their test in kafka_test.
+type Workers = workers
+
+// NewWorkers returns workers with no goroutine yet.
+func NewWorkers() *Workers { return newWorkers() }
+
+// Stop ends the goroutines waiting for work; see stop.
+func (w *workers) Stop() { w.stop() }

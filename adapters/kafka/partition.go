@@ -36,7 +36,8 @@ type partition struct {
 	// stopping is closed when the session ends: no record starts after it,
 	// and backoff waits end.
 	stopping chan struct{}
-	wg       sync.WaitGroup
+	// wg runs the key queues' goroutines; stop waits for them.
+	wg *workers
 
 	mu      sync.Mutex
 	queues  map[string][]*sarama.ConsumerMessage // busy keys; guarded by mu
@@ -65,6 +66,7 @@ func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.
 		handlerCtx:    hctx,
 		cancelHandler: cancel,
 		stopping:      stopping,
+		wg:            newWorkers(),
 		queues:        make(map[string][]*sarama.ConsumerMessage),
 		tracker:       newOffsetTracker(),
 		flow:          share,
@@ -225,6 +227,7 @@ func (p *partition) stop() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.wg.stop()
 	p.cancelHandler()
 	// A dead letter write still failing for this partition no longer holds
 	// this worker's commit.

@@ -372,44 +372,55 @@ func (m *Metrics) StoreStatus() string { return m.storeState.Load().(string) }
 // unavailable nor changes StoreStatus; one that ran out of its deadline is
 // the store being slow, and counts.
 func (m *Metrics) InstrumentStore(s ports.IdempotencyStore) ports.IdempotencyStore {
-	return &instrumentedStore{next: s, m: m}
+	return &instrumentedStore{next: s, m: m, claim: m.storeOp(OpClaim), record: m.storeOp(OpRecord), release: m.storeOp(OpRelease)}
 }
 
 type instrumentedStore struct {
-	next ports.IdempotencyStore
-	m    *Metrics
+	next                   ports.IdempotencyStore
+	m                      *Metrics
+	claim, record, release storeOp
+}
+
+// storeOp is the series of one store operation, looked up once.
+type storeOp struct {
+	took   prometheus.Observer
+	failed prometheus.Counter
+}
+
+func (m *Metrics) storeOp(op string) storeOp {
+	return storeOp{took: m.storeDuration.WithLabelValues(op), failed: m.storeUnavailable.WithLabelValues(op)}
 }
 
 func (s *instrumentedStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
 	start := time.Now()
 	c, err := s.next.Claim(ctx, key, token, digest, ttl)
-	s.m.storeCall(ctx, OpClaim, start, err)
+	s.m.storeCall(ctx, s.claim, start, err)
 	return c, err
 }
 
 func (s *instrumentedStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 	start := time.Now()
 	err := s.next.Record(ctx, key, r, ttl)
-	s.m.storeCall(ctx, OpRecord, start, err)
+	s.m.storeCall(ctx, s.record, start, err)
 	return err
 }
 
 func (s *instrumentedStore) Release(ctx context.Context, key, token string) error {
 	start := time.Now()
 	err := s.next.Release(ctx, key, token)
-	s.m.storeCall(ctx, OpRelease, start, err)
+	s.m.storeCall(ctx, s.release, start, err)
 	return err
 }
 
-func (m *Metrics) storeCall(ctx context.Context, op string, start time.Time, err error) {
-	m.storeDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+func (m *Metrics) storeCall(ctx context.Context, op storeOp, start time.Time, err error) {
+	op.took.Observe(time.Since(start).Seconds())
 	switch {
 	case err == nil:
 		m.storeState.Store(StoreOK)
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller gave up: not the store's failure.
 	default:
-		m.storeUnavailable.WithLabelValues(op).Inc()
+		op.failed.Inc()
 		m.storeState.Store(StoreFailing)
 	}
 }

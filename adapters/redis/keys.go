@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"strings"
 )
 
 // Format is how a store lays out its keys and sent records. Whatever it
@@ -80,13 +79,14 @@ func (c Config) otherKey(key string) string {
 
 // compactKey is prefix, key's tag and 12 characters of its hash.
 func compactKey(prefix, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	var b strings.Builder
-	b.Grow(len(prefix) + 1 + compactHashLen)
-	b.WriteString(prefix)
-	b.WriteByte(compactTag(key))
-	b.WriteString(base64.RawURLEncoding.EncodeToString(sum[:compactHashLen*6/8]))
-	return b.String()
+	// Built on the stack, for a key of the usual length, but for the
+	// string returned.
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], key...))
+	var tail [1 + compactHashLen]byte
+	tail[0] = compactTag(key)
+	base64.RawURLEncoding.Encode(tail[1:], sum[:compactHashLen*6/8])
+	return prefix + string(tail[:])
 }
 
 // compactTag is the first character of key when it is a lowercase letter

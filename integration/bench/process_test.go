@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/integration"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 )
@@ -76,6 +77,61 @@ func startWorkerBinary(b *testing.B, bin string, env map[string]string) *integra
 	b.Helper()
 	b.Setenv("WORKER_BINARY", bin)
 	return integration.StartWorkerProcess(b, env)
+}
+
+// sideBySide is what the rows that measure this checkout's worker binary
+// beside the baseline revision's share: a kfake broker process holding
+// their topic, a redis-server with a reader of its CPU time, and the two
+// binaries.
+type sideBySide struct {
+	broker, topic string
+	srv           *redistest.Server
+	redisCPU      func() time.Duration
+	base, current string // the binaries
+}
+
+// mustSideBySide starts the broker process holding topic, publishes a
+// backlog of events records (the usual event, on keys shipments; none
+// when events is 0), starts a redis-server, and builds the baseline's
+// worker binary (recording its commit for the report) and this
+// checkout's.
+func mustSideBySide(b *testing.B, topic string, events, keys int) sideBySide {
+	b.Helper()
+	broker, _ := mustBrokerProcess(b, topic)
+	if events > 0 {
+		size := len(eventJSON(newUUID(), "SHP-000000"))
+		publishBacklog(b, broker, topic, int64(events)*int64(size), size, keys)
+	}
+	srv := mustRedis(b)
+	base, baseCommit := baseWorker(b)
+	results.setCPUBase(baseCommit)
+	return sideBySide{
+		broker: broker, topic: topic,
+		srv: srv, redisCPU: serverCPU(b, srv.MustClient(b, 0)),
+		base: base, current: binary(b, "cmd/notification-worker"),
+	}
+}
+
+// env is the environment of a worker binary reading the topic in a
+// consumer group of its own, bench-<name>-<n>. With redisURL it uses the
+// Redis store under key prefixes of their own, numbered keys (a run that
+// must find another's records passes that run's number), with both
+// channels on the console (asked for by name: beside Redis the worker
+// assumes no console); without, the memory store.
+func (s sideBySide) env(name, redisURL string, keys int64) map[string]string {
+	env := map[string]string{
+		"KAFKA_BROKERS":  s.broker,
+		"KAFKA_TOPIC":    s.topic,
+		"KAFKA_GROUP_ID": fmt.Sprintf("bench-%s-%d", name, groupSeq.Add(1)),
+	}
+	if redisURL != "" {
+		// Keys in the layout that is used (compact, by default).
+		env["REDIS_URL"] = redisURL
+		env["IDEMPOTENCY_KEY_PREFIX"] = fmt.Sprintf("bench-%s-%d:", name, keys)
+		env["IDEMPOTENCY_COMPACT_KEY_PREFIX"] = fmt.Sprintf("%c%d:", name[0], keys)
+		env["SMS_NOTIFIER"], env["EMAIL_NOTIFIER"] = "console", "console"
+	}
+	return env
 }
 
 // mustBrokerProcess starts the kfake broker as a child process holding

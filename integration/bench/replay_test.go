@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -43,51 +41,20 @@ const (
 func BenchmarkWorkerReplay(b *testing.B) {
 	needRedis(b)
 	const keys = 5000
-	topic := "replayed-events"
-	broker, _ := mustBrokerProcess(b, topic)
-	size := len(eventJSON(newUUID(), "SHP-000000"))
-	publishBacklog(b, broker, topic, int64(replayEvents)*int64(size), size, keys)
-	srv := mustRedis(b)
-	admin := srv.MustClient(b, 0)
-	redisCPU := func() time.Duration {
-		var total float64
-		for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-			v, err := strconv.ParseFloat(info(b, admin, "cpu", f), 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %s: %v", f, err)
-			}
-			total += v
-		}
-		return time.Duration(total * float64(time.Second))
-	}
-	base, baseCommit := baseWorker(b)
-	results.setCPUBase(baseCommit)
-	current := binary(b, "cmd/notification-worker")
-	seq := prefixSeq.Add(1)
-	env := func() map[string]string {
-		return map[string]string{
-			"KAFKA_BROKERS":                  broker,
-			"KAFKA_TOPIC":                    topic,
-			"KAFKA_GROUP_ID":                 fmt.Sprintf("bench-replay-%d", groupSeq.Add(1)),
-			"REDIS_URL":                      srv.URL(),
-			"IDEMPOTENCY_KEY_PREFIX":         fmt.Sprintf("bench-replay-%d:", seq),
-			"IDEMPOTENCY_COMPACT_KEY_PREFIX": fmt.Sprintf("r%d:", seq),
-			"SMS_NOTIFIER":                   "console",
-			"EMAIL_NOTIFIER":                 "console",
-		}
-	}
+	sbs := mustSideBySide(b, "replayed-events", replayEvents, keys)
+	seq := prefixSeq.Add(1) // one set of keys: the replays find the first pass's records
 	pass := func(bin string, series ...string) cpuRun {
-		w := startWorkerBinary(b, bin, env())
+		w := startWorkerBinary(b, bin, sbs.env("replay", sbs.srv.URL(), seq))
 		defer stopWorker(b, w)
-		return measureCPUOf(b, w, series, replayEvents, replayLimit, redisCPU, nil)
+		return measureCPUOf(b, w, series, replayEvents, replayLimit, sbs.redisCPU, nil)
 	}
 	for range b.N {
-		pass(current, sentSeries) // the incident: every record sent once
+		pass(sbs.current, sentSeries) // the incident: every record sent once
 		// A replay counts the records suppressed and the ones sent: on a
 		// loaded machine a Claim past IDEMPOTENCY_TIMEOUT fails open and
 		// sends, as configured, and that record is still handled.
-		results.putCPU(runReplayBase, pass(base, duplicateSeries, sentSeries))
-		results.putCPU(runReplay, pass(current, duplicateSeries, sentSeries))
+		results.putCPU(runReplayBase, pass(sbs.base, duplicateSeries, sentSeries))
+		results.putCPU(runReplay, pass(sbs.current, duplicateSeries, sentSeries))
 	}
 }
 
@@ -99,33 +66,17 @@ func BenchmarkWorkerReplay(b *testing.B) {
 // fastest of 5 rounds of each is kept.
 func BenchmarkWorkerStartup(b *testing.B) {
 	needRedis(b)
-	topic := "startup-events"
-	broker, _ := mustBrokerProcess(b, topic)
-	srv := mustRedis(b)
-	base, baseCommit := baseWorker(b)
-	results.setCPUBase(baseCommit)
-	current := binary(b, "cmd/notification-worker")
+	sbs := mustSideBySide(b, "startup-events", 0, 0)
 	start := func(bin, redisURL string) time.Duration {
-		env := map[string]string{
-			"KAFKA_BROKERS":  broker,
-			"KAFKA_TOPIC":    topic,
-			"KAFKA_GROUP_ID": fmt.Sprintf("bench-start-%d", groupSeq.Add(1)),
-		}
-		if redisURL != "" {
-			seq := prefixSeq.Add(1)
-			env["REDIS_URL"] = redisURL
-			env["IDEMPOTENCY_KEY_PREFIX"] = fmt.Sprintf("bench-start-%d:", seq)
-			env["IDEMPOTENCY_COMPACT_KEY_PREFIX"] = fmt.Sprintf("s%d:", seq)
-			env["SMS_NOTIFIER"], env["EMAIL_NOTIFIER"] = "console", "console"
-		}
+		env := sbs.env("start", redisURL, prefixSeq.Add(1))
 		started := time.Now()
 		w := startWorkerBinary(b, bin, env)
 		defer stopWorker(b, w)
 		return untilReady(b, w, started)
 	}
 	runs := []struct{ name, bin, redis string }{
-		{startupKafkaBase, base, ""}, {startupKafka, current, ""},
-		{startupKafkaRedisB, base, srv.URL()}, {startupKafkaRedis, current, srv.URL()},
+		{startupKafkaBase, sbs.base, ""}, {startupKafka, sbs.current, ""},
+		{startupKafkaRedisB, sbs.base, sbs.srv.URL()}, {startupKafkaRedis, sbs.current, sbs.srv.URL()},
 	}
 	for range b.N {
 		got := map[string][]time.Duration{}

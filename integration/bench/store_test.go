@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,18 +26,7 @@ func BenchmarkStore(b *testing.B) {
 	const events, keys = 20000, 5000
 	br := mustBroker(b, events, keys)
 	srv := mustRedis(b)
-	admin := srv.MustClient(b, 0)
-	redisCPU := func() time.Duration {
-		var total float64
-		for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-			v, err := strconv.ParseFloat(info(b, admin, "cpu", f), 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %s: %v", f, err)
-			}
-			total += v
-		}
-		return time.Duration(total * float64(time.Second))
-	}
+	redisCPU := serverCPU(b, srv.MustClient(b, 0))
 	through := func(open func(b *testing.B) ports.IdempotencyStore) func(b *testing.B) measurement {
 		return func(b *testing.B) measurement {
 			// redis-server's CPU is read for every store: for the others it

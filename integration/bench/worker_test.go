@@ -244,53 +244,22 @@ const cpuRounds = 2
 func BenchmarkWorkerCPUPerRecord(b *testing.B) {
 	needRedis(b)
 	const events, keys = 20000, 5000
-	topic := "shipment-events"
-	broker, _ := mustBrokerProcess(b, topic)
-	publishBacklog(b, broker, topic, int64(events)*int64(len(eventJSON(newUUID(), "SHP-000000"))), len(eventJSON(newUUID(), "SHP-000000")), keys)
-	srv := mustRedis(b)
-	admin := srv.MustClient(b, 0)
-	redisCPU := func() time.Duration {
-		var total float64
-		for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-			v, err := strconv.ParseFloat(info(b, admin, "cpu", f), 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %s: %v", f, err)
-			}
-			total += v
-		}
-		return time.Duration(total * float64(time.Second))
-	}
-	base, baseCommit := baseWorker(b)
-	results.setCPUBase(baseCommit)
+	sbs := mustSideBySide(b, "shipment-events", events, keys)
 	measure := func(bin, name, redisURL string) cpuRun {
-		env := map[string]string{
-			"KAFKA_BROKERS":  broker,
-			"KAFKA_TOPIC":    topic,
-			"KAFKA_GROUP_ID": fmt.Sprintf("bench-cpu-%d", groupSeq.Add(1)),
-		}
-		if redisURL != "" {
-			env["REDIS_URL"] = redisURL
-			// Keys of their own, in the layout that is used (compact, by
-			// default): every run sends every record.
-			seq := prefixSeq.Add(1)
-			env["IDEMPOTENCY_KEY_PREFIX"] = fmt.Sprintf("bench-cpu-%d:", seq)
-			env["IDEMPOTENCY_COMPACT_KEY_PREFIX"] = fmt.Sprintf("c%d:", seq)
-			// Asked for by name: beside Redis the worker assumes no console.
-			env["SMS_NOTIFIER"], env["EMAIL_NOTIFIER"] = "console", "console"
-		}
+		// Keys of their own: every run sends every record.
+		env := sbs.env("cpu", redisURL, prefixSeq.Add(1))
 		profile := profiler(b, env, name)
 		w := startWorkerBinary(b, bin, env)
 		defer stopWorker(b, w)
-		return measureCPU(b, w, events, redisCPU, profile)
+		return measureCPU(b, w, events, sbs.redisCPU, profile)
 	}
-	current := binary(b, "cmd/notification-worker")
 	runs := []struct {
 		name, bin, redis string
 	}{
-		{runCPUMemoryBase, base, ""},
-		{runCPUMemory, current, ""},
-		{runCPURedisBase, base, srv.URL()},
-		{runCPURedis, current, srv.URL()},
+		{runCPUMemoryBase, sbs.base, ""},
+		{runCPUMemory, sbs.current, ""},
+		{runCPURedisBase, sbs.base, sbs.srv.URL()},
+		{runCPURedis, sbs.current, sbs.srv.URL()},
 	}
 	for range b.N {
 		best := map[string]cpuRun{}
