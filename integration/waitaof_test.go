@@ -3,11 +3,8 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +65,7 @@ func TestRedisWaitAOF(t *testing.T) {
 		if err != nil || !isSentRecord(v) {
 			t.Fatalf("%s on the replica: %q, %v; want its sent record", key, v, err)
 		}
-		if !aofHolds(t, replica, v) {
+		if !replica.MustAOFHold(t, v) {
 			t.Errorf("%s: the replica's AOF lacks its record %q", key, v)
 		}
 	}
@@ -89,23 +86,4 @@ func TestRedisWaitAOF(t *testing.T) {
 			t.Errorf("%s got %d SMS, want 1", p, n)
 		}
 	}
-}
-
-// aofHolds reports whether the append-only files of srv contain s.
-func aofHolds(t *testing.T, srv *redistest.Server, s string) bool {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(srv.Dir(), "appendonlydir", "*.aof"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no AOF files in %s: %v", srv.Dir(), err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(b, []byte(s)) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,11 +1,8 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -42,14 +39,14 @@ func TestWaitAOF(t *testing.T) {
 		t.Fatalf("Claim: %+v, %v", c, err)
 	}
 	claim, ok := MustGet(t, onReplica, cfg.Key(k))
-	if !ok || !mustAOFHold(t, replica, claim) {
+	if !ok || !replica.MustAOFHold(t, claim) {
 		t.Fatalf("claim acknowledged, but the replica's AOF lacks it (on the replica: %q, %v)", claim, ok)
 	}
 	if err := s.Record(patient(t), k, receipt, time.Hour); err != nil {
 		t.Fatalf("Record: %v", err)
 	}
 	rec, _ := MustGet(t, onReplica, cfg.Key(k))
-	if rec == claim || !mustAOFHold(t, replica, rec) {
+	if rec == claim || !replica.MustAOFHold(t, rec) {
 		t.Fatalf("record acknowledged, but the replica's AOF lacks it (on the replica: %q)", rec)
 	}
 
@@ -63,7 +60,7 @@ func TestWaitAOF(t *testing.T) {
 	if c, err := s.Claim(patient(t), abandoned, "taker", "", time.Minute); err != nil || c.State != ports.TakenOver {
 		t.Fatalf("takeover: %+v, %v", c, err)
 	}
-	if v, ok := MustGet(t, onReplica, cfg.Key(abandoned)); !ok || !mustAOFHold(t, replica, v) {
+	if v, ok := MustGet(t, onReplica, cfg.Key(abandoned)); !ok || !replica.MustAOFHold(t, v) {
 		t.Fatalf("takeover acknowledged, but the replica's AOF lacks it (on the replica: %q, %v)", v, ok)
 	}
 }
@@ -125,26 +122,6 @@ func TestWaitAOF_ReplicaWithoutAOF(t *testing.T) {
 	}
 }
 
-// mustAOFHold reports whether the append-only files of srv (a
-// MustStartWaitAOF server, or a replica of one) contain s.
-func mustAOFHold(t *testing.T, srv *redistest.Server, s string) bool {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(srv.Dir(), "appendonlydir", "*.aof"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no AOF files in %s: %v", srv.Dir(), err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(b, []byte(s)) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestWaitAOF_PromptWithFsyncAlways: a replica that fsyncs every write
 // (appendfsync always) acknowledges it to WAITAOF as soon as it has it, so
 // a healthy rig's records each succeed well within a 1 s budget. (A
@@ -173,7 +150,7 @@ func TestWaitAOF_PromptWithFsyncAlways(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d, the replica in sync and fsyncing every write: %v after %v", i, err, took)
 		}
-		if v, ok := MustGet(t, onReplica, (redis.Config{}).Key(k)); !ok || !mustAOFHold(t, replica, v) {
+		if v, ok := MustGet(t, onReplica, (redis.Config{}).Key(k)); !ok || !replica.MustAOFHold(t, v) {
 			t.Fatalf("record %d acknowledged, but the replica's AOF lacks it", i)
 		}
 	}

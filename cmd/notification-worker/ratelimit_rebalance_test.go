@@ -2,15 +2,9 @@ package main
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/harborlight/notification-worker/adapters/redis/redistest"
-	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
-	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
 // TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder runs a backlog
@@ -29,24 +23,7 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 	// the embedded broker and the longest a record waits for a turn, with
 	// room for a loaded machine; far under the rebalance timeout.
 	const joinWithin = 15 * time.Second
-	const sid, token = "AC00000000000000000000000000000003", "ordertoken"
-	redisSrv := redistest.MustStart(t)
-	twilio := double.New(sid, token)
-	api := httptest.NewServer(twilio)
-	t.Cleanup(api.Close)
-	topic := uniqueName("paced")
-	emb := MustStartEmbedded(t, topic)
-	vars := map[string]string{
-		"KAFKA_BROKERS":           emb.Brokers()[0],
-		"KAFKA_TOPIC":             topic,
-		"KAFKA_GROUP_ID":          uniqueName("group"),
-		"REDIS_URL":               redisSrv.URL(),
-		"IDEMPOTENCY_KEY_PREFIX":  uniqueName("idem") + ":",
-		"TWILIO_ACCOUNT_SID":      sid,
-		"TWILIO_AUTH_TOKEN":       token,
-		"TWILIO_FROM_NUMBER":      "+15550003333",
-		"TWILIO_API_URL":          api.URL,
-		"EMAIL_NOTIFIER":          "console",
+	f := startFleet(t, map[string]string{
 		"SMS_RATE_LIMIT":          "4",
 		"SMS_RATE_BURST":          "1",
 		"KAFKA_EXPECTED_REPLICAS": "2",
@@ -57,33 +34,10 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 		// leaves after a send and the store calls: (7.1s - 2s - 2 × 1s -
 		// 100ms - 1s) / 2 = 1s.
 		"IDEMPOTENCY_CLAIM_TTL": "7100ms",
-		"HTTP_ADDR":             "127.0.0.1:0",
-	}
-	start := func() *Main {
-		m := &Main{Config: MustLoadConfig(t, vars), Stdout: &logtest.Buffer{}}
-		MustOpen(t, m)
-		MustRun(t, m)
-		return m
-	}
-	first := start()
-	workers := []*Main{first}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i, m := range workers {
-				for _, l := range strings.Split(m.Stdout.(*logtest.Buffer).String(), "\n") {
-					if !strings.Contains(l, "record_retry_scheduled") && !strings.Contains(l, "rate_limit_no_turn") {
-						t.Logf("worker %d: %s", i, l)
-					}
-				}
-			}
-		}
 	})
-	assigned := func(m *Main) bool {
-		code, body := readyz(t, m)
-		return code == http.StatusOK && body["consumer"] == consumerAssigned
-	}
+	first := f.start(t)
 	waitFor(t, "the first worker holding partitions", func() (bool, string) {
-		return assigned(first), "not assigned"
+		return assigned(t, first), "not assigned"
 	})
 
 	// Each shipment's events are its key's records, in order; the
@@ -97,17 +51,16 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 		ev[i].Recipient.Phone = fmt.Sprintf("+3120%07d", 2000000+s)
 		ev[i].Channels = []string{"sms"}
 	}
-	MustPublish(t, emb.Brokers(), topic, eventMessages(ev)...)
+	MustPublish(t, f.brokers, f.topic, eventMessages(ev)...)
 	waitFor(t, "the first SMS paced out", func() (bool, string) {
-		n := len(twilio.Messages())
+		n := len(f.twilio.Messages())
 		return n >= 3, fmt.Sprintf("%d sent", n)
 	})
 
 	joined := time.Now()
-	second := start()
-	workers = append(workers, second)
+	second := f.start(t)
 	waitFor(t, "both workers holding partitions", func() (bool, string) {
-		a, b := assigned(first), assigned(second)
+		a, b := assigned(t, first), assigned(t, second)
 		return a && b, fmt.Sprintf("first assigned %v, second %v", a, b)
 	})
 	took := time.Since(joined)
@@ -115,12 +68,12 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 		t.Errorf("the second worker held partitions %v after it started, want within %v: a record waiting for its turn held the rebalance", took, joinWithin)
 	}
 	waitFor(t, "every SMS sent", func() (bool, string) {
-		n := len(twilio.Messages())
+		n := len(f.twilio.Messages())
 		return n >= shipments*steps, fmt.Sprintf("%d of %d sent", n, shipments*steps)
 	})
 
 	order := map[string][]string{}
-	for _, m := range twilio.Messages() {
+	for _, m := range f.twilio.Messages() {
 		name, _, _ := strings.Cut(strings.TrimPrefix(m.Body, "Harborlight: Hi "), ",")
 		order[m.To] = append(order[m.To], name)
 	}
@@ -135,7 +88,7 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 	if sentBySecond == 0 {
 		t.Errorf("the second worker sent nothing: no partition moved while the backlog waited")
 	}
-	for i, m := range workers {
+	for i, m := range f.workers {
 		s := scrape(t, m)
 		waits := sumOf(s, "notification_worker_rate_limit_wait_seconds_count{", `channel="sms"`)
 		if within := sumOf(s, "notification_worker_rate_limit_wait_seconds_bucket{", `channel="sms"`, `le="1"`); within != waits {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -137,25 +138,7 @@ func TestRateLimit_SendsAtTheProvidersPace(t *testing.T) {
 // would go at 24/s. Every event is sent exactly once, none dead-lettered.
 func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 	const events = 40
-	const sid, token = "AC00000000000000000000000000000002", "fleettoken"
-	redisSrv := redistest.MustStart(t)
-	twilio := double.New(sid, token)
-	twilio.LimitRate(double.RateLimit{PerSecond: 10, Burst: 2})
-	api := httptest.NewServer(twilio)
-	t.Cleanup(api.Close)
-	topic := uniqueName("fleet")
-	emb := MustStartEmbedded(t, topic)
-	vars := map[string]string{
-		"KAFKA_BROKERS":           emb.Brokers()[0],
-		"KAFKA_TOPIC":             topic,
-		"KAFKA_GROUP_ID":          uniqueName("group"),
-		"REDIS_URL":               redisSrv.URL(),
-		"IDEMPOTENCY_KEY_PREFIX":  uniqueName("idem") + ":",
-		"TWILIO_ACCOUNT_SID":      sid,
-		"TWILIO_AUTH_TOKEN":       token,
-		"TWILIO_FROM_NUMBER":      "+15550002222",
-		"TWILIO_API_URL":          api.URL,
-		"EMAIL_NOTIFIER":          "console",
+	f := startFleet(t, map[string]string{
 		"SMS_RATE_LIMIT":          "8",
 		"SMS_RATE_BURST":          "1",
 		"KAFKA_EXPECTED_REPLICAS": "3",
@@ -164,18 +147,12 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 		"SHUTDOWN_TIMEOUT":        "5s",
 		"RETRY_INITIAL_BACKOFF":   "20ms",
 		"RETRY_MAX_BACKOFF":       "200ms",
-		"HTTP_ADDR":               "127.0.0.1:0",
-	}
-	var workers []*Main
+	})
+	f.twilio.LimitRate(double.RateLimit{PerSecond: 10, Burst: 2})
 	for range 3 {
-		m := &Main{Config: MustLoadConfig(t, vars), Stdout: &logtest.Buffer{}}
-		MustOpen(t, m)
-		MustRun(t, m)
-		workers = append(workers, m)
+		f.start(t)
 	}
-	for i, m := range workers {
-		logOnFailure(t, fmt.Sprintf("worker %d", i), m, "worker_starting")
-	}
+	workers, twilio := f.workers, f.twilio
 	waitFor(t, "every worker holding partitions", func() (bool, string) {
 		var states []any
 		all := true
@@ -189,7 +166,7 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 
 	ev := smsBacklog(events, "SHP-FLEET")
 	start := time.Now()
-	MustPublish(t, emb.Brokers(), topic, eventMessages(ev)...)
+	MustPublish(t, f.brokers, f.topic, eventMessages(ev)...)
 	var perWorker []float64
 	waitFor(t, "every SMS sent", func() (bool, string) {
 		perWorker = perWorker[:0]
@@ -342,4 +319,58 @@ func TestRateLimit_PacedBacklogIsNotAnOutage(t *testing.T) {
 	}
 	wantEachSMSOnce(t, ev, p.twilio.Messages())
 	t.Logf("%d SMS; %v paced retries, a record retried up to %d times; double refused %d", events, paced, most, p.twilio.RateLimited())
+}
+
+// fleet is a consumer group of workers on one embedded broker and one
+// Redis, sending SMS to the Twilio double and email to the console.
+type fleet struct {
+	twilio  *double.Double
+	brokers []string
+	topic   string
+	vars    map[string]string
+	workers []*Main // in the order started
+}
+
+// startFleet starts a fleet's peers, its workers' settings being vars
+// over the fleet's own; no worker is started yet.
+func startFleet(t *testing.T, vars map[string]string) *fleet {
+	t.Helper()
+	const sid, token = "AC00000000000000000000000000000002", "fleettoken"
+	redisSrv := redistest.MustStart(t)
+	f := &fleet{twilio: double.New(sid, token), topic: uniqueName("fleet")}
+	api := httptest.NewServer(f.twilio)
+	t.Cleanup(api.Close)
+	f.brokers = MustStartEmbedded(t, f.topic).Brokers()
+	f.vars = map[string]string{
+		"KAFKA_BROKERS":          f.brokers[0],
+		"KAFKA_TOPIC":            f.topic,
+		"KAFKA_GROUP_ID":         uniqueName("group"),
+		"REDIS_URL":              redisSrv.URL(),
+		"IDEMPOTENCY_KEY_PREFIX": uniqueName("idem") + ":",
+		"TWILIO_ACCOUNT_SID":     sid,
+		"TWILIO_AUTH_TOKEN":      token,
+		"TWILIO_FROM_NUMBER":     "+15550002222",
+		"TWILIO_API_URL":         api.URL,
+		"EMAIL_NOTIFIER":         "console",
+		"HTTP_ADDR":              "127.0.0.1:0",
+	}
+	maps.Copy(f.vars, vars)
+	return f
+}
+
+// start opens and runs one more worker of f, its log shown if t fails.
+func (f *fleet) start(t *testing.T) *Main {
+	t.Helper()
+	m := &Main{Config: MustLoadConfig(t, f.vars), Stdout: &logtest.Buffer{}}
+	MustOpen(t, m)
+	MustRun(t, m)
+	logOnFailure(t, fmt.Sprintf("worker %d", len(f.workers)), m, "worker_starting")
+	f.workers = append(f.workers, m)
+	return m
+}
+
+// assigned reports whether m is ready and holding partitions.
+func assigned(t *testing.T, m *Main) bool {
+	code, body := readyz(t, m)
+	return code == http.StatusOK && body["consumer"] == consumerAssigned
 }

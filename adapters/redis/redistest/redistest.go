@@ -149,6 +149,27 @@ func waitAOFBin(tb testing.TB) string {
 // append-only files (appendonlydir/).
 func (s *Server) Dir() string { return s.dir }
 
+// MustAOFHold reports whether the append-only files of s (a server started
+// with appendonly yes, such as MustStartWaitAOF's, or a replica of one)
+// contain v, failing tb when s has none.
+func (s *Server) MustAOFHold(tb testing.TB, v string) bool {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join(s.dir, "appendonlydir", "*.aof"))
+	if err != nil || len(files) == 0 {
+		tb.Fatalf("no AOF files in %s: %v", s.dir, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if strings.Contains(string(b), v) {
+			return true
+		}
+	}
+	return false
+}
+
 // Addr is "127.0.0.1:<port>".
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
 
