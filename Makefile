@@ -25,13 +25,8 @@ run: ## the 2026-04-02 incident replayed on an embedded broker, in-memory store,
 
 test: deps test-unit test-rules test-integration ## every test
 
-# The slowest packages first: go test runs two packages at a time (one per
-# core) in the order given, so one that takes minutes, started last, keeps
-# the run going long after the rest. Listed again by ./..., they run once.
-SLOW_PKGS := ./cmd/notification-worker ./adapters/redis ./adapters/kafka ./adapters/redis/redistest ./adapters/breaker
-
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
-	$(GO) test -race -count=1 -timeout 10m $(SLOW_PKGS) $(PKGS)
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
 	promtool check rules deploy/prometheus/rules.yaml
