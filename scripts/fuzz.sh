@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every native fuzz target of the module, one after another, each for
-# FUZZTIME (default 15s), and stops at the first crasher. Go writes a crasher
+# FUZZTIME (default 15s; go test's -fuzztime forms: a duration, or a count
+# of inputs such as 20000x, which CI uses), and stops at the first crasher. Go writes a crasher
 # to <package>/testdata/fuzz/<Target>/ and prints how to rerun it; commit
 # that file: `go test` then replays it as a regression case forever.
 #
