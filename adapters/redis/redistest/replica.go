@@ -223,6 +223,16 @@ func (ss *Sentinels) KillPrimary(tb testing.TB, primary *Server) {
 	}
 }
 
+// logs is the end of each Sentinel's log, for a failure message: what
+// they saw and decided (+sdown, +odown, elections, aborted failovers).
+func (ss *Sentinels) logs() string {
+	var b strings.Builder
+	for _, s := range ss.Nodes {
+		fmt.Fprintf(&b, "\nsentinel %s log:\n%s", s.Addr(), tail(filepath.Join(s.dir, "redis.log")))
+	}
+	return b.String()
+}
+
 // Addrs are the Sentinels' "127.0.0.1:<port>" addresses.
 func (ss *Sentinels) Addrs() []string {
 	a := make([]string, len(ss.Nodes))
@@ -247,7 +257,7 @@ func (ss *Sentinels) MustWaitPrimary(tb testing.TB, want *Server, within time.Du
 				break
 			}
 			if ctx.Err() != nil {
-				tb.Fatalf("redistest: sentinel %s names %v as %s's primary within %v, want %s (%v)", s.Addr(), addr, ss.Master, within, want.Addr(), err)
+				tb.Fatalf("redistest: sentinel %s names %v as %s's primary within %v, want %s (%v)%s", s.Addr(), addr, ss.Master, within, want.Addr(), err, ss.logs())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
