@@ -405,7 +405,7 @@ func expiry(t *testing.T, h Harness) {
 			}
 			// Right after the write, the record is there...
 			got := MustClaim(t, s, c, k, "tok-a", time.Minute)
-			if got.State == ports.Claimed && time.Since(start) >= ttl {
+			if got.State == ports.Claimed && time.Since(start) >= ttl-milli {
 				return false // ...unless the claim came after the TTL.
 			}
 			if got.State != ports.AlreadySent {
@@ -486,16 +486,16 @@ func races(t *testing.T, h Harness) {
 
 // checkTTL judges got, a key's remaining lifetime read after a write
 // that set want and began at start: at most want, and at least want less
-// the time since start (the server counts whole milliseconds). It reports
-// false, judging nothing, when want had passed since start: the key may
-// rightly be gone, and the machine was too slow to tell.
+// the time since start and milli. It reports false, judging nothing, when
+// want less milli had passed since start: the key may rightly be gone,
+// and the machine was too slow to tell.
 func checkTTL(t *testing.T, got, want time.Duration, start time.Time) bool {
 	t.Helper()
 	elapsed := time.Since(start)
-	if elapsed >= want {
+	if elapsed >= want-milli {
 		return false
 	}
-	if got > want || got < want-elapsed-time.Millisecond {
+	if got > want || got < want-elapsed-milli {
 		t.Fatalf("TTL %v read %v after the write began, want at most %v and at least %v", got, elapsed, want, want-elapsed)
 	}
 	return true
@@ -566,6 +566,11 @@ func claimConcurrently(t *testing.T, s ports.IdempotencyStore, c context.Context
 	return states
 }
 
+// milli is how much earlier than the caller's clock a store may reckon
+// a lease or TTL to start: it keeps times, and Redis counts TTLs, in whole
+// milliseconds.
+const milli = time.Millisecond
+
 // longestLease bounds the leases (and TTLs) withinLease tries: longer
 // than any load on a test machine delays a store call.
 const longestLease = 5 * time.Second
@@ -592,15 +597,15 @@ func withinLease(t *testing.T, first time.Duration, scenario func(lease time.Dur
 // and returns the lease found. A claim of a held key must not replace its
 // owner while the lease holds, so the probe must answer in_flight owned by
 // owner; it may instead take the claim over (ok false: the probe spoiled
-// the scenario) only when lease has passed since start, taken before
-// owner's claim.
+// the scenario) only when lease (less milli) has passed since start, taken
+// before owner's claim.
 func probeLease(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, owner string, lease time.Duration, start time.Time) (l ports.Lease, ok bool) {
 	t.Helper()
 	got := MustClaim(t, s, c, k, token, time.Minute)
 	switch {
 	case got.State == ports.InFlight && got.Lease.Token == owner:
 		return got.Lease, true
-	case got.State == ports.TakenOver && got.Lease.Token == owner && time.Since(start) >= lease:
+	case got.State == ports.TakenOver && got.Lease.Token == owner && time.Since(start) >= lease-milli:
 		return got.Lease, false
 	}
 	t.Fatalf("probe %v after %s's claim with a lease of %v: %+v, want in_flight owned by %s", time.Since(start), owner, lease, got, owner)
