@@ -187,31 +187,36 @@ func leases(t *testing.T, h Harness) {
 	})
 
 	t.Run("LeaseExpiredClaimTakenOver", func(t *testing.T) {
-		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		lease := 200 * time.Millisecond
-		MustClaim(t, s, c, k, "tok-a", lease)
-		if h.TTL != nil {
-			// The key outlives the lease, so the claim is found once
-			// abandoned.
-			checkTTL(t, h.TTL(t, k), lease+time.Hour)
-		}
-		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.InFlight {
-			t.Fatalf("claim within the lease: %v, want in_flight", got.State)
-		}
-		got := waitState(t, s, c, k, "tok-b", ports.TakenOver, 5*time.Second)
-		if got.Lease.Token != "tok-a" || got.Lease.Until.Sub(got.Lease.Start) != lease {
-			t.Fatalf("taken over %+v, want tok-a's lease of %v", got.Lease, lease)
-		}
-		// Now it is tok-b's, with a live lease of its own.
-		if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Lease.Token != "tok-b" {
-			t.Fatalf("after takeover: %+v, want in_flight owned by tok-b", got)
-		}
-		if err := s.Release(c, k, "tok-b"); err != nil {
-			t.Fatalf("Release by the new owner: %v", err)
-		}
-		if got := MustClaim(t, s, c, k, "tok-d", time.Minute); got.State != ports.Claimed {
-			t.Fatalf("after release: %v, want claimed", got.State)
-		}
+		s := h.New(t, time.Hour)
+		withinLease(t, 200*time.Millisecond, func(lease time.Duration) bool {
+			c, k := ctx(t), key(t)
+			start := time.Now()
+			MustClaim(t, s, c, k, "tok-a", lease)
+			if h.TTL != nil {
+				// The key outlives the lease, so the claim is found once
+				// abandoned.
+				checkTTL(t, h.TTL(t, k), lease+time.Hour, start)
+			}
+			// A claim within the lease finds it held.
+			if _, ok := probeLease(t, s, c, k, "tok-b", "tok-a", lease, start); !ok {
+				return false
+			}
+			got := waitState(t, s, c, k, "tok-b", ports.TakenOver, 5*time.Second+lease)
+			if got.Lease.Token != "tok-a" || got.Lease.Until.Sub(got.Lease.Start) != lease {
+				t.Fatalf("taken over %+v, want tok-a's lease of %v", got.Lease, lease)
+			}
+			// Now it is tok-b's, with a live lease of its own.
+			if got := MustClaim(t, s, c, k, "tok-c", time.Minute); got.State != ports.InFlight || got.Lease.Token != "tok-b" {
+				t.Fatalf("after takeover: %+v, want in_flight owned by tok-b", got)
+			}
+			if err := s.Release(c, k, "tok-b"); err != nil {
+				t.Fatalf("Release by the new owner: %v", err)
+			}
+			if got := MustClaim(t, s, c, k, "tok-d", time.Minute); got.State != ports.Claimed {
+				t.Fatalf("after release: %v, want claimed", got.State)
+			}
+			return true
+		})
 	})
 
 	t.Run("LeasesJudgedByTheRule", func(t *testing.T) {
@@ -247,20 +252,26 @@ func leases(t *testing.T, h Harness) {
 	})
 
 	t.Run("AbandonedClaimExpiresAfterKeep", func(t *testing.T) {
-		keep := 300 * time.Millisecond
-		s, c, k := h.New(t, keep), ctx(t), key(t)
-		lease := 100 * time.Millisecond
-		gone := time.Now().Add(lease + keep)
-		MustClaim(t, s, c, k, "tok-a", lease)
-		if h.TTL != nil {
-			checkTTL(t, h.TTL(t, k), lease+keep)
-		}
-		// A claim made in between would take the key over: look only once
-		// the key has expired.
-		time.Sleep(time.Until(gone) + 50*time.Millisecond)
-		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.Claimed {
-			t.Fatalf("claim after lease and keep: %v, want claimed", got.State)
-		}
+		// The TTL read must come before the key expires: a machine too
+		// slow for that gets the scenario again with a longer lease and keep.
+		withinLease(t, 300*time.Millisecond, func(keep time.Duration) bool {
+			s, c, k := h.New(t, keep), ctx(t), key(t)
+			lease := keep / 3
+			start := time.Now()
+			MustClaim(t, s, c, k, "tok-a", lease)
+			// The key was written before now, so it is gone by then.
+			gone := time.Now().Add(lease + keep)
+			if h.TTL != nil && !checkTTL(t, h.TTL(t, k), lease+keep, start) {
+				return false
+			}
+			// A claim made in between would take the key over: look only
+			// once the key has expired.
+			time.Sleep(time.Until(gone) + 50*time.Millisecond)
+			if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.Claimed {
+				t.Fatalf("claim after lease and keep: %v, want claimed", got.State)
+			}
+			return true
+		})
 	})
 	takeovers(t, h)
 	histories(t, h)
@@ -284,25 +295,37 @@ func histories(t *testing.T, h Harness) {
 
 	t.Run("TakeoverKeepsFirstStart", func(t *testing.T) {
 		// A claims and dies; B takes over and dies; C takes over and must
-		// see A's start and digest, not B's.
-		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		const lease = 50 * time.Millisecond
-		MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", lease)
-		a := MustClaim(t, s, c, k, "tok-probe", time.Minute).Lease
-		time.Sleep(2 * lease) // A's lease passes: the scenario
-		got := MustClaimDigest(t, s, c, k, "tok-b", "dgst-B1", lease)
-		if got.State != ports.TakenOver || got.Lease.Token != "tok-a" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
-			t.Fatalf("B's takeover: %+v, want taken_over from tok-a, first %v, digest dgst-A1", got, a.Start)
-		}
-		b := MustClaim(t, s, c, k, "tok-probe", time.Minute).Lease
-		if b.Token != "tok-b" || !b.Start.After(a.Start) || !sameMilli(b.First, a.Start) || b.Digest != "dgst-A1" {
-			t.Fatalf("B's claim: %+v, want tok-b's lease, started after A's, carrying A's first %v and digest dgst-A1", b, a.Start)
-		}
-		time.Sleep(2 * lease) // B's lease passes
-		got = MustClaimDigest(t, s, c, k, "tok-c", "dgst-C1", time.Minute)
-		if got.State != ports.TakenOver || got.Lease.Token != "tok-b" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
-			t.Fatalf("C's takeover of B's claim: %+v, want taken_over from tok-b, first %v (A's), digest dgst-A1", got, a.Start)
-		}
+		// see A's start and digest, not B's. A probe reads each lease
+		// while it holds, so it must come within the lease: a machine too
+		// slow for that gets the scenario again with a longer one.
+		s := h.New(t, time.Hour)
+		withinLease(t, 50*time.Millisecond, func(lease time.Duration) bool {
+			c, k := ctx(t), key(t)
+			startA := time.Now()
+			MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", lease)
+			a, ok := probeLease(t, s, c, k, "tok-probe", "tok-a", lease, startA)
+			if !ok {
+				return false
+			}
+			// A's lease passes: the scenario.
+			got, startB := waitStateDigest(t, s, c, k, "tok-b", "dgst-B1", lease, ports.TakenOver, "tok-a", 5*time.Second+lease)
+			if got.State != ports.TakenOver || got.Lease.Token != "tok-a" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
+				t.Fatalf("B's takeover: %+v, want taken_over from tok-a, first %v, digest dgst-A1", got, a.Start)
+			}
+			b, ok := probeLease(t, s, c, k, "tok-probe", "tok-b", lease, startB)
+			if !ok {
+				return false
+			}
+			if b.Token != "tok-b" || !b.Start.After(a.Start) || !sameMilli(b.First, a.Start) || b.Digest != "dgst-A1" {
+				t.Fatalf("B's claim: %+v, want tok-b's lease, started after A's, carrying A's first %v and digest dgst-A1", b, a.Start)
+			}
+			// B's lease passes.
+			got, _ = waitStateDigest(t, s, c, k, "tok-c", "dgst-C1", time.Minute, ports.TakenOver, "tok-b", 5*time.Second+lease)
+			if got.State != ports.TakenOver || got.Lease.Token != "tok-b" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
+				t.Fatalf("C's takeover of B's claim: %+v, want taken_over from tok-b, first %v (A's), digest dgst-A1", got, a.Start)
+			}
+			return true
+		})
 	})
 
 	t.Run("ReleaseEndsTheHistory", func(t *testing.T) {
@@ -367,30 +390,42 @@ func takeovers(t *testing.T, h Harness) {
 // expiry checks what the TTLs do, and concurrent and cancelled calls.
 func expiry(t *testing.T, h Harness) {
 	t.Run("RecordExpires", func(t *testing.T) {
-		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		ttl := 300 * time.Millisecond
-		if err := s.Record(c, k, testReceipt, ttl); err != nil {
-			t.Fatalf("Record: %v", err)
-		}
-		if h.TTL != nil {
-			checkTTL(t, h.TTL(t, k), ttl)
-		}
-		// Right after the write, the record is there...
-		if got := MustClaim(t, s, c, k, "tok-a", time.Minute); got.State != ports.AlreadySent {
-			t.Fatalf("state %v, want already_sent", got.State)
-		}
-		// ...and once its TTL has passed, the key is free again.
-		waitClaimed(t, s, c, k, "tok-b", 5*time.Second)
+		// The TTL read and the claim must come before the record expires:
+		// a machine too slow for that gets the scenario again with a
+		// longer TTL.
+		s := h.New(t, time.Hour)
+		withinLease(t, 300*time.Millisecond, func(ttl time.Duration) bool {
+			c, k := ctx(t), key(t)
+			start := time.Now()
+			if err := s.Record(c, k, testReceipt, ttl); err != nil {
+				t.Fatalf("Record: %v", err)
+			}
+			if h.TTL != nil && !checkTTL(t, h.TTL(t, k), ttl, start) {
+				return false
+			}
+			// Right after the write, the record is there...
+			got := MustClaim(t, s, c, k, "tok-a", time.Minute)
+			if got.State == ports.Claimed && time.Since(start) >= ttl-milli {
+				return false // ...unless the claim came after the TTL.
+			}
+			if got.State != ports.AlreadySent {
+				t.Fatalf("state %v, want already_sent", got.State)
+			}
+			// ...and once its TTL has passed, the key is free again.
+			waitClaimed(t, s, c, k, "tok-b", 5*time.Second+ttl)
+			return true
+		})
 	})
 
 	t.Run("RecordReplacesClaimTTL", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 200*time.Millisecond)
+		start := time.Now()
 		if err := s.Record(c, k, testReceipt, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if h.TTL != nil {
-			checkTTL(t, h.TTL(t, k), time.Hour)
+			checkTTL(t, h.TTL(t, k), time.Hour, start)
 		}
 		// Past the claim's TTL, the record (with its own TTL) is still there.
 		deadline := time.Now().Add(400 * time.Millisecond)
@@ -449,13 +484,21 @@ func races(t *testing.T, h Harness) {
 	})
 }
 
-// checkTTL accepts a remaining lifetime within the last 25% below want:
-// some of it has passed since the write.
-func checkTTL(t *testing.T, got, want time.Duration) {
+// checkTTL judges got, a key's remaining lifetime read after a write
+// that set want and began at start: at most want, and at least want less
+// the time since start and milli. It reports false, judging nothing, when
+// want less milli had passed since start: the key may rightly be gone,
+// and the machine was too slow to tell.
+func checkTTL(t *testing.T, got, want time.Duration, start time.Time) bool {
 	t.Helper()
-	if got > want || got < want*3/4 {
-		t.Fatalf("TTL %v, want close below %v", got, want)
+	elapsed := time.Since(start)
+	if elapsed >= want-milli {
+		return false
 	}
+	if got > want || got < want-elapsed-milli {
+		t.Fatalf("TTL %v read %v after the write began, want at most %v and at least %v", got, elapsed, want, want-elapsed)
+	}
+	return true
 }
 
 // waitClaimed claims k until it succeeds or within runs out.
@@ -521,4 +564,73 @@ func claimConcurrently(t *testing.T, s ports.IdempotencyStore, c context.Context
 		t.Fatalf("concurrent call: %v", err)
 	}
 	return states
+}
+
+// milli is how much earlier than the caller's clock a store may reckon
+// a lease or TTL to start: it keeps times, and Redis counts TTLs, in whole
+// milliseconds.
+const milli = time.Millisecond
+
+// longestLease bounds the leases (and TTLs) withinLease tries: longer
+// than any load on a test machine delays a store call.
+const longestLease = 5 * time.Second
+
+// withinLease runs scenario with a lease (or TTL) of first, then four
+// times as long each time, up to longestLease, until it reports that its
+// steps which must come within that time did (true). A scenario reports
+// false only on proof that the machine was too slow: a lease or TTL found
+// passed after at least its length of wall time (see probeLease,
+// checkTTL). It fails the test when even the longest was too short.
+func withinLease(t *testing.T, first time.Duration, scenario func(lease time.Duration) bool) {
+	t.Helper()
+	lease := first
+	for ; lease <= longestLease; lease *= 4 {
+		if scenario(lease) {
+			return
+		}
+		t.Logf("%v passed before the steps within it were done: the machine was slow; again with a longer lease or TTL", lease)
+	}
+	t.Fatalf("every lease or TTL from %v to %v passed before the steps within it were done", first, lease/4)
+}
+
+// probeLease claims k as token, k held by owner with a lease of lease,
+// and returns the lease found. A claim of a held key must not replace its
+// owner while the lease holds, so the probe must answer in_flight owned by
+// owner; it may instead take the claim over (ok false: the probe spoiled
+// the scenario) only when lease (less milli) has passed since start, taken
+// before owner's claim.
+func probeLease(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, owner string, lease time.Duration, start time.Time) (l ports.Lease, ok bool) {
+	t.Helper()
+	got := MustClaim(t, s, c, k, token, time.Minute)
+	switch {
+	case got.State == ports.InFlight && got.Lease.Token == owner:
+		return got.Lease, true
+	case got.State == ports.TakenOver && got.Lease.Token == owner && time.Since(start) >= lease-milli:
+		return got.Lease, false
+	}
+	t.Fatalf("probe %v after %s's claim with a lease of %v: %+v, want in_flight owned by %s", time.Since(start), owner, lease, got, owner)
+	return l, false
+}
+
+// waitStateDigest claims k to send digest, with lease, until a claim
+// answers want; every claim before must answer in_flight owned by owner.
+// It returns the claim that answered want, and the time just before it
+// was made (when a claim it won began, at the latest).
+func waitStateDigest(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, digest string, lease time.Duration, want ports.ClaimState, owner string, within time.Duration) (ports.Claim, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		before := time.Now()
+		got := MustClaimDigest(t, s, c, k, token, digest, lease)
+		if got.State == want {
+			return got, before
+		}
+		if got.State != ports.InFlight || got.Lease.Token != owner {
+			t.Fatalf("key %q: waiting for %v: %+v, want in_flight owned by %s until then", k, want, got, owner)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %q: no %v within %v: last %+v", k, want, within, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

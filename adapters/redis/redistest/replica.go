@@ -156,6 +156,16 @@ type Sentinels struct {
 // declared down after 1 s of silence, and waits until each knows the
 // others and replicas replicas of primary.
 //
+// A Sentinel whose timer did not run for 2 s (a loaded machine starves
+// it, or its config file's fsync stalls) takes it for a clock jump and
+// enters TILT mode: for 30 s it neither marks the primary down nor fails
+// over. The primary then went down for it 30 s after its death, while the
+// replica's link went down at the death; and a Sentinel never promotes a
+// replica whose link went down more than 10 down-after periods (10 s)
+// before the primary went down for it: no failover came. The Sentinels here are told to
+// enter TILT only for a timer late by an hour (SENTINEL DEBUG
+// tilt-trigger): a test's clock does not jump.
+//
 // Until KillPrimary, the Sentinels leave replicas where they are: a
 // Sentinel repoints a replica whose primary address is not the one it
 // monitors (a replica behind a Link) straight at the primary once it has
@@ -181,6 +191,13 @@ func MustStartSentinels(tb testing.TB, n int, master string, primary *Server, re
 	defer cancel()
 	for _, s := range ss.Nodes {
 		c := s.MustClient(tb, 0)
+		err := c.Do(ctx, c.B().Arbitrary("SENTINEL", "DEBUG").Args("tilt-trigger", strconv.FormatInt(tiltTrigger.Milliseconds(), 10)).Build()).Error()
+		if err != nil {
+			tb.Fatalf("redistest: sentinel %s: set tilt-trigger: %v", s.Addr(), err)
+		}
+	}
+	for _, s := range ss.Nodes {
+		c := s.MustClient(tb, 0)
 		for {
 			peers, err1 := c.Do(ctx, c.B().Arbitrary("SENTINEL", "SENTINELS").Args(master).Build()).ToArray()
 			reps, err2 := c.Do(ctx, c.B().Arbitrary("SENTINEL", "REPLICAS").Args(master).Build()).ToArray()
@@ -203,6 +220,9 @@ const (
 	// failoverTimeout is the one a failover runs with: it bounds each of
 	// its steps, and a failed election is retried after twice as long.
 	failoverTimeout = 10 * time.Second
+	// tiltTrigger is how long a Sentinel's timer may go without running
+	// before it enters TILT mode (default 2 s). See MustStartSentinels.
+	tiltTrigger = time.Hour
 )
 
 // KillPrimary kills primary (SIGKILL) and gives the Sentinels the
@@ -221,6 +241,16 @@ func (ss *Sentinels) KillPrimary(tb testing.TB, primary *Server) {
 			tb.Fatalf("redistest: sentinel %s: set failover-timeout: %v", s.Addr(), err)
 		}
 	}
+}
+
+// logs is the end of each Sentinel's log, for a failure message: what
+// they saw and decided (+sdown, +odown, elections, aborted failovers).
+func (ss *Sentinels) logs() string {
+	var b strings.Builder
+	for _, s := range ss.Nodes {
+		fmt.Fprintf(&b, "\nsentinel %s log:\n%s", s.Addr(), tail(filepath.Join(s.dir, "redis.log")))
+	}
+	return b.String()
 }
 
 // Addrs are the Sentinels' "127.0.0.1:<port>" addresses.
@@ -247,7 +277,7 @@ func (ss *Sentinels) MustWaitPrimary(tb testing.TB, want *Server, within time.Du
 				break
 			}
 			if ctx.Err() != nil {
-				tb.Fatalf("redistest: sentinel %s names %v as %s's primary within %v, want %s (%v)", s.Addr(), addr, ss.Master, within, want.Addr(), err)
+				tb.Fatalf("redistest: sentinel %s names %v as %s's primary within %v, want %s (%v)%s", s.Addr(), addr, ss.Master, within, want.Addr(), err, ss.logs())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

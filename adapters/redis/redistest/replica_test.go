@@ -88,3 +88,25 @@ func TestWaitAOFReplica(t *testing.T) {
 		t.Fatalf("GET on the replica without an AOF: %q, %v", v, err)
 	}
 }
+
+// TestSentinelsFailOverAfterAStall: Sentinels starved of the CPU for a few
+// seconds (a loaded machine: their timer did not run for over 2 s) still
+// promote the replica when the primary dies right after: the stall must
+// not cost them the 30 s of TILT mode after which the replica's link has
+// been down too long for them to promote it.
+func TestSentinelsFailOverAfterAStall(t *testing.T) {
+	primary := redistest.MustStart(t)
+	replica, link := redistest.MustStartReplica(t, primary)
+	sentinels := redistest.MustStartSentinels(t, 3, "idem", primary, 1)
+
+	for _, s := range sentinels.Nodes {
+		s.Pause(t)
+	}
+	time.Sleep(3 * time.Second) // the stall: longer than TILT's 2 s trigger
+	for _, s := range sentinels.Nodes {
+		s.Resume(t)
+	}
+	sentinels.KillPrimary(t, primary)
+	link.Cut()
+	sentinels.MustWaitPrimary(t, replica, 60*time.Second)
+}
