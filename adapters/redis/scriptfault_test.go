@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -73,23 +71,7 @@ func TestCommandRefused_TakeoverIsNotSentBlind(t *testing.T) {
 				sms := &smsProvider{lose: lose}
 				worker := func(cfg redis.Config) *domain.Service {
 					cfg.Timeout = storeTimeout
-					svc, err := domain.NewService(domain.Config{
-						Store:        MustStore(t, cfg),
-						Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
-						Reconcilers:  map[ports.Channel]ports.Reconciler{ports.ChannelSMS: sms},
-						TTL:          time.Hour,
-						ClaimTTL:     claimTTL,
-						StoreTimeout: storeTimeout,
-						SendTimeout:  500 * time.Millisecond,
-						ClaimWaitMax: 50 * time.Millisecond,
-						FailureMode:  domain.FailOpen, // the default
-						Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-					})
-					if err != nil {
-						t.Fatalf("NewService: %v", err)
-					}
-					t.Cleanup(svc.Close)
-					return svc
+					return smsService(t, MustStore(t, cfg), sms, claimTTL, storeTimeout, 500*time.Millisecond)
 				}
 				id := fmt.Sprintf("evt-%d", time.Now().UnixNano())
 				rec := ports.Record{Topic: "shipment-events", Value: []byte(fmt.Sprintf(`{"event_id":%q,"type":"shipment.out_for_delivery","shipment_id":"SHP-1",

@@ -16,6 +16,31 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
+// smsService is a domain.Service sending SMS through sms, which also
+// reconciles, on store, failing open (the default): its claims live
+// claimTTL, and its store calls and sends are bounded by storeTimeout and
+// sendTimeout. It is closed when t ends.
+func smsService(t *testing.T, store ports.IdempotencyStore, sms *smsProvider, claimTTL, storeTimeout, sendTimeout time.Duration) *domain.Service {
+	t.Helper()
+	svc, err := domain.NewService(domain.Config{
+		Store:        store,
+		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
+		Reconcilers:  map[ports.Channel]ports.Reconciler{ports.ChannelSMS: sms},
+		TTL:          time.Hour,
+		ClaimTTL:     claimTTL,
+		StoreTimeout: storeTimeout,
+		SendTimeout:  sendTimeout,
+		ClaimWaitMax: 50 * time.Millisecond,
+		FailureMode:  domain.FailOpen,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
+}
+
 // smsProvider is an SMS provider double: it keeps every message it
 // accepted, answers the first send with an unknown outcome (the request
 // was written, no answer came) though it accepted it (unless lose: then
@@ -96,23 +121,8 @@ func takeoverShortOfReplicas(t *testing.T, primary *redistest.Server, waitAOF bo
 		t.Run(fmt.Sprintf("ReplicationHeld=%v", held), func(t *testing.T) {
 			var sms *smsProvider
 			worker := func() *domain.Service {
-				svc, err := domain.NewService(domain.Config{
-					Store:        store,
-					Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
-					Reconcilers:  map[ports.Channel]ports.Reconciler{ports.ChannelSMS: sms},
-					TTL:          time.Hour,
-					ClaimTTL:     3500 * time.Millisecond, // > send 1s + 2 store timeouts + skew
-					StoreTimeout: storeTimeout,
-					SendTimeout:  time.Second,
-					ClaimWaitMax: 50 * time.Millisecond,
-					FailureMode:  domain.FailOpen, // the default
-					Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-				})
-				if err != nil {
-					t.Fatalf("NewService: %v", err)
-				}
-				t.Cleanup(svc.Close)
-				return svc
+				// The lease outlasts a send of 1 s and two store timeouts.
+				return smsService(t, store, sms, 3500*time.Millisecond, storeTimeout, time.Second)
 			}
 			// Worker A: the provider takes the SMS, A hears nothing back,
 			// keeps its claim and dies (it never handles the record again).
