@@ -131,6 +131,49 @@ func TestRateLimit_SendsAtTheProvidersPace(t *testing.T) {
 	t.Logf("%d SMS in %v; double refused %d", events, took, p.twilio.RateLimited())
 }
 
+// TestRateLimit_EmailAtTheRelaysPace: EMAIL_RATE_LIMIT paces the SMTP
+// relay as SMS_RATE_LIMIT paces Twilio: a backlog of emails reaches the
+// relay once each, no faster than the limit, each after its turn.
+func TestRateLimit_EmailAtTheRelaysPace(t *testing.T) {
+	const events = 12
+	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
+		"EMAIL_RATE_LIMIT": "8",
+		"EMAIL_RATE_BURST": "1",
+		// Generous store bounds, as for the SMS backlog above.
+		"IDEMPOTENCY_TIMEOUT":   "1s",
+		"IDEMPOTENCY_CLAIM_TTL": "10s",
+	})
+	logOnFailure(t, "", p.m)
+	ev := smsBacklog(events, "SHP-MAIL")
+	for i := range ev {
+		ev[i].Channels = []string{"email"}
+	}
+	start := time.Now()
+	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
+	waitFor(t, "every email at the relay", func() (bool, string) {
+		n := len(p.smtp.Deliveries())
+		return n >= events, fmt.Sprintf("%d of %d delivered", n, events)
+	})
+	took := time.Since(start)
+	for _, e := range ev {
+		if n := p.smtp.Delivered(e.Recipient.Email); n != 1 {
+			t.Errorf("email to %s delivered %d times, want 1", e.Recipient.Email, n)
+		}
+	}
+	// At 8/s, burst 1: the last of 12 goes no sooner than 11 Intervals
+	// after the first.
+	if least := (events - 1) * time.Second / 8; took < least {
+		t.Errorf("%d emails took %v, less than %v: not paced by EMAIL_RATE_LIMIT", events, took, least)
+	}
+	s := scrape(t, p.m)
+	if got := sumOf(s, "notification_worker_rate_limit_wait_seconds_count{", `channel="email"`); got != events {
+		t.Errorf("the wait histogram counted %v email turns, want %d", got, events)
+	}
+	if dl := sumOf(s, "notification_worker_records_dead_lettered_total{"); dl != 0 {
+		t.Errorf("%v records dead-lettered, want 0", dl)
+	}
+}
+
 // TestRateLimit_ThreeWorkersShareOneLimit runs three workers of one group
 // on one Redis, each holding partitions, against the Twilio double
 // enforcing 10 SMS/s for the sender: with SMS_RATE_LIMIT=8 shared through
