@@ -391,7 +391,45 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 			t.Logf("running worker pid %d:\n%s", w.PID(), w.tail())
 		}
 	}
+	if t.Failed() {
+		churnReport(t, k, group, topic, all)
+	}
 	return res
+}
+
+// churnReport logs what a stalled group looks like: the group as the
+// broker describes it, each partition's committed and end offsets, each
+// member's assignments by generation, and where each member's whole log
+// was kept (the dead ones' too: a stall's cause is often in a rebalance
+// long before the drain).
+func churnReport(t *testing.T, k *Kafka, group, topic string, members []*Worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if d, err := k.DescribeGroup(ctx, group); err != nil {
+		t.Logf("group: %v", err)
+	} else {
+		t.Log(d)
+	}
+	committed, cerr := k.CommittedOffsets(ctx, group, topic)
+	end, eerr := k.EndOffsets(ctx, topic)
+	if cerr != nil || eerr != nil {
+		t.Logf("offsets: %v %v", cerr, eerr)
+	}
+	for p := range int32(len(end)) {
+		c, ok := committed[p]
+		if !ok {
+			c = -1
+		}
+		t.Logf("partition %d: committed %d, end %d", p, c, end[p])
+	}
+	for i, w := range members {
+		var gens []string
+		for _, ev := range w.Events("partitions_assigned") {
+			gens = append(gens, fmt.Sprintf("gen %v %v", ev["generation"], ev["partitions"]))
+		}
+		file := keepLog(t, fmt.Sprintf("member%02d-pid%d", i+1, w.PID()), w.r.output())
+		t.Logf("member %d (pid %d): assigned %s; whole log in %s", i+1, w.PID(), strings.Join(gens, ", "), file)
+	}
 }
 
 // churnSendLatency is how long the Twilio double takes to answer a send.

@@ -429,20 +429,57 @@ func keepLogsOnFailure(t testing.TB, c testcontainers.Container, name string) {
 			t.Logf("%s: no logs: %v", name, err)
 			return
 		}
-		dir := os.Getenv("NW_TEST_LOGS")
-		if dir == "" {
-			dir = filepath.Join(os.TempDir(), "notification-worker-test-logs")
-		}
-		file := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+name+".log")
-		if err := os.MkdirAll(dir, 0o755); err == nil {
-			err = os.WriteFile(file, out, 0o644)
-		}
-		if err != nil {
-			t.Logf("%s: could not keep its log: %v", name, err)
-			file = "(not kept)"
-		}
+		file := keepLog(t, name, out)
 		t.Logf("%s: whole log in %s; last lines:\n  %s", name, file, strings.Join(lastLines(splitLines(out), 30), "\n  "))
 	})
+}
+
+// keepLog writes out to a file named after t and name in $NW_TEST_LOGS, or
+// notification-worker-test-logs in the system's temporary folder, and
+// returns the file's path, or "(not kept)" after logging why to t.
+func keepLog(t testing.TB, name string, out []byte) string {
+	dir := os.Getenv("NW_TEST_LOGS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "notification-worker-test-logs")
+	}
+	file := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+name+".log")
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.WriteFile(file, out, 0o644)
+	}
+	if err != nil {
+		t.Logf("%s: could not keep its log: %v", name, err)
+		return "(not kept)"
+	}
+	return file
+}
+
+// DescribeGroup returns group's state, protocol and members with the
+// partitions of topic assigned to each, one line per member, for a test's
+// failure report.
+func (k *Kafka) DescribeGroup(ctx context.Context, group string) (string, error) {
+	described, err := k.admin.DescribeGroups(ctx, group)
+	if err != nil {
+		return "", fmt.Errorf("describe %s: %w", group, err)
+	}
+	g, ok := described[group]
+	if !ok {
+		return "", fmt.Errorf("describe %s: not in the answer", group)
+	}
+	if g.Err != nil {
+		return "", fmt.Errorf("describe %s: %w", group, g.Err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "group %s: state %s, protocol %s, %d members", group, g.State, g.Protocol, len(g.Members))
+	for _, m := range g.Members {
+		fmt.Fprintf(&b, "\n  %s (%s, %s)", m.MemberID, m.ClientID, m.ClientHost)
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, tp := range a.Topics {
+				fmt.Fprintf(&b, " %s%v", tp.Topic, tp.Partitions)
+			}
+		}
+	}
+	return b.String(), nil
 }
 
 // Env is the worker's environment for this broker, consuming topic in group.
