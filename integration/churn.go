@@ -164,6 +164,13 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 		"RECONCILE_TIMEOUT":     "30s",
 	}, opts.Env)
 
+	// logf logs a chaos action, and notes it in the broker's group trace
+	// among the requests it caused.
+	logf := func(format string, args ...any) {
+		t.Helper()
+		t.Logf(format, args...)
+		k.trace.note(fmt.Sprintf(format, args...))
+	}
 	var res ChurnResult
 	var all []*Worker // every worker started, alive or not: their logs count
 	var running []*Worker
@@ -172,6 +179,7 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 		all = append(all, w)
 		running = append(running, w)
 		res.Starts++
+		k.trace.note(fmt.Sprintf("member %d started, pid %d", len(all), w.PID()))
 	}
 	for range opts.Members {
 		start()
@@ -238,6 +246,7 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	go func() {
 		defer close(watchEnded)
 		last, lastMove := int64(-1), time.Now()
+		lastGroup := ""
 		for {
 			select {
 			case <-watchCtx.Done():
@@ -250,6 +259,16 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 			qcancel()
 			if cerr != nil || eerr != nil {
 				continue
+			}
+			if k.trace != nil {
+				// The group's state as the broker describes it, noted in
+				// the trace when it changes.
+				qctx, qcancel := context.WithTimeout(watchCtx, 5*time.Second)
+				if d, err := k.DescribeGroup(qctx, group); err == nil && d != lastGroup {
+					lastGroup = d
+					k.trace.note(strings.ReplaceAll(d, "\n", "\n            "))
+				}
+				qcancel()
 			}
 			var sum, endSum int64
 			for _, o := range committed {
@@ -272,13 +291,14 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	}()
 
 	began := time.Now()
+	k.trace.note("chaos begins")
 	t.Logf("chaos: %d members, %d partitions, for %v", opts.Members, opts.Partitions, opts.Chaos)
 	for time.Since(began) < opts.Chaos {
 		time.Sleep(time.Second + time.Duration(rnd.Int64N(int64(3*time.Second))))
 		at := time.Since(began).Round(100 * time.Millisecond)
 		if len(running) < opts.Members {
 			start()
-			t.Logf("%6v: start member %d (%d running)", at, len(all), len(running))
+			logf("%6v: start member %d, pid %d (%d running)", at, len(all), running[len(running)-1].PID(), len(running))
 			continue
 		}
 		i := rnd.IntN(len(running))
@@ -289,14 +309,15 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 				t.Fatal(err)
 			}
 			res.Kills++
-			t.Logf("%6v: SIGKILL pid %d (%d running)", at, w.PID(), len(running))
+			logf("%6v: SIGKILL pid %d (%d running)", at, w.PID(), len(running))
 			continue
 		}
 		// A graceful leave runs beside the chaos, as a pod's shutdown does.
 		res.Stops++
-		t.Logf("%6v: SIGTERM pid %d (%d running)", at, w.PID(), len(running))
+		logf("%6v: SIGTERM pid %d (%d running)", at, w.PID(), len(running))
 		go func() { _ = w.Stop(ctx) }()
 	}
+	k.trace.note("chaos ends")
 	stopPub()
 	pubWG.Wait()
 	stopWatch()
@@ -429,6 +450,9 @@ func churnReport(t *testing.T, k *Kafka, group, topic string, members []*Worker)
 		}
 		file := keepLog(t, fmt.Sprintf("member%02d-pid%d", i+1, w.PID()), w.r.output())
 		t.Logf("member %d (pid %d): assigned %s; whole log in %s", i+1, w.PID(), strings.Join(gens, ", "), file)
+	}
+	if k.trace != nil {
+		t.Logf("the broker's group requests, with the chaos and the group's states among them: %s", keepLog(t, "group-trace", k.trace.text()))
 	}
 }
 

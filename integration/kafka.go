@@ -58,6 +58,9 @@ type Kafka struct {
 	nodes  []*kafkaNode
 	client *kgo.Client
 	admin  *kadm.Client
+	// trace records the group requests an in-process kfake received; nil
+	// on other brokers.
+	trace *groupTrace
 }
 
 // kafkaNode is one Apache Kafka container: a broker and a controller.
@@ -91,7 +94,8 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 	img, fallback := kafkaImage(t)
 	switch {
 	case img == "":
-		k.Brokers, k.Impl = startKfakeInProcess(t), "kfake (in-process)"
+		k.Brokers, k.trace = startKfakeInProcess(t)
+		k.Impl = "kfake (in-process)"
 	case strings.Contains(img, "kfake"):
 		k.Brokers, k.Impl = startKfakeContainer(t, img), img
 	default:
@@ -111,7 +115,8 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 // brokers and need no Docker engine on this one.
 func StartKfake(t testing.TB) *Kafka {
 	t.Helper()
-	k := &Kafka{replication: 1, Brokers: startKfakeInProcess(t), Impl: "kfake (in-process)"}
+	k := &Kafka{replication: 1, Impl: "kfake (in-process)"}
+	k.Brokers, k.trace = startKfakeInProcess(t)
 	k.connect(t)
 	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	return k
@@ -194,7 +199,7 @@ func (k *Kafka) connect(t testing.TB) {
 	}
 }
 
-func startKfakeInProcess(t testing.TB) []string {
+func startKfakeInProcess(t testing.TB) ([]string, *groupTrace) {
 	t.Helper()
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
@@ -215,7 +220,7 @@ func startKfakeInProcess(t testing.TB) []string {
 		t.Fatalf("kfake: %v", err)
 	}
 	t.Cleanup(stop)
-	return c.ListenAddrs()
+	return c.ListenAddrs(), traceGroups(c)
 }
 
 func startKfakeContainer(t testing.TB, img string) []string {
