@@ -21,10 +21,11 @@ const adapterTestsOnABroker = "^(TestConsumer_RebalanceLosesNothingSendsNothingT
 	"TestConsumer_MaxInFlightOneIsSequential|TestConsumer_RebalanceDuringConcurrentHandling|TestConsumer_CancelCommitsExactlyHandled|" +
 	"TestConsumer_StaticMemberRestartKeepsPartitions|TestConsumer_CooperativeRebalanceKeepsHandlersRunning|" +
 	"TestConsumer_MigrationFromRangeMixedGroups|TestConsumer_LagGrowsWhileHeldOnUnavailable|TestConsumer_RollingDeploy|" +
-	"TestBroker_KeepsAMemberWaitingInJoinGroup|TestBroker_RemovesASilentMemberDuringARebalance|TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup)$"
+	"TestBroker_KeepsAMemberWaitingInJoinGroup|TestBroker_RemovesASilentMemberDuringARebalance|TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup|" +
+	"TestBroker_KeepsAMemberWaitingInSyncGroup|TestBroker_RemovesAMemberThatDiedInSyncGroup)$"
 
 // adapterTestsOnABrokerCount is how many tests adapterTestsOnABroker names.
-const adapterTestsOnABrokerCount = 13
+const adapterTestsOnABrokerCount = 15
 
 // TestKafkaAdapterOnApacheKafka runs the kafka adapter's rebalance and
 // commit tests, which otherwise run on kfake, on Apache Kafka. Their

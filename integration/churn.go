@@ -246,7 +246,6 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	go func() {
 		defer close(watchEnded)
 		last, lastMove := int64(-1), time.Now()
-		lastGroup := ""
 		for {
 			select {
 			case <-watchCtx.Done():
@@ -259,16 +258,6 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 			qcancel()
 			if cerr != nil || eerr != nil {
 				continue
-			}
-			if k.trace != nil {
-				// The group's state as the broker describes it, noted in
-				// the trace when it changes.
-				qctx, qcancel := context.WithTimeout(watchCtx, 5*time.Second)
-				if d, err := k.DescribeGroup(qctx, group); err == nil && d != lastGroup {
-					lastGroup = d
-					k.trace.note(strings.ReplaceAll(d, "\n", "\n            "))
-				}
-				qcancel()
 			}
 			var sum, endSum int64
 			for _, o := range committed {
@@ -289,6 +278,33 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 			watchMu.Unlock()
 		}
 	}()
+
+	if k.trace != nil {
+		// The group's state as the broker describes it, noted in the
+		// trace when it changes, until the scenario ends.
+		traceCtx, stopTrace := context.WithCancel(ctx)
+		traced := make(chan struct{})
+		defer func() {
+			stopTrace()
+			<-traced
+		}()
+		go func() {
+			defer close(traced)
+			last := ""
+			for traceCtx.Err() == nil {
+				qctx, qcancel := context.WithTimeout(traceCtx, 5*time.Second)
+				if d, err := k.DescribeGroup(qctx, group); err == nil && d != last {
+					last = d
+					k.trace.note(strings.ReplaceAll(d, "\n", "\n            "))
+				}
+				qcancel()
+				select {
+				case <-traceCtx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
 
 	began := time.Now()
 	k.trace.note("chaos begins")

@@ -38,7 +38,7 @@ func traceGroups(c *kfake.Cluster) *groupTrace {
 	}
 	observe(kmsg.JoinGroup, func(r kmsg.Request) string {
 		req := r.(*kmsg.JoinGroupRequest)
-		return fmt.Sprintf("JoinGroup %s member=%q session=%dms rebalance=%dms", req.Group, req.MemberID, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis)
+		return fmt.Sprintf("JoinGroup v%d %s member=%q session=%dms rebalance=%dms", req.Version, req.Group, req.MemberID, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis)
 	})
 	observe(kmsg.SyncGroup, func(r kmsg.Request) string {
 		req := r.(*kmsg.SyncGroupRequest)
@@ -46,7 +46,7 @@ func traceGroups(c *kfake.Cluster) *groupTrace {
 	})
 	observe(kmsg.Heartbeat, func(r kmsg.Request) string {
 		req := r.(*kmsg.HeartbeatRequest)
-		return fmt.Sprintf("Heartbeat %s member=%q gen=%d", req.Group, req.MemberID, req.Generation)
+		return fmt.Sprintf("Heartbeat v%d %s member=%q gen=%d", req.Version, req.Group, req.MemberID, req.Generation)
 	})
 	observe(kmsg.LeaveGroup, func(r kmsg.Request) string {
 		req := r.(*kmsg.LeaveGroupRequest)

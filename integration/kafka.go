@@ -215,7 +215,7 @@ func startKfakeInProcess(t testing.TB) ([]string, *groupTrace) {
 	t.Cleanup(c.Close)
 	// kfake alone drops a group member that waits in JoinGroup past its
 	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
-	stop, err := kafka.KeepJoiningMembers(c)
+	stop, err := kafka.KeepWaitingMembers(c)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}

@@ -25,8 +25,8 @@ type Embedded struct {
 // topics created with the given number of partitions. Topics it does not
 // know (the dead letter topic, say) are created on first use with the same
 // partition count. Groups accept session timeouts down to 100ms, so tests
-// can rebalance quickly. A member waiting in JoinGroup stays in its group
-// as on Apache Kafka (see KeepJoiningMembers).
+// can rebalance quickly. A member waiting in JoinGroup or SyncGroup stays
+// in its group as on Apache Kafka (see KeepWaitingMembers).
 func StartEmbedded(partitions int32, topics ...string) (*Embedded, error) {
 	if partitions < 1 {
 		return nil, fmt.Errorf("kafka: embedded broker needs at least 1 partition, got %d", partitions)
@@ -44,7 +44,7 @@ func StartEmbedded(partitions int32, topics ...string) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
 	}
-	stop, err := KeepJoiningMembers(c)
+	stop, err := KeepWaitingMembers(c)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
@@ -61,8 +61,9 @@ func (e *Embedded) Close() {
 	e.cluster.Close()
 }
 
-// KeepJoiningMembers makes c treat a consumer group member that waits in
-// JoinGroup as Apache Kafka does, in the two ways kfake alone does not:
+// KeepWaitingMembers makes c treat a consumer group member that waits in
+// JoinGroup or SyncGroup as Apache Kafka does, in the three ways kfake
+// alone does not:
 //
 //   - kfake keeps the session timer of a known member waiting in JoinGroup
 //     running, and when it fires removes the member without answering its
@@ -70,36 +71,52 @@ func (e *Embedded) Close() {
 //     a member slow to rejoin (one finishing the records of its revoked
 //     partitions) so drops every member already waiting: each waits out
 //     its client's read timeout, joins again and starts another
-//     rebalance. Kafka keeps a member awaiting join until the rebalance
-//     completes.
+//     rebalance.
 //   - kfake stops the session timer of a new member when it joins, and
 //     starts it again only once an answer reaches the member. A new member
 //     that dies waiting in its first JoinGroup therefore stays in the
 //     group for ever: every later rebalance waits for it until the
 //     rebalance timeout, which each member joining meanwhile restarts.
-//     Kafka starts every member's session when the rebalance completes.
+//   - kfake keeps the session timer of a member waiting in SyncGroup for
+//     its leader running too, and when it fires removes the member
+//     without answering its SyncGroup; the removal also counts that
+//     SyncGroup as a JoinGroup taken back, so the next rebalance waits
+//     until its rebalance timeout though every member rejoined. A leader
+//     that dies after the JoinGroups were answered keeps the others
+//     waiting in SyncGroup until its own session ends, which drops the
+//     first of them to have joined. And when the leader syncs, an answer
+//     that does not reach a dead member starts no session for it.
 //
-// Under membership churn either stalls whole groups (docs/kafka-brokers.md).
+// Kafka keeps a member awaiting join or sync for as long as it waits, and
+// starts every member's session when the wait ends. Under membership
+// churn each of these stalls whole groups (docs/kafka-brokers.md).
 //
-// It watches JoinGroup requests that carry a member id and, for each,
-// heartbeats for the member every third of its session timeout under the
-// group's generation at the join, while the broker answers
-// REBALANCE_IN_PROGRESS (the member waits, and is kept). Once the broker
-// answers otherwise, the rebalance has moved the group to the next
-// generation; one heartbeat under it (or under a later one a member has
-// sent since) starts the member's
-// session timer there, and the keeper stops: a member that died is then
-// removed at its session timeout, and one alive heartbeats for itself.
+// For a JoinGroup that carries a member id, it heartbeats for the member
+// every third of its session timeout under the group's generation at the
+// join, while the broker answers REBALANCE_IN_PROGRESS (the member waits,
+// and is kept). Once the broker answers otherwise, the rebalance has moved
+// the group to the next generation; one heartbeat under it (or under a
+// later one a member has sent since) starts the member's session timer
+// there. For a SyncGroup, it heartbeats for the member under the sync's
+// generation every third of the session timeout its last JoinGroup named,
+// while the group completes that rebalance (DescribeGroups says
+// CompletingRebalance: the leader has not synced); the first heartbeat
+// after the group left that state is its last, and starts the member's
+// session wherever the group went. Either way, a member that died is
+// then removed at its session timeout, one alive heartbeats for itself,
+// and no member is heartbeated into a rebalance it did not join (which
+// would make that rebalance wait for it until the rebalance timeout).
 // The group's generation is the highest a member sent in a SyncGroup or
 // heartbeat. Call it once, before clients connect, and call stop before
 // closing c.
-func KeepJoiningMembers(c *kfake.Cluster) (stop func(), err error) {
+func KeepWaitingMembers(c *kfake.Cluster) (stop func(), err error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &joinKeeper{cl: cl, ctx: ctx, cancel: cancel, gens: map[string]int32{}, keeping: map[memberGen]bool{}}
+	k := &waitKeeper{cl: cl, ctx: ctx, cancel: cancel, gens: map[string]int32{},
+		sessions: map[memberKey]time.Duration{}, keeping: map[keptWait]bool{}}
 	c.ControlKey(int16(kmsg.Heartbeat), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.HeartbeatRequest)
@@ -110,13 +127,23 @@ func KeepJoiningMembers(c *kfake.Cluster) (stop func(), err error) {
 		c.KeepControl()
 		req := r.(*kmsg.SyncGroupRequest)
 		k.generation(req.Group, req.Generation)
+		k.keepSyncing(memberKey{req.Group, req.MemberID}, req.Generation)
 		return nil, nil, false
 	})
 	c.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.JoinGroupRequest)
 		if req.MemberID != "" {
-			k.keep(memberKey{req.Group, req.MemberID}, time.Duration(req.SessionTimeoutMillis)*time.Millisecond)
+			k.keepJoining(memberKey{req.Group, req.MemberID}, time.Duration(req.SessionTimeoutMillis)*time.Millisecond)
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.LeaveGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.LeaveGroupRequest)
+		k.left(memberKey{req.Group, req.MemberID})
+		for _, m := range req.Members {
+			k.left(memberKey{req.Group, m.MemberID})
 		}
 		return nil, nil, false
 	})
@@ -125,75 +152,149 @@ func KeepJoiningMembers(c *kfake.Cluster) (stop func(), err error) {
 
 type memberKey struct{ group, member string }
 
-// memberGen is a member joining from one generation.
-type memberGen struct {
+// keptWait is a member waiting in JoinGroup (sync false) or SyncGroup
+// from one generation.
+type keptWait struct {
 	memberKey
-	gen int32
+	gen  int32
+	sync bool
 }
 
-// joinKeeper heartbeats for members waiting in JoinGroup; see
-// KeepJoiningMembers.
-type joinKeeper struct {
+// waitKeeper heartbeats for members waiting in JoinGroup or SyncGroup;
+// see KeepWaitingMembers.
+type waitKeeper struct {
 	cl     *kgo.Client
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	gens    map[string]int32   // each group's generation, the highest seen
-	keeping map[memberGen]bool // members heartbeated for now
+	mu       sync.Mutex
+	gens     map[string]int32            // each group's generation, the highest seen
+	sessions map[memberKey]time.Duration // each member's session timeout, from its last JoinGroup, until it leaves
+	keeping  map[keptWait]bool           // members heartbeated for now
 }
 
 // generation records that a member of group sent gen.
-func (k *joinKeeper) generation(group string, gen int32) {
+func (k *waitKeeper) generation(group string, gen int32) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.gens[group] = max(k.gens[group], gen)
 }
 
-// keep heartbeats for m, which sent a JoinGroup; see KeepJoiningMembers.
-func (k *joinKeeper) keep(m memberKey, session time.Duration) {
+// left forgets m, which left its group.
+func (k *waitKeeper) left(m memberKey) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	mg := memberGen{m, k.gens[m.group]}
-	if k.keeping[mg] || k.ctx.Err() != nil {
+	delete(k.sessions, m)
+}
+
+// start runs keep on its own goroutine for w, unless w is kept already or
+// the keeper is closed. keep returns when w no longer needs keeping.
+func (k *waitKeeper) start(w keptWait, keep func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keeping[w] || k.ctx.Err() != nil {
 		return
 	}
-	k.keeping[mg] = true
+	k.keeping[w] = true
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
 		defer func() {
 			k.mu.Lock()
-			delete(k.keeping, mg)
+			delete(k.keeping, w)
 			k.mu.Unlock()
 		}()
+		keep()
+	}()
+}
+
+// tick waits d, and reports false once the keeper is closed.
+func (k *waitKeeper) tick(d time.Duration) bool {
+	select {
+	case <-k.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// keepJoining heartbeats for m, which sent a JoinGroup naming session;
+// see KeepWaitingMembers.
+func (k *waitKeeper) keepJoining(m memberKey, session time.Duration) {
+	k.mu.Lock()
+	k.sessions[m] = session
+	w := keptWait{memberKey: m, gen: k.gens[m.group]}
+	k.mu.Unlock()
+	k.start(w, func() {
 		every := max(session/3, 10*time.Millisecond)
-		for gen := mg.gen; ; {
-			select {
-			case <-k.ctx.Done():
-				return
-			case <-time.After(every):
-			}
+		for gen := w.gen; k.tick(every); {
 			err := k.heartbeat(m, gen)
-			if gen > mg.gen || err == nil || !errors.Is(err, kerr.RebalanceInProgress) && !errors.Is(err, kerr.IllegalGeneration) {
+			if gen > w.gen || err == nil || !errors.Is(err, kerr.RebalanceInProgress) && !errors.Is(err, kerr.IllegalGeneration) {
 				// The session runs in the next generation, or the member
 				// is gone.
 				return
 			}
 			if errors.Is(err, kerr.IllegalGeneration) {
 				k.mu.Lock()
-				gen = max(mg.gen+1, k.gens[m.group])
+				gen = max(w.gen+1, k.gens[m.group])
 				k.mu.Unlock()
 				every = 0
 			}
 		}
-	}()
+	})
+}
+
+// keepSyncing heartbeats for m, which sent a SyncGroup under gen; see
+// KeepWaitingMembers. A member whose JoinGroup the keeper did not see is
+// not kept.
+func (k *waitKeeper) keepSyncing(m memberKey, gen int32) {
+	k.mu.Lock()
+	session, ok := k.sessions[m]
+	k.mu.Unlock()
+	if !ok {
+		return
+	}
+	k.start(keptWait{memberKey: m, gen: gen, sync: true}, func() {
+		every := max(session/3, 10*time.Millisecond)
+		for k.tick(every) {
+			// A state that cannot be had ends the keeping as a state
+			// left does: the member's session runs, as kfake's own.
+			state, _ := k.groupState(m.group)
+			// Under gen only: a later generation's rebalance is one the
+			// member must join itself.
+			err := k.heartbeat(m, gen)
+			if state != completingRebalance || err != nil {
+				return
+			}
+		}
+	})
+}
+
+// completingRebalance is the state DescribeGroups names for a group whose
+// members were answered their JoinGroups and whose leader has not synced.
+const completingRebalance = "CompletingRebalance"
+
+// groupState returns group's state as DescribeGroups names it.
+func (k *waitKeeper) groupState(group string) (string, error) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(k.ctx, k.cl)
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Groups) != 1 {
+		return "", fmt.Errorf("describe %s: %d groups in the answer", group, len(resp.Groups))
+	}
+	if err := kerr.ErrorForCode(resp.Groups[0].ErrorCode); err != nil {
+		return "", err
+	}
+	return resp.Groups[0].State, nil
 }
 
 // heartbeat sends a heartbeat for m under gen and returns the broker's
 // error (nil: accepted).
-func (k *joinKeeper) heartbeat(m memberKey, gen int32) error {
+func (k *waitKeeper) heartbeat(m memberKey, gen int32) error {
 	req := kmsg.NewPtrHeartbeatRequest()
 	req.Group, req.MemberID, req.Generation = m.group, m.member, gen
 	resp, err := req.RequestWith(k.ctx, k.cl)
@@ -203,7 +304,7 @@ func (k *joinKeeper) heartbeat(m memberKey, gen int32) error {
 	return kerr.ErrorForCode(resp.ErrorCode)
 }
 
-func (k *joinKeeper) close() {
+func (k *waitKeeper) close() {
 	k.cancel()
 	k.wg.Wait()
 	k.cl.Close()

@@ -73,7 +73,7 @@ func run(args []string) error {
 	}
 	// kfake alone drops a group member that waits in JoinGroup past its
 	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
-	stopKeeping, err := kafka.KeepJoiningMembers(c)
+	stopKeeping, err := kafka.KeepWaitingMembers(c)
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("start cluster: %w", err)
