@@ -197,7 +197,8 @@ func (r *registry) printRSS(w io.Writer) {
 	large, okLarge := r.getRSS(runRSSLarge)
 	small, okSmall := r.getRSS(runRSSSmall)
 	limited, okLimited := r.getRSS(runRSSLimited)
-	if !okIdle && !okLarge && !okSmall && !okLimited {
+	paced, okPaced := r.getRSS(runRSSPaced)
+	if !okIdle && !okLarge && !okSmall && !okLimited && !okPaced {
 		return
 	}
 	fmt.Fprintf(w, "\n### 8. Worker memory under a backlog (worker binary, default settings: MAX_BUFFERED_BYTES %s, MAX_IN_FLIGHT 64; Redis store; Twilio double answering after %v; kfake broker in its own process)\n\n",
@@ -227,6 +228,7 @@ func (r *registry) printRSS(w io.Writer) {
 		{"1 GiB of 200 KiB records, 8 partitions", large, okLarge, rssBound},
 		{"1 GiB of 1 KiB records, 8 partitions", small, okSmall, rssBound},
 		{fmt.Sprintf("1 GiB of 200 KiB records, GOMEMLIMIT %s (as in a pod limited to %s)", mibs(podSoftLimit), mibs(podLimit)), limited, okLimited, podLimit},
+		{fmt.Sprintf("1 GiB of 200 KiB records, SMS_RATE_LIMIT %d/s: records wait for their sender's turn (%.0f paced retries)", rssPace, paced.pacedRetries), paced, okPaced, rssBound},
 	} {
 		if !c.ok {
 			continue

@@ -47,8 +47,11 @@ type rssRun struct {
 	// it, and half of it is no longer the live heap.
 	limited bool
 	sent    int // sends the provider double saw during the run
-	elapsed time.Duration
-	plateau bool // stopped on a plateau, not on the time bound
+	// pacedRetries is the worker's count of records retried to wait for
+	// their sender's pace when the run stopped.
+	pacedRetries float64
+	elapsed      time.Duration
+	plateau      bool // stopped on a plateau, not on the time bound
 }
 
 // Names of the worker process measurements.
@@ -61,7 +64,16 @@ const (
 	runRSSLimited = "rss/200KiB/limited"
 	podLimit      = 128 << 20
 	podSoftLimit  = podLimit / 10 * 9 // memlimit.DefaultRatio of it
+	// runRSSPaced is the 200 KiB backlog with SMS_RATE_LIMIT at rssPace a
+	// second, far below the 32 a second the slots allow: the records
+	// fetched wait for their sender's turn, retried as paced.
+	runRSSPaced = "rss/200KiB/paced"
+	rssPace     = 2
 )
+
+// pacedRetriesSeries is the worker's count of records retried to wait for
+// their sender's pace.
+const pacedRetriesSeries = `notification_worker_retries_total{kind="paced",topic="shipment-events"}`
 
 // BenchmarkWorkerPeakRSS runs the worker binary, with default settings and
 // the Redis store, against a kfake broker process holding a GiB backlog in
@@ -72,7 +84,9 @@ const (
 // The baseline is the same worker idle, on an empty topic. A last run
 // repeats the 200 KiB backlog with GOMEMLIMIT at 90% of 128 MiB, what the
 // worker sets itself in a pod of that limit: the smallest pod the live
-// heap fits in with room to spare.
+// heap fits in with room to spare. Another repeats it with SMS_RATE_LIMIT
+// at 2 a second: the records fetched then wait for their sender's turn
+// rather than for the provider, and must stay within the same bound.
 func BenchmarkWorkerPeakRSS(b *testing.B) {
 	needRedis(b)
 	srv := mustRedis(b)
@@ -83,6 +97,11 @@ func BenchmarkWorkerPeakRSS(b *testing.B) {
 		results.putRSS(runRSSSmall, measureRSS(b, srv.URL(), tw, smallRecord))
 		// As the worker would set it in a pod limited to podLimit.
 		results.putRSS(runRSSLimited, measureRSS(b, srv.URL(), tw, largeRecord, "GOMEMLIMIT", strconv.Itoa(podSoftLimit)))
+		paced := measureRSS(b, srv.URL(), tw, largeRecord, "SMS_RATE_LIMIT", strconv.Itoa(rssPace))
+		if paced.pacedRetries == 0 {
+			b.Fatalf("SMS_RATE_LIMIT=%d: no record was retried as paced in %s (%d sends): the run did not measure a paced backlog", rssPace, paced.elapsed, paced.sent)
+		}
+		results.putRSS(runRSSPaced, paced)
 	}
 	if r, ok := results.getRSS(runRSSLarge); ok {
 		b.ReportMetric(float64(r.peak)/(1<<20), "peak-RSS-MiB-200KiB")
@@ -157,6 +176,7 @@ func measureRSS(b *testing.B, redisURL string, tw *slowTwilio, recordSize int, e
 		time.Sleep(100 * time.Millisecond)
 	}
 	r.peak, r.elapsed = peak, time.Since(start)
+	r.pacedRetries, _ = metricValue(context.Background(), w, pacedRetriesSeries)
 	r.sent = len(tw.d.Attempts()) - sentBefore
 	if recordSize > 0 && r.sent == 0 {
 		b.Fatalf("no send reached the Twilio double in %s: the worker did not handle the backlog\n%v", r.elapsed, lastLines(w.Logs(), 20))
