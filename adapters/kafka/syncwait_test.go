@@ -230,3 +230,75 @@ func TestBroker_RemovesAMemberThatDiedInSyncGroup(t *testing.T) {
 	t.Logf("S, dead in SyncGroup, was removed %v after A synced (session timeout %v)",
 		time.Since(synced).Round(10*time.Millisecond), joinWaitSession)
 }
+
+// TestKfake_TellsEveryMemberItLeadsOnceItsLeaderLeft pins one more thing
+// kfake does on its own, which shows in a group trace rather than as a
+// stall: when the group's leader left, kfake names each member it answers
+// the leader of the new generation (completeRebalance picks a leader anew
+// for every member), so every Sarama member balances and sends its
+// SyncGroup with assignments, and kfake takes the assignments of the last
+// one it named. Kafka names one leader, in every member's answer.
+// docs/kafka-brokers.md describes it; if kfake changes, the page must.
+func TestKfake_TellsEveryMemberItLeadsOnceItsLeaderLeft(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	w, client := newJoinWait(t, c.ListenAddrs(), "leader-left-")
+	w.s = client()
+	// A forms the group; S joins, and A's rejoin completes that rebalance
+	// with both, A leading.
+	w.idA = w.memberID(w.a)
+	first := w.mustJoin(w.a, w.idA)
+	w.sync(w.a, w.idA, first.Generation)
+	w.idS = w.memberID(w.s)
+	sJoined := make(chan *kmsg.JoinGroupResponse, 1)
+	go func() {
+		resp, _ := w.join(w.ctx, w.s, w.idS)
+		sJoined <- resp
+	}()
+	waitFor(t, 20*time.Second, "S's join to start a rebalance", func() bool {
+		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
+	})
+	both := w.mustJoin(w.a, w.idA)
+	if resp := <-sJoined; resp == nil || resp.ErrorCode != 0 || resp.LeaderID != w.idA || both.LeaderID != w.idA {
+		t.Fatalf("the rebalance completed with S's answer %+v and A told %s leads, want A leading both", resp, both.LeaderID)
+	}
+	w.gen = both.Generation
+	w.sync(w.a, w.idA, w.gen)
+	w.sync(w.s, w.idS, w.gen)
+
+	// A, the leader, leaves; a new member N joins, then S rejoins: the
+	// rebalance completes with S and N, and without its leader.
+	leave := kmsg.NewPtrLeaveGroupRequest()
+	leave.Group, leave.Members = w.group, []kmsg.LeaveGroupRequestMember{{MemberID: w.idA}}
+	if _, err := leave.RequestWith(w.ctx, w.a); err != nil {
+		t.Fatalf("A's LeaveGroup: %v", err)
+	}
+	n := client()
+	idN := w.memberID(n)
+	nAnswer := make(chan *kmsg.JoinGroupResponse, 1)
+	go func() {
+		resp, _ := w.join(w.ctx, n, idN)
+		nAnswer <- resp
+	}()
+	waitFor(t, 20*time.Second, "N to join the group", func() bool { return slices.Contains(w.members(), idN) })
+	s := w.mustJoin(w.s, w.idS)
+	var nJoined *kmsg.JoinGroupResponse
+	select {
+	case nJoined = <-nAnswer:
+	case <-time.After(30 * time.Second):
+		t.Fatal("N's JoinGroup not answered within 30s of S's rejoin")
+	}
+	if nJoined == nil || nJoined.ErrorCode != 0 || nJoined.Generation != s.Generation {
+		t.Fatalf("N's JoinGroup answered %+v, want generation %d", nJoined, s.Generation)
+	}
+	if s.LeaderID == nJoined.LeaderID {
+		t.Fatalf("S and N were both told %s leads: kfake names one leader now, and docs/kafka-brokers.md describes a kfake that is gone", s.LeaderID)
+	}
+	if s.LeaderID != w.idS || nJoined.LeaderID != idN {
+		t.Fatalf("S was told %s leads and N %s, want each told it leads itself (S %s, N %s)", s.LeaderID, nJoined.LeaderID, w.idS, idN)
+	}
+	t.Logf("once A left, kfake told S and N each that it leads generation %d", s.Generation)
+}
