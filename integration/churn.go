@@ -108,7 +108,9 @@ type ChurnResult struct {
 // when, opts.Drain after the chaos (with opts.Members members running
 // again), some published event has no SMS at the double or the group has
 // not committed to the end of the topic; and when any event's SMS reached
-// the double twice.
+// the double twice. A failed run reports the group, its offsets and its
+// members' assignments, and keeps every member's log and, on the
+// in-process kfake, a trace of the group's requests (see churnReport).
 func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	t.Helper()
 	opts = opts.withDefaults()
