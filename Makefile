@@ -25,8 +25,15 @@ run: ## the 2026-04-02 incident replayed on an embedded broker, in-memory store,
 
 test: deps test-unit test-rules test-integration ## every test
 
+# The fast tests mostly wait on the processes they start (redis-server,
+# Sentinels, worker binaries), using about a quarter of two cores: three
+# packages run at once (go test's default is one per core), and the longest,
+# cmd/notification-worker, is named first so that it starts first rather
+# than last.
+UNIT_PARALLEL ?= 3
+
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
-	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	$(GO) test -race -count=1 -p $(UNIT_PARALLEL) -timeout 10m ./cmd/notification-worker $(PKGS)
 
 test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
 	promtool check rules deploy/prometheus/rules.yaml
