@@ -246,10 +246,10 @@ func (k *waitKeeper) keepJoining(m memberKey, session time.Duration) {
 }
 
 // keepSyncing heartbeats for m, which sent a SyncGroup under gen; see
-// KeepWaitingMembers. Only a member that sent a JoinGroup naming its id
-// is kept (its session timeout is known): a static member's first join,
-// which names none, is not, as a dynamic member's first join needs no
-// keeping (kfake answers it MEMBER_ID_REQUIRED at once).
+// KeepWaitingMembers. Only a member the keeper saw send a JoinGroup
+// naming its id is kept (that JoinGroup gives its session timeout). Every
+// dynamic member does before it syncs; a static member's first SyncGroup,
+// after a join that named no id, is not kept.
 func (k *waitKeeper) keepSyncing(m memberKey, gen int32) {
 	k.mu.Lock()
 	session, ok := k.sessions[m]
