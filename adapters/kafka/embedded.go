@@ -83,9 +83,9 @@ func (e *Embedded) Close() {
 //     SyncGroup as a JoinGroup taken back, so the next rebalance waits
 //     until its rebalance timeout though every member rejoined. A leader
 //     that dies after the JoinGroups were answered keeps the others
-//     waiting in SyncGroup until its own session ends, which drops the
-//     first of them to have joined. And when the leader syncs, an answer
-//     that does not reach a dead member starts no session for it.
+//     waiting in SyncGroup until its own session ends, and any of them
+//     whose session ends first is dropped. And when the leader syncs, an
+//     answer that does not reach a dead member starts no session for it.
 //
 // Kafka keeps a member awaiting join or sync for as long as it waits, and
 // starts every member's session when the wait ends. Under membership
