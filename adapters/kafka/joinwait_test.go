@@ -67,9 +67,34 @@ func newJoinWait(t *testing.T, brokers []string, prefix string) (w *joinWait, cl
 // returns once the rebalance it starts is under way.
 func startJoinWait(t *testing.T, brokers []string) *joinWait {
 	t.Helper()
-	w, client := newJoinWait(t, brokers, "join-wait-")
+	w, _ := formGroupOfTwo(t, brokers, "join-wait-")
 	ctx := w.ctx
-	w.s, w.aAnswer = client(), make(chan *kmsg.JoinGroupResponse, 1)
+	w.aAnswer = make(chan *kmsg.JoinGroupResponse, 1)
+
+	// A, the leader, rejoins: a rebalance starts, and A waits for S.
+	go func() {
+		resp, err := w.join(ctx, w.a, w.idA)
+		if err != nil {
+			resp = nil
+		}
+		w.aAnswer <- resp
+	}()
+	waitFor(t, 20*time.Second, "A's rejoin to start a rebalance", func() bool {
+		return errors.Is(w.heartbeat(w.s, w.idS, w.gen), kerr.RebalanceInProgress)
+	})
+	w.rejoined = time.Now()
+	return w
+}
+
+// formGroupOfTwo forms a group on brokers for a group named prefix: A
+// joins alone, then S joins and A's rejoin completes that rebalance with
+// both, A leading; both have synced into w.gen. It returns the scene and
+// what connects one more client (see newJoinWait).
+func formGroupOfTwo(t *testing.T, brokers []string, prefix string) (w *joinWait, client func() *kgo.Client) {
+	t.Helper()
+	w, client = newJoinWait(t, brokers, prefix)
+	ctx := w.ctx
+	w.s = client()
 
 	w.idA = w.memberID(w.a)
 	first := w.mustJoin(w.a, w.idA)
@@ -87,26 +112,37 @@ func startJoinWait(t *testing.T, brokers []string) *joinWait {
 	if resp := <-sJoined; resp == nil || resp.ErrorCode != 0 {
 		t.Fatalf("S's join failed: %+v", resp)
 	}
+	if both.LeaderID != w.idA {
+		t.Fatalf("the second rebalance completed with %s leading, want A (%s)", both.LeaderID, w.idA)
+	}
 	w.gen = both.Generation
 	w.sync(w.a, w.idA, w.gen)
 	w.sync(w.s, w.idS, w.gen)
 	if ids := w.members(); len(ids) != 2 || !slices.Contains(ids, w.idA) || !slices.Contains(ids, w.idS) {
 		t.Fatalf("after the second rebalance the group holds %v, want A (%s) and S (%s)", ids, w.idA, w.idS)
 	}
+	return w, client
+}
 
-	// A, the leader, rejoins: a rebalance starts, and A waits for S.
-	go func() {
-		resp, err := w.join(ctx, w.a, w.idA)
-		if err != nil {
-			resp = nil
-		}
-		w.aAnswer <- resp
-	}()
-	waitFor(t, 20*time.Second, "A's rejoin to start a rebalance", func() bool {
-		return errors.Is(w.heartbeat(w.s, w.idS, w.gen), kerr.RebalanceInProgress)
-	})
-	w.rejoined = time.Now()
-	return w
+// kfakeAlone starts a one-broker kfake without kafka.KeepWaitingMembers,
+// groups accepting the scenes' short sessions, closed with t, and returns
+// its address: for the tests that pin what kfake does on its own.
+func kfakeAlone(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// brokerName is the broker the scenes ran on, for a test's log line.
+func brokerName() string {
+	if b := os.Getenv(testBrokersEnv); b != "" {
+		return b
+	}
+	return "the embedded broker"
 }
 
 func (w *joinWait) join(ctx context.Context, cl *kgo.Client, member string) (*kmsg.JoinGroupResponse, error) {
@@ -210,12 +246,7 @@ func (w *joinWait) assertANotAnswered(when string) {
 // client's read timeout. docs/kafka-brokers.md describes it; if kfake
 // changes, the page must.
 func TestKfake_RemovesAMemberWaitingInJoinGroupAtItsSessionTimeout(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	w := startJoinWait(t, c.ListenAddrs())
+	w := startJoinWait(t, kfakeAlone(t))
 
 	var gone time.Duration
 	waitFor(t, 20*time.Second, "kfake to remove A, waiting in JoinGroup, from the group", func() bool {
@@ -280,12 +311,8 @@ func TestBroker_KeepsAMemberWaitingInJoinGroup(t *testing.T) {
 		t.Errorf("A's answer: generation %d, leader %s, %d members; S's generation %d: want the same generation, A leading both",
 			answer.Generation, answer.LeaderID, len(answer.Members), final.Generation)
 	}
-	broker := "the embedded broker"
-	if os.Getenv(testBrokersEnv) != "" {
-		broker = os.Getenv(testBrokersEnv)
-	}
 	t.Logf("on %s, A waited in JoinGroup %v (session timeout %v) and was answered with both members",
-		broker, time.Since(w.rejoined).Round(10*time.Millisecond), joinWaitSession)
+		brokerName(), time.Since(w.rejoined).Round(10*time.Millisecond), joinWaitSession)
 }
 
 // TestBroker_RemovesASilentMemberDuringARebalance: a member that stops
@@ -364,14 +391,10 @@ func newMemberDiesInFirstJoin(t *testing.T, brokers []string) (w *joinWait, idN 
 // all failing would be one in a thousand). docs/kafka-brokers.md
 // describes it.
 func TestKfake_KeepsANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	brokers := kfakeAlone(t)
 	const tries = 10
 	for try := 1; try <= tries; try++ {
-		w, idN, gen := newMemberDiesInFirstJoin(t, c.ListenAddrs())
+		w, idN, gen := newMemberDiesInFirstJoin(t, brokers)
 		kept := true
 		// Five session timeouts of A heartbeating: N is still listed, or
 		// kfake removed it and rebalanced.

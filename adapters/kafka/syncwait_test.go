@@ -3,13 +3,11 @@ package kafka_test
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -110,12 +108,7 @@ func (w *syncWait) heartbeatA() {
 // though every member rejoined, waits until its rebalance timeout.
 // docs/kafka-brokers.md describes it; if kfake changes, the page must.
 func TestKfake_RemovesAMemberWaitingInSyncGroupAtItsSessionTimeout(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	w := startSyncWait(t, c.ListenAddrs())
+	w := startSyncWait(t, kfakeAlone(t))
 
 	var gone time.Duration
 	waitFor(t, 20*time.Second, "kfake to remove S, waiting in SyncGroup, from the group", func() bool {
@@ -186,12 +179,8 @@ func TestBroker_KeepsAMemberWaitingInSyncGroup(t *testing.T) {
 	if answer == nil || answer.ErrorCode != 0 || string(answer.MemberAssignment) != string(assigned) {
 		t.Fatalf("S's SyncGroup answered %+v, want success with %q", answer, assigned)
 	}
-	broker := "the embedded broker"
-	if os.Getenv(testBrokersEnv) != "" {
-		broker = os.Getenv(testBrokersEnv)
-	}
 	t.Logf("on %s, S waited in SyncGroup %v (session timeout %v) and got its assignment",
-		broker, time.Since(w.syncing).Round(10*time.Millisecond), joinWaitSession)
+		brokerName(), time.Since(w.syncing).Round(10*time.Millisecond), joinWaitSession)
 }
 
 // TestBroker_RemovesAMemberThatDiedInSyncGroup: a member that dies waiting
@@ -240,34 +229,8 @@ func TestBroker_RemovesAMemberThatDiedInSyncGroup(t *testing.T) {
 // one it named. Kafka names one leader, in every member's answer.
 // docs/kafka-brokers.md describes it; if kfake changes, the page must.
 func TestKfake_TellsEveryMemberItLeadsOnceItsLeaderLeft(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	w, client := newJoinWait(t, c.ListenAddrs(), "leader-left-")
-	w.s = client()
-	// A forms the group; S joins, and A's rejoin completes that rebalance
-	// with both, A leading.
-	w.idA = w.memberID(w.a)
-	first := w.mustJoin(w.a, w.idA)
-	w.sync(w.a, w.idA, first.Generation)
-	w.idS = w.memberID(w.s)
-	sJoined := make(chan *kmsg.JoinGroupResponse, 1)
-	go func() {
-		resp, _ := w.join(w.ctx, w.s, w.idS)
-		sJoined <- resp
-	}()
-	waitFor(t, 20*time.Second, "S's join to start a rebalance", func() bool {
-		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
-	})
-	both := w.mustJoin(w.a, w.idA)
-	if resp := <-sJoined; resp == nil || resp.ErrorCode != 0 || resp.LeaderID != w.idA || both.LeaderID != w.idA {
-		t.Fatalf("the rebalance completed with S's answer %+v and A told %s leads, want A leading both", resp, both.LeaderID)
-	}
-	w.gen = both.Generation
-	w.sync(w.a, w.idA, w.gen)
-	w.sync(w.s, w.idS, w.gen)
+	// A and S in a group, A leading.
+	w, client := formGroupOfTwo(t, kfakeAlone(t), "leader-left-")
 
 	// A, the leader, leaves; a new member N joins, then S rejoins: the
 	// rebalance completes with S and N, and without its leader.
