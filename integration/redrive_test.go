@@ -6,22 +6,26 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/integration"
 )
 
 // TestRedrive: the worker dead-letters two malformed records on Apache
 // Kafka; `notification-worker redrive` puts them back on the topic with
-// their key, headers (traceparent) and original timestamp, and commits its
-// group's offsets on the dead letter topic. A dry run and a run filtered to
-// another kind write nothing; a second run redrives nothing.
+// their key, headers (traceparent) and original timestamp, and marks each
+// in the dead letter topic. A dry run and a run filtered to another kind
+// write nothing; a second run redrives nothing.
 func TestRedrive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -51,22 +55,7 @@ func TestRedrive(t *testing.T) {
 
 	redrive := func(args ...string) (code int, stdout, stderr string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, integration.WorkerBinary(t), append([]string{"redrive"}, args...)...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "TMPDIR=" + os.TempDir()}
-		for k, v := range rig.WorkerEnv(nil) {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("redrive %v: %v", args, err)
-		}
-		t.Logf("redrive %v: exit %d\n%s%s", args, cmd.ProcessState.ExitCode(), out.String(), errOut.String())
-		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+		return redriveCommand(t, rig.WorkerEnv(nil), args...)
 	}
 
 	t.Run("DryRunWritesNothing", func(t *testing.T) {
@@ -118,31 +107,150 @@ func TestRedrive(t *testing.T) {
 				t.Errorf("topic holds %s %d times, want 2 (the original and the redriven)", p.Key, copies[string(p.Key)])
 			}
 		}
-		committed, err := rig.Kafka.CommittedOffsets(ctx, rig.Group+".redrive", dlq)
+		markers, err := rig.Kafka.ReadTopic(rctx, dlq, len(poison)*2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ends, err := rig.Kafka.EndOffsets(ctx, dlq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, end := range ends {
-			if end > 0 && committed[p] != end {
-				t.Errorf("group %s.redrive committed %v on %s, want its ends %v", rig.Group, committed, dlq, ends)
-				break
+		marked := 0
+		for _, r := range markers {
+			if faultHeader(r, kafka.HeaderDLQRedriven) == kafka.MarkerRedriven {
+				marked++
 			}
+		}
+		if marked != len(poison) {
+			t.Errorf("%s holds %d markers, want one per dead letter (%d)", dlq, marked, len(poison))
 		}
 	})
 
 	t.Run("SecondRunRedrivesNothing", func(t *testing.T) {
 		code, stdout, _ := redrive()
-		if code != 0 || !strings.Contains(stdout, "0 dead letters read, 0 redriven") {
+		if code != 0 || !strings.Contains(stdout, "2 dead letters read, 0 redriven, 2 already redriven passed over") {
 			t.Fatalf("exit %d, stdout %q", code, stdout)
 		}
 		if got := mustEndTotal(t, rig.Kafka, rig.Topic); got != topicEnd+2 {
 			t.Errorf("topic end %d after a second run, want %d", got, topicEnd+2)
 		}
 	})
+}
+
+// TestRedrive_AtMostOnceWhateverTheFilters: on Apache Kafka, any sequence
+// of `notification-worker redrive` runs redrives each dead letter at most
+// once: -reason then a plain run, a plain run then -reason, the same
+// filter twice, overlapping filters (-reason and -since, -from and
+// -reason); a dead letter written between two runs is redriven by the
+// next.
+func TestRedrive_AtMostOnceWhateverTheFilters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	k := integration.SharedKafka(t)
+	topic := faultName(t)
+	dlq := topic + ".dlq"
+	for _, name := range []string{topic, dlq} {
+		if err := k.CreateTopic(ctx, name, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := k.Env(topic, topic+"-group")
+	// Wherever a worker has run, the broker's group coordinator is up; a
+	// fresh broker has none until its offsets topic is made.
+	faultWait(t, 60*time.Second, "the group coordinator", func() (bool, string) {
+		_, err := k.CommittedOffsets(ctx, topic+"-group.redrive", dlq)
+		return err == nil, fmt.Sprint(err)
+	})
+
+	n := 0
+	// deadLetters writes a dead letter of each kind, as the worker writes
+	// them, valued dl-1, dl-2 and on.
+	deadLetters := func(kinds ...string) {
+		t.Helper()
+		var recs []*kgo.Record
+		for _, kind := range kinds {
+			n++
+			recs = append(recs, &kgo.Record{Topic: dlq, Key: []byte(fmt.Sprintf("SHP-%d", n)), Value: []byte(fmt.Sprintf("dl-%d", n)),
+				Headers: []kgo.RecordHeader{
+					{Key: kafka.HeaderDLQKind, Value: []byte(kind)},
+					{Key: kafka.HeaderDLQReason, Value: []byte("a reason of kind " + kind)},
+					{Key: kafka.HeaderDLQOriginalTopic, Value: []byte(topic)},
+					{Key: kafka.HeaderDLQOriginalPartition, Value: []byte(strconv.Itoa(n % 2))},
+					{Key: kafka.HeaderDLQOriginalOffset, Value: []byte(strconv.Itoa(n))},
+				}})
+		}
+		if err := k.PublishRecords(ctx, recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// want is how many times the topic must hold each dead letter's record.
+	want := map[string]int{}
+	run := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := redriveCommand(t, env, args...)
+		if code != 0 {
+			t.Fatalf("redrive %v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		recs, err := k.ReadTopic(rctx, topic, int(mustEndTotal(t, k, topic)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, r := range recs {
+			got[string(r.Value)]++
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("after redrive %v the topic holds %v, want %v", args, got, want)
+		}
+		return stdout
+	}
+
+	deadLetters("permanent", "retryable", "unavailable", "permanent")
+	want["dl-1"], want["dl-4"] = 1, 1
+	run("-reason", "permanent")
+	want["dl-2"], want["dl-3"] = 1, 1
+	run()
+	run("-reason", "permanent")
+	run()
+
+	deadLetters("retryable", "permanent")
+	want["dl-5"], want["dl-6"] = 1, 1
+	run()
+	run("-reason", "permanent")
+
+	// -since this time reads only what is written next.
+	cut := time.Now()
+	deadLetters("paced", "retryable", "permanent")
+	want["dl-8"] = 1
+	run("-reason", "retryable")
+	want["dl-7"], want["dl-9"] = 1, 1
+	run("-since", cut.Format(time.RFC3339Nano))
+	run("-from", "0:0,1:0", "-reason", "permanent")
+
+	if stdout := run("-dry-run"); !strings.Contains(stdout, "9 dead letters read, 0 would be redriven") ||
+		!strings.Contains(stdout, "9 already redriven passed over") {
+		t.Errorf("a last dry run printed %q, want 9 read, 0 to redrive, 9 already redriven", stdout)
+	}
+}
+
+// redriveCommand runs `notification-worker redrive args...` in env and
+// returns its exit status and output.
+func redriveCommand(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, integration.WorkerBinary(t), append([]string{"redrive"}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "TMPDIR=" + os.TempDir()}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("redrive %v: %v", args, err)
+	}
+	t.Logf("redrive %v: exit %d\n%s%s", args, cmd.ProcessState.ExitCode(), out.String(), errOut.String())
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
 }
 
 // mustEndTotal returns the sum of topic's end offsets: how many records it

@@ -39,13 +39,14 @@ const (
 )
 
 // isDeadLetterHeader reports whether key is one of the headers the worker
-// adds to a dead letter: a dead letter drops them from the record it
-// carries, and a redrive drops them from the record it republishes.
+// adds to a dead letter or a redrive marker (HeaderDLQRedriven): a dead
+// letter drops them from the record it carries, so that none is taken for
+// a marker, and a redrive drops them from the record it republishes.
 func isDeadLetterHeader(key string) bool {
 	switch key {
 	case HeaderDLQReason, HeaderDLQKind, HeaderDLQOriginalTopic, HeaderDLQOriginalPartition,
 		HeaderDLQOriginalOffset, HeaderDLQOriginalTimestamp, HeaderDLQValueDropped,
-		HeaderDLQKeyDropped, HeaderDLQHeadersDropped:
+		HeaderDLQKeyDropped, HeaderDLQHeadersDropped, HeaderDLQRedriven:
 		return true
 	}
 	return false

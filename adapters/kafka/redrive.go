@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -16,43 +15,61 @@ import (
 )
 
 // DefaultRedriveBatch is how many dead letters Redrive reads before it
-// writes what it took from them and commits: the most a failed run writes
-// again on the next one.
+// writes what it took from them and then their markers: the most a run
+// that fails between the two writes again on the next run.
 const DefaultRedriveBatch = 500
 
 // RedriveKinds are the values RedriveConfig.Kind may take: the kinds a dead
 // letter's HeaderDLQKind names.
 var RedriveKinds = []string{ports.Permanent.String(), ports.Retryable.String(), ports.Unavailable.String(), ports.Paced.String()}
 
+// HeaderDLQRedriven marks a record of the dead letter topic as Redrive's
+// marker, not a dead letter. Its value is MarkerRedriven or MarkerGone;
+// its key names the record settled: the dead letter's HeaderDLQOriginalTopic,
+// HeaderDLQOriginalPartition and HeaderDLQOriginalOffset as
+// "topic/partition/offset", or, for a dead letter that names no origin,
+// its own place on the dead letter topic in that form. A marker follows
+// its dead letter in the same partition, so retention never removes a
+// marker before the dead letter it settles.
+const HeaderDLQRedriven = "dlq.redriven"
+
+// The values of HeaderDLQRedriven.
+const (
+	// MarkerRedriven: the record was written back to its topic (or, by a
+	// version that kept consumer group offsets, redriven or deliberately
+	// passed over).
+	MarkerRedriven = "redriven"
+	// MarkerGone: the dead letter carried no value and its original record
+	// is gone from its topic: it cannot be redriven.
+	MarkerGone = "gone"
+)
+
 // RedriveConfig configures Redrive.
 type RedriveConfig struct {
-	// Config gives Brokers, TLS and SASL; DLQTopic, the topic read; Topic,
-	// where a dead letter goes that does not name its original topic; and
-	// the producer's retry backoff (RetryInitialBackoff, RetryMaxBackoff).
-	// Its GroupID is not used: Group is.
+	// Config gives Brokers, TLS and SASL; DLQTopic, the topic read and
+	// where the markers go; Topic, where a dead letter goes that does not
+	// name its original topic; and the producer's retry backoff
+	// (RetryInitialBackoff, RetryMaxBackoff). Its GroupID is not used.
 	Config
-	// Group is the consumer group whose committed offsets on DLQTopic say
-	// what was redriven: a run starts at them and commits as it goes, so a
-	// second run does not redrive the same dead letter again. Required.
-	// Its committed offsets are its only state: it has no members.
-	Group string
-	// From, when not empty, is where to start in each partition it lists,
-	// whatever Group committed; only those partitions are read. Since,
-	// when not zero, starts every partition at its first dead letter
-	// written at or after Since, or at Group's committed offset if that is
-	// later. With neither, a partition starts at Group's committed offset,
-	// or at its oldest dead letter when Group committed none. At most one
-	// of From and Since may be set. Every run commits where it ended, so a
-	// run that started past some dead letters moves Group past them too.
+	// From, when not empty, limits the run to the partitions it lists,
+	// each from the offset given. Since, when not zero, starts every
+	// partition at its first dead letter written at or after Since. With
+	// neither, every partition is read from its oldest dead letter. At
+	// most one of From and Since may be set. They choose what one run
+	// reads, and nothing else: the dead letters they leave wait for a
+	// later run.
 	From  map[int32]int64
 	Since time.Time
 	// Kind, when not empty, is one of RedriveKinds: only dead letters of
-	// that kind are redriven. The others are passed over, and Group's
-	// offsets move past them too, so a filtered run wants a group of its
-	// own.
+	// that kind are redriven; the others wait for a later run.
 	Kind string
-	// DryRun reads and counts what a run would redrive, and writes and
-	// commits nothing.
+	// EarlierGroups are the consumer groups whose committed offsets on
+	// DLQTopic recorded what versions before markers redrove, by kind (""
+	// for their runs of every kind). A dead letter below the offset its
+	// kind's group or the "" group committed counts as redriven: it is not
+	// redriven again, and gets its marker. Optional.
+	EarlierGroups map[string]string
+	// DryRun reads and counts what a run would redrive, and writes nothing.
 	DryRun bool
 	// Batch is DefaultRedriveBatch when zero.
 	Batch int
@@ -88,14 +105,19 @@ type ReasonCount struct {
 // RedriveResult is what a Redrive run did (or, for a dry run, would do).
 type RedriveResult struct {
 	Partitions []RedrivePartition
-	// Read is every dead letter read; Redriven those republished (for a dry
-	// run: those that would be); PassedOver those of another Kind.
+	// Read is every dead letter read (markers are not dead letters);
+	// Redriven those republished (for a dry run: those that would be);
+	// PassedOver those of another Kind, left for a later run.
 	Read, Redriven, PassedOver int
-	// Repeats counts dead letters of a record already redriven by this run
-	// (the same HeaderDLQOriginalTopic, HeaderDLQOriginalPartition and
-	// HeaderDLQOriginalOffset): the dead letter topic is at least once,
-	// and a repeat is passed over.
-	Repeats int
+	// AlreadyRedriven counts dead letters of a record redriven before: by
+	// an earlier run (a marker), by a version that kept group offsets
+	// (EarlierGroups), or by this run (the dead letter topic is at least
+	// once, so a record may have several dead letters). They are passed
+	// over.
+	AlreadyRedriven int
+	// Gone counts dead letters that cannot be redriven, found so by this
+	// run or marked so by an earlier one (see ErrRedriveOriginGone).
+	Gone int
 	// FromSource counts the redriven dead letters that carried no value
 	// (HeaderDLQValueDropped), whose record was read from its original
 	// topic instead.
@@ -105,10 +127,11 @@ type RedriveResult struct {
 	ByReason []ReasonCount
 }
 
-// ErrRedriveOriginGone is wrapped by the error Redrive returns when a dead
-// letter carries no value and its original record is no longer in its
-// topic (retention deleted it): it cannot be redriven, and the run stops
-// before it, so that it is never passed over silently.
+// ErrRedriveOriginGone is wrapped by the error Redrive returns when it
+// found dead letters that carry no value and whose original record is no
+// longer in its topic (retention deleted it): they cannot be redriven.
+// Redrive marks them (MarkerGone) and goes on; later runs count them in
+// RedriveResult.Gone and return no error for them.
 var ErrRedriveOriginGone = errors.New("kafka: redrive: the original record is gone from its topic")
 
 // redriveOriginWait bounds how long Redrive waits for one original record.
@@ -123,14 +146,19 @@ const redriveOriginWait = 30 * time.Second
 // value was dropped is redriven from its original record, read at
 // HeaderDLQOriginalPartition and HeaderDLQOriginalOffset.
 //
-// It reads every partition from its start (see RedriveConfig.From) up to
-// its end as it was when Redrive began: dead letters written during the
-// run are left for the next. After each batch it writes through an
-// idempotent producer (acks from every in-sync replica; its own retries
-// never write a record twice) and then commits cfg.Group's offset past
-// the batch. A run that fails or is cancelled may so have written a batch
-// it did not commit, which the next run writes again: the worker's
-// idempotency store makes that second copy send nothing.
+// Each record is redriven at most once, whatever the filters of this run
+// and of earlier ones: what was redriven is a marker per record in the
+// dead letter topic itself (HeaderDLQRedriven; EarlierGroups aside). A run
+// first reads every marker, then reads the dead letters (all of them, or
+// those From or Since choose, up to each partition's end when the run
+// began: dead letters written during the run are left for the next), and
+// redrives those of Kind that no marker names. After each batch it writes
+// the records through an idempotent producer (acks from every in-sync
+// replica; its own retries never write a record twice) and only then
+// their markers. A run that fails or is killed between the two has written
+// a batch it did not mark, which the next run writes again: the worker's
+// idempotency store makes that second copy send nothing. Runs must not
+// overlap: two at once both redrive what neither has marked yet.
 //
 // It returns what it did, with an error wrapping ErrInvalidConfig for a
 // bad cfg, ErrRedriveOriginGone, or the broker's or ctx's error; the
@@ -159,9 +187,6 @@ func (cfg RedriveConfig) validate() error {
 	if cfg.DLQTopic == "" {
 		bad = append(bad, "DLQTopic is empty")
 	}
-	if cfg.Group == "" {
-		bad = append(bad, "Group is empty")
-	}
 	if len(cfg.From) > 0 && !cfg.Since.IsZero() {
 		bad = append(bad, "From and Since are both set")
 	}
@@ -188,9 +213,16 @@ type redriver struct {
 
 	res      RedriveResult
 	byReason map[[2]string]int
-	// seen holds the origin (topic/partition/offset) of every dead letter
-	// this run redrove, to pass over repeats.
-	seen map[string]bool
+	// settled holds every record a marker names, or this run marked: true
+	// when it was found gone.
+	settled map[string]bool
+	// earlier holds EarlierGroups' committed offsets, by kind and
+	// partition.
+	earlier map[string]map[int32]int64
+	// gone is the first ErrRedriveOriginGone this run met, goneNow how
+	// many dead letters it found gone.
+	gone    error
+	goneNow int
 }
 
 func newRedriver(cfg RedriveConfig) (*redriver, error) {
@@ -205,7 +237,7 @@ func newRedriver(cfg RedriveConfig) (*redriver, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: redrive: consumer: %w", err)
 	}
-	r := &redriver{cfg: cfg, sc: sc, client: client, consumer: consumer, byReason: map[[2]string]int{}, seen: map[string]bool{}}
+	r := &redriver{cfg: cfg, sc: sc, client: client, consumer: consumer, byReason: map[[2]string]int{}, settled: map[string]bool{}}
 	if !cfg.DryRun {
 		psc := cfg.deadLetterConfig(DeadLetterUnreadyAfter)
 		psc.Producer.Partitioner = newOriginPartitioner
@@ -226,8 +258,22 @@ func (r *redriver) close() {
 }
 
 func (r *redriver) run(ctx context.Context) (RedriveResult, error) {
-	ranges, err := r.ranges()
+	whole, err := r.bounds()
 	if err != nil {
+		return r.res, err
+	}
+	ranges, err := r.ranges(whole)
+	if err != nil {
+		return r.res, err
+	}
+	// Markers are read from every partition: the dead letters of one
+	// record may be in several.
+	for _, pr := range whole {
+		if err := r.read(ctx, pr, r.noteMarker); err != nil {
+			return r.res, err
+		}
+	}
+	if r.earlier, err = r.earlierOffsets(whole); err != nil {
 		return r.res, err
 	}
 	r.res.Partitions = ranges
@@ -235,6 +281,9 @@ func (r *redriver) run(ctx context.Context) (RedriveResult, error) {
 		if err := r.partition(ctx, pr); err != nil {
 			return r.result(), err
 		}
+	}
+	if r.gone != nil {
+		return r.result(), fmt.Errorf("kafka: redrive: %d dead letters cannot be redriven (marked so: later runs pass them over), %w", r.goneNow, r.gone)
 	}
 	return r.result(), nil
 }
@@ -254,30 +303,15 @@ func (r *redriver) result() RedriveResult {
 	return out
 }
 
-// ranges returns, for every partition to read, where to start and the end
-// it has now.
-func (r *redriver) ranges() ([]RedrivePartition, error) {
+// bounds returns every partition of DLQTopic from its oldest record to
+// its end now.
+func (r *redriver) bounds() ([]RedrivePartition, error) {
 	topic := r.cfg.DLQTopic
-	all, err := r.client.Partitions(topic)
+	partitions, err := r.client.Partitions(topic)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: redrive: partitions of %s: %w", topic, err)
 	}
-	partitions := all
-	if len(r.cfg.From) > 0 {
-		partitions = slices.Sorted(maps.Keys(r.cfg.From))
-		for _, p := range partitions {
-			if !slices.Contains(all, p) {
-				return nil, fmt.Errorf("%w: From: %s has no partition %d", ErrInvalidConfig, topic, p)
-			}
-		}
-	}
-	var committed map[int32]int64
-	if len(r.cfg.From) == 0 {
-		if committed, err = r.committed(partitions); err != nil {
-			return nil, err
-		}
-	}
-	var out []RedrivePartition
+	out := make([]RedrivePartition, 0, len(partitions))
 	for _, p := range partitions {
 		oldest, err := r.client.GetOffset(topic, p, sarama.OffsetOldest)
 		if err != nil {
@@ -287,105 +321,110 @@ func (r *redriver) ranges() ([]RedrivePartition, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kafka: redrive: end of %s/%d: %w", topic, p, err)
 		}
-		start := oldest
+		out = append(out, RedrivePartition{Partition: p, Start: oldest, End: end})
+	}
+	return out, nil
+}
+
+// ranges narrows whole to what From or Since choose.
+func (r *redriver) ranges(whole []RedrivePartition) ([]RedrivePartition, error) {
+	topic := r.cfg.DLQTopic
+	for p := range r.cfg.From {
+		if !slices.ContainsFunc(whole, func(pr RedrivePartition) bool { return pr.Partition == p }) {
+			return nil, fmt.Errorf("%w: From: %s has no partition %d", ErrInvalidConfig, topic, p)
+		}
+	}
+	var out []RedrivePartition
+	for _, pr := range whole {
+		oldest := pr.Start
 		switch {
 		case len(r.cfg.From) > 0:
-			start = r.cfg.From[p]
+			from, ok := r.cfg.From[pr.Partition]
+			if !ok {
+				continue
+			}
+			pr.Start = from
 		case !r.cfg.Since.IsZero():
 			// The broker answers the first offset whose timestamp is at or
 			// after Since, or -1 when there is none.
-			at, err := r.client.GetOffset(topic, p, r.cfg.Since.UnixMilli())
+			at, err := r.client.GetOffset(topic, pr.Partition, r.cfg.Since.UnixMilli())
 			if err != nil {
-				return nil, fmt.Errorf("kafka: redrive: offset of %s/%d at %s: %w", topic, p, r.cfg.Since.Format(time.RFC3339), err)
+				return nil, fmt.Errorf("kafka: redrive: offset of %s/%d at %s: %w", topic, pr.Partition, r.cfg.Since.Format(time.RFC3339), err)
 			}
-			start = end
+			pr.Start = pr.End
 			if at >= 0 {
-				start = at
+				pr.Start = at
 			}
-			// Since never goes back before what the group redrove.
-			start = max(start, committed[p])
-		case committed[p] >= 0:
-			start = committed[p]
 		}
-		// Retention may have deleted up to oldest since the offset was
-		// committed or chosen.
-		start = min(max(start, oldest), end)
-		out = append(out, RedrivePartition{Partition: p, Start: start, End: end})
+		// Retention may have deleted up to the oldest since From was
+		// chosen.
+		pr.Start = min(max(pr.Start, oldest), pr.End)
+		out = append(out, pr)
 	}
 	return out, nil
 }
 
-// committed returns Group's committed offsets on partitions of DLQTopic,
-// -1 where it committed none.
-func (r *redriver) committed(partitions []int32) (map[int32]int64, error) {
+// earlierOffsets returns EarlierGroups' committed offsets on the
+// partitions of whole, by kind (-1 or absent: none).
+func (r *redriver) earlierOffsets(whole []RedrivePartition) (map[string]map[int32]int64, error) {
 	topic := r.cfg.DLQTopic
-	coord, err := r.client.Coordinator(r.cfg.Group)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: redrive: coordinator of group %s: %w", r.cfg.Group, err)
+	partitions := make([]int32, len(whole))
+	for i, pr := range whole {
+		partitions[i] = pr.Partition
 	}
-	req := sarama.NewOffsetFetchRequest(r.sc.Version, r.cfg.Group, map[string][]int32{topic: partitions})
-	resp, err := coord.FetchOffset(req)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: redrive: committed offsets of group %s: %w", r.cfg.Group, err)
-	}
-	out := make(map[int32]int64, len(partitions))
-	if resp.Err == sarama.ErrGroupIDNotFound {
-		// A group that never committed (some brokers answer so).
-		for _, p := range partitions {
-			out[p] = -1
+	out := map[string]map[int32]int64{}
+	for kind, group := range r.cfg.EarlierGroups {
+		coord, err := r.client.Coordinator(group)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: redrive: coordinator of group %s: %w", group, err)
 		}
-		return out, nil
-	}
-	if resp.Err != sarama.ErrNoError {
-		return nil, fmt.Errorf("kafka: redrive: committed offsets of group %s: %w", r.cfg.Group, resp.Err)
-	}
-	for _, p := range partitions {
-		out[p] = -1
-		b := resp.GetBlock(topic, p)
-		if b == nil {
+		resp, err := coord.FetchOffset(sarama.NewOffsetFetchRequest(r.sc.Version, group, map[string][]int32{topic: partitions}))
+		if err != nil {
+			return nil, fmt.Errorf("kafka: redrive: committed offsets of group %s: %w", group, err)
+		}
+		if resp.Err == sarama.ErrGroupIDNotFound {
 			continue
 		}
-		if b.Err != sarama.ErrNoError {
-			return nil, fmt.Errorf("kafka: redrive: committed offset of group %s on %s/%d: %w", r.cfg.Group, topic, p, b.Err)
+		if resp.Err != sarama.ErrNoError {
+			return nil, fmt.Errorf("kafka: redrive: committed offsets of group %s: %w", group, resp.Err)
 		}
-		out[p] = b.Offset
+		out[kind] = map[int32]int64{}
+		for _, p := range partitions {
+			b := resp.GetBlock(topic, p)
+			if b == nil {
+				continue
+			}
+			if b.Err != sarama.ErrNoError {
+				return nil, fmt.Errorf("kafka: redrive: committed offset of group %s on %s/%d: %w", group, topic, p, b.Err)
+			}
+			out[kind][p] = b.Offset
+		}
 	}
 	return out, nil
 }
 
-// commit commits Group's offset next on partition p of DLQTopic.
-func (r *redriver) commit(p int32, next int64) error {
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		if attempt > 0 {
-			_ = r.client.RefreshCoordinator(r.cfg.Group)
+// redrivenEarlier reports whether an earlier group's offsets say that the
+// dead letter of kind at offset off of partition p was redriven.
+func (r *redriver) redrivenEarlier(kind string, p int32, off int64) bool {
+	for _, k := range []string{"", kind} {
+		if at, ok := r.earlier[k][p]; ok && off < at {
+			return true
 		}
-		var coord *sarama.Broker
-		if coord, err = r.client.Coordinator(r.cfg.Group); err != nil {
-			continue
-		}
-		req := sarama.NewOffsetCommitRequest(r.sc, r.cfg.Group)
-		req.AddBlockWithLeaderEpoch(r.cfg.DLQTopic, p, next, -1, 0, "")
-		var resp *sarama.OffsetCommitResponse
-		if resp, err = coord.CommitOffset(req); err != nil {
-			continue
-		}
-		if kerr := resp.Errors[r.cfg.DLQTopic][p]; kerr != sarama.ErrNoError {
-			err = kerr
-			continue
-		}
-		return nil
 	}
-	return fmt.Errorf("kafka: redrive: commit group %s at %s/%d offset %d: %w", r.cfg.Group, r.cfg.DLQTopic, p, next, err)
+	return false
 }
 
-// partition redrives pr, batch by batch.
-func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
-	report := func(next int64) {
-		if r.cfg.Progress != nil {
-			r.cfg.Progress(RedriveProgress{Partition: pr.Partition, Next: next, End: pr.End, Read: r.res.Read, Redriven: r.res.Redriven})
-		}
+// noteMarker adds the record msg settles to r.settled, if msg is a marker.
+func (r *redriver) noteMarker(msg *sarama.ConsumerMessage) error {
+	if v := headerValue(msg.Headers, HeaderDLQRedriven); v != "" {
+		r.settled[string(msg.Key)] = v == MarkerGone
 	}
+	return nil
+}
+
+// read calls fn with each record of pr in turn, and returns fn's first
+// error.
+func (r *redriver) read(ctx context.Context, pr RedrivePartition, fn func(*sarama.ConsumerMessage) error) error {
 	if pr.Start >= pr.End {
 		return nil
 	}
@@ -394,31 +433,6 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 		return fmt.Errorf("kafka: redrive: read %s/%d from %d: %w", r.cfg.DLQTopic, pr.Partition, pr.Start, err)
 	}
 	defer pc.Close()
-
-	var batch []*sarama.ProducerMessage
-	var counted []ReasonCount
-	read := 0
-	flush := func(next int64) error {
-		if !r.cfg.DryRun {
-			if len(batch) > 0 {
-				if err := r.producer.send(ctx, batch); err != nil {
-					return fmt.Errorf("kafka: redrive: write %d records taken from %s/%d before offset %d: %w", len(batch), r.cfg.DLQTopic, pr.Partition, next, err)
-				}
-			}
-			if err := r.commit(pr.Partition, next); err != nil {
-				return err
-			}
-		}
-		r.res.Read += read
-		r.res.Redriven += len(counted)
-		for _, c := range counted {
-			r.byReason[[2]string{c.Kind, c.Reason}]++
-		}
-		batch, counted, read = batch[:0], counted[:0], 0
-		report(next)
-		return nil
-	}
-
 	for next := pr.Start; next < pr.End; {
 		var msg *sarama.ConsumerMessage
 		select {
@@ -431,22 +445,90 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 		if msg.Offset >= pr.End {
 			// Offsets up to End are not all records (a gap); the range
 			// is read.
-			return flush(pr.End)
+			return nil
 		}
 		next = msg.Offset + 1
+		if err := fn(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// partition redrives the dead letters of pr, batch by batch.
+func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
+	if pr.Start >= pr.End {
+		return nil
+	}
+	var batch, markers []*sarama.ProducerMessage
+	var counted []ReasonCount
+	read := 0
+	// flush writes the batch, then its markers, and counts it.
+	flush := func(next int64) error {
+		if !r.cfg.DryRun && len(batch) > 0 {
+			if err := r.producer.send(ctx, batch); err != nil {
+				return fmt.Errorf("kafka: redrive: write %d records taken from %s/%d before offset %d: %w", len(batch), r.cfg.DLQTopic, pr.Partition, next, err)
+			}
+		}
+		if !r.cfg.DryRun && len(markers) > 0 {
+			if err := r.producer.send(ctx, markers); err != nil {
+				return fmt.Errorf("kafka: redrive: mark %d dead letters of %s/%d before offset %d, their records written: %w", len(markers), r.cfg.DLQTopic, pr.Partition, next, err)
+			}
+		}
+		r.res.Read += read
+		r.res.Redriven += len(counted)
+		for _, c := range counted {
+			r.byReason[[2]string{c.Kind, c.Reason}]++
+		}
+		batch, markers, counted, read = batch[:0], markers[:0], counted[:0], 0
+		if r.cfg.Progress != nil {
+			r.cfg.Progress(RedriveProgress{Partition: pr.Partition, Next: next, End: pr.End, Read: r.res.Read, Redriven: r.res.Redriven})
+		}
+		return nil
+	}
+	mark := func(msg *sarama.ConsumerMessage, id, outcome string) {
+		r.settled[id] = outcome == MarkerGone
+		markers = append(markers, &sarama.ProducerMessage{
+			Topic: r.cfg.DLQTopic, Metadata: msg.Partition, Key: sarama.StringEncoder(id),
+			Headers: []sarama.RecordHeader{{Key: []byte(HeaderDLQRedriven), Value: []byte(outcome)}},
+		})
+	}
+	last := pr.Start
+	err := r.read(ctx, pr, func(msg *sarama.ConsumerMessage) error {
+		last = msg.Offset + 1
+		if headerValue(msg.Headers, HeaderDLQRedriven) != "" {
+			return nil
+		}
 		read++
 		kind, reason := headerValue(msg.Headers, HeaderDLQKind), headerValue(msg.Headers, HeaderDLQReason)
-		origin := originOf(msg)
+		id := originOf(msg)
+		if id == "" {
+			id = msg.Topic + "/" + strconv.Itoa(int(msg.Partition)) + "/" + strconv.FormatInt(msg.Offset, 10)
+		}
+		gone, settled := r.settled[id]
 		switch {
+		case settled && gone:
+			r.res.Gone++
+		case settled:
+			r.res.AlreadyRedriven++
+		case r.redrivenEarlier(kind, msg.Partition, msg.Offset):
+			r.res.AlreadyRedriven++
+			mark(msg, id, MarkerRedriven)
 		case r.cfg.Kind != "" && kind != r.cfg.Kind:
 			r.res.PassedOver++
-		case origin != "" && r.seen[origin]:
-			r.res.Repeats++
 		default:
 			pm, fromSource, err := r.republished(ctx, msg)
+			if errors.Is(err, ErrRedriveOriginGone) {
+				r.res.Gone++
+				r.goneNow++
+				if r.gone == nil {
+					r.gone = fmt.Errorf("the first at %s/%d offset %d: %w", msg.Topic, msg.Partition, msg.Offset, err)
+				}
+				mark(msg, id, MarkerGone)
+				break
+			}
 			if err != nil {
-				// Write and commit what came before, so the next run
-				// starts at this dead letter.
+				// Write and mark what came before.
 				read--
 				if ferr := flush(msg.Offset); ferr != nil {
 					return ferr
@@ -456,19 +538,19 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 			if fromSource {
 				r.res.FromSource++
 			}
-			if origin != "" {
-				r.seen[origin] = true
-			}
 			batch = append(batch, pm)
 			counted = append(counted, ReasonCount{Kind: kind, Reason: reason})
+			mark(msg, id, MarkerRedriven)
 		}
-		if read == r.cfg.Batch || next >= pr.End {
-			if err := flush(next); err != nil {
-				return err
-			}
+		if read == r.cfg.Batch {
+			return flush(last)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	return flush(pr.End)
 }
 
 // republished builds the record msg is the dead letter of, as it is to be

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/ports"
@@ -98,8 +99,8 @@ func onlyPoison(msgs []*sarama.ConsumerMessage) []*sarama.ConsumerMessage {
 // Dead letters the worker wrote for poison records go back to the topic
 // they came from, into their partition, with their key, their own headers
 // (traceparent included, the dead letter's removed) and their original
-// timestamp; a dry run writes nothing; a second run in the same group
-// redrives nothing; a kind filter redrives only that kind.
+// timestamp; a dry run writes nothing; a kind filter redrives only that
+// kind; a later run redrives each of them at most once.
 func TestRedrive(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName(t, "redrive")
@@ -113,11 +114,10 @@ func TestRedrive(t *testing.T) {
 	poisonBefore := len(onlyPoison(readTopic(t, brokers, topic)))
 
 	base := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}}
-	group := topic + "-group.redrive"
 
 	t.Run("DryRunWritesNothing", func(t *testing.T) {
 		cfg := base
-		cfg.Group, cfg.DryRun = group, true
+		cfg.DryRun = true
 		res := mustRedrive(t, cfg)
 		if res.Read != 3 || res.Redriven != 3 {
 			t.Errorf("dry run read %d and would redrive %d, want 3 and 3", res.Read, res.Redriven)
@@ -132,14 +132,14 @@ func TestRedrive(t *testing.T) {
 		if got := len(onlyPoison(readTopic(t, brokers, topic))); got != poisonBefore {
 			t.Errorf("topic holds %d poison records after a dry run, want %d", got, poisonBefore)
 		}
-		if got := committedOffsets(t, brokers, group, dlqTopic, 2); got[0] != -1 || got[1] != -1 {
-			t.Errorf("dry run committed %v, want nothing", got)
+		if got := len(readTopic(t, brokers, dlqTopic)); got != 3 {
+			t.Errorf("dead letter topic holds %d records after a dry run, want the 3 dead letters", got)
 		}
 	})
 
 	t.Run("ReasonFilters", func(t *testing.T) {
 		cfg := base
-		cfg.Group, cfg.Kind = group+".retryable", "retryable"
+		cfg.Kind = "retryable"
 		res := mustRedrive(t, cfg)
 		if res.Redriven != 1 || res.PassedOver != 2 {
 			t.Errorf("redrove %d, passed over %d, want 1 and 2", res.Redriven, res.PassedOver)
@@ -160,17 +160,14 @@ func TestRedrive(t *testing.T) {
 		poisonBefore = len(poison)
 	})
 
-	t.Run("Redriven", func(t *testing.T) {
-		cfg := base
-		cfg.Group = group
-		res := mustRedrive(t, cfg)
-		if res.Read != 3 || res.Redriven != 3 {
-			t.Errorf("read %d, redrove %d, want 3 and 3", res.Read, res.Redriven)
+	t.Run("RedrivenOnce", func(t *testing.T) {
+		res := mustRedrive(t, base)
+		if res.Read != 3 || res.Redriven != 2 || res.AlreadyRedriven != 1 {
+			t.Errorf("read %d, redrove %d, already redriven %d; want 3, 2, 1", res.Read, res.Redriven, res.AlreadyRedriven)
 		}
-		all := readTopic(t, brokers, topic)
-		poison := onlyPoison(all)
-		if got := len(poison) - poisonBefore; got != 3 {
-			t.Fatalf("%d records redriven to the topic, want 3", got)
+		poison := onlyPoison(readTopic(t, brokers, topic))
+		if got := len(poison) - poisonBefore; got != 2 {
+			t.Fatalf("%d records redriven to the topic, want 2", got)
 		}
 		seen := map[string]int{}
 		for _, m := range poison {
@@ -193,8 +190,8 @@ func TestRedrive(t *testing.T) {
 				t.Errorf("%s at %d/%d has %d headers, want 2", m.Key, m.Partition, m.Offset, len(m.Headers))
 			}
 		}
-		// Original, the filtered run's copy of SHP-4, and this run's copy.
-		want := map[string]int{"SHP-2/poison-permanent/0": 2, "SHP-4/poison-retry/1": 3, "SHP-5/poison-permanent/1": 2}
+		// Each the original and one copy: the filtered run's, or this one's.
+		want := map[string]int{"SHP-2/poison-permanent/0": 2, "SHP-4/poison-retry/1": 2, "SHP-5/poison-permanent/1": 2}
 		for k, n := range want {
 			if seen[k] != n {
 				t.Errorf("topic holds %s %d times, want %d (all: %v)", k, seen[k], n, seen)
@@ -204,11 +201,9 @@ func TestRedrive(t *testing.T) {
 	})
 
 	t.Run("SecondRunRedrivesNothing", func(t *testing.T) {
-		cfg := base
-		cfg.Group = group
-		res := mustRedrive(t, cfg)
-		if res.Read != 0 || res.Redriven != 0 {
-			t.Errorf("second run read %d, redrove %d, want nothing", res.Read, res.Redriven)
+		res := mustRedrive(t, base)
+		if res.Read != 3 || res.Redriven != 0 || res.AlreadyRedriven != 3 {
+			t.Errorf("second run read %d, redrove %d, already redriven %d; want 3, 0, 3", res.Read, res.Redriven, res.AlreadyRedriven)
 		}
 		if got := len(onlyPoison(readTopic(t, brokers, topic))); got != poisonBefore {
 			t.Errorf("topic holds %d poison records after the second run, want %d", got, poisonBefore)
@@ -217,33 +212,177 @@ func TestRedrive(t *testing.T) {
 
 	t.Run("From", func(t *testing.T) {
 		cfg := base
-		cfg.Group, cfg.DryRun = group, true
+		cfg.DryRun = true
 		cfg.From = map[int32]int64{1: 1}
 		res := mustRedrive(t, cfg)
-		if res.Read != 1 {
-			t.Errorf("from 1:1 read %d dead letters, want 1 (partition 0 not read)", res.Read)
+		if res.Read != 1 || res.Redriven != 0 {
+			t.Errorf("from 1:1 read %d dead letters, would redrive %d; want 1 (partition 0 not read) and 0", res.Read, res.Redriven)
 		}
 	})
 
 	t.Run("Since", func(t *testing.T) {
 		cfg := base
-		cfg.Group, cfg.DryRun = group, true
+		cfg.DryRun = true
 		cfg.Since = time.Now().Add(time.Hour)
 		if res := mustRedrive(t, cfg); res.Read != 0 {
 			t.Errorf("since an hour ahead read %d dead letters, want none", res.Read)
 		}
 		cfg.Since = time.Now().Add(-time.Hour)
-		cfg.Group = group + ".since"
-		if res := mustRedrive(t, cfg); res.Read != 3 {
-			t.Errorf("since an hour ago read %d dead letters, want 3", res.Read)
-		}
-		// The group that redrove them all: since never goes back before
-		// its offsets.
-		cfg.Group = group
-		if res := mustRedrive(t, cfg); res.Read != 0 {
-			t.Errorf("since an hour ago, in the group that redrove everything, read %d dead letters, want none", res.Read)
+		if res := mustRedrive(t, cfg); res.Read != 3 || res.Redriven != 0 {
+			t.Errorf("since an hour ago read %d dead letters, would redrive %d; want 3 and 0", res.Read, res.Redriven)
 		}
 	})
+}
+
+// mustWriteDeadLetters writes a dead letter to partition 0 of dlqTopic
+// for each kind given, as the worker writes them: the value "dl-N" and
+// the origin topic/0/N, N counting on from *n.
+func mustWriteDeadLetters(t *testing.T, brokers []string, topic, dlqTopic string, n *int, kinds ...string) {
+	t.Helper()
+	for _, kind := range kinds {
+		*n++
+		hs := map[string]string{
+			kafka.HeaderDLQKind: kind, kafka.HeaderDLQReason: "a reason of kind " + kind,
+			kafka.HeaderDLQOriginalTopic: topic, kafka.HeaderDLQOriginalPartition: "0", kafka.HeaderDLQOriginalOffset: strconv.Itoa(*n),
+		}
+		mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, hs, "SHP-"+strconv.Itoa(*n), "dl-"+strconv.Itoa(*n))
+	}
+}
+
+// copiesOf counts the records of topic by value.
+func copiesOf(t *testing.T, brokers []string, topic string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, m := range readTopic(t, brokers, topic) {
+		out[string(m.Value)]++
+	}
+	return out
+}
+
+// Any sequence of runs, whatever their filters, redrives each dead letter
+// at most once: a filtered run then a plain one, a plain one then a
+// filtered one, the same filter twice, overlapping filters; and a dead
+// letter written between two runs is redriven by the next.
+func TestRedrive_AtMostOnceWhateverTheFilters(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "redriveonce")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartCluster(t, 2, []string{topic, dlqTopic}).ListenAddrs()
+	base := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}}
+	run := func(kind string, from map[int32]int64) kafka.RedriveResult {
+		cfg := base
+		cfg.Kind, cfg.From = kind, from
+		return mustRedrive(t, cfg)
+	}
+	n := 0
+	// want: how many copies of each dead letter the topic must hold.
+	want := map[string]int{}
+	check := func(step string) {
+		t.Helper()
+		got := copiesOf(t, brokers, topic)
+		for v, w := range want {
+			if got[v] != w {
+				t.Errorf("%s: topic holds %s %d times, want %d (all: %v)", step, v, got[v], w, got)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: topic holds %v, want %v", step, got, want)
+		}
+	}
+
+	mustWriteDeadLetters(t, brokers, topic, dlqTopic, &n, "permanent", "retryable", "unavailable", "permanent")
+	run("permanent", nil)
+	want["dl-1"], want["dl-4"] = 1, 1
+	check("-reason permanent")
+	run("", nil)
+	want["dl-2"], want["dl-3"] = 1, 1
+	check("then a plain run")
+	run("permanent", nil)
+	run("", nil)
+	check("the same runs again")
+
+	mustWriteDeadLetters(t, brokers, topic, dlqTopic, &n, "retryable", "permanent")
+	run("", nil)
+	want["dl-5"], want["dl-6"] = 1, 1
+	check("a plain run after new dead letters")
+	run("permanent", nil)
+	check("then -reason permanent")
+
+	mustWriteDeadLetters(t, brokers, topic, dlqTopic, &n, "paced", "retryable", "permanent")
+	run("paced", map[int32]int64{0: 10})
+	want["dl-7"] = 1
+	check("-reason paced -from past the first dead letters")
+	res := run("", map[int32]int64{0: 0})
+	want["dl-8"], want["dl-9"] = 1, 1
+	check("then -from the start")
+	if res.Redriven != 2 || res.AlreadyRedriven != 7 {
+		t.Errorf("the last run redrove %d, passed over %d as already redriven; want 2 and 7", res.Redriven, res.AlreadyRedriven)
+	}
+}
+
+// A run that wrote a batch and failed before marking it loses nothing:
+// the next run writes that batch again (the idempotency store makes the
+// copies send nothing), and marks it.
+func TestRedrive_FailedMarkingRedrivesAgain(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "redrivemark")
+	dlqTopic := topic + ".dlq"
+	c := MustStartCluster(t, 1, []string{topic, dlqTopic})
+	brokers := c.ListenAddrs()
+	n := 0
+	mustWriteDeadLetters(t, brokers, topic, dlqTopic, &n, "permanent", "retryable")
+	refuser := &dlqRefuser{refusing: true}
+	refuser.install(c, dlqTopic, kerr.TopicAuthorizationFailed.Code, 0)
+
+	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic, RetryInitialBackoff: time.Millisecond, RetryMaxBackoff: time.Millisecond}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kafka.Redrive(ctx, cfg); err == nil {
+		t.Fatal("Redrive returned nil with its markers refused")
+	}
+	if got := copiesOf(t, brokers, topic); got["dl-1"] != 1 || got["dl-2"] != 1 {
+		t.Fatalf("topic holds %v after the failed run, want dl-1 and dl-2 once", got)
+	}
+	refuser.set(false)
+	if res := mustRedrive(t, cfg); res.Redriven != 2 {
+		t.Errorf("the run after redrove %d, want the 2 it had not marked", res.Redriven)
+	}
+	if res := mustRedrive(t, cfg); res.Redriven != 0 || res.AlreadyRedriven != 2 {
+		t.Errorf("the third run redrove %d, already redriven %d; want 0 and 2", res.Redriven, res.AlreadyRedriven)
+	}
+	if got := copiesOf(t, brokers, topic); got["dl-1"] != 2 || got["dl-2"] != 2 {
+		t.Errorf("topic holds %v, want dl-1 and dl-2 twice", got)
+	}
+}
+
+// The consumer groups in which a version before markers kept what it
+// redrove still count: a dead letter below its kind's group's offset, or
+// the unfiltered group's, is not redriven again, and is marked, so that
+// it stays so once those offsets expire.
+func TestRedrive_EarlierGroupsCount(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "redriveearlier")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartCluster(t, 1, []string{topic, dlqTopic}).ListenAddrs()
+	n := 0
+	mustWriteDeadLetters(t, brokers, topic, dlqTopic, &n, "permanent", "retryable", "permanent", "retryable", "unavailable")
+	earlier := map[string]string{"": topic + ".redrive", "permanent": topic + ".redrive.permanent"}
+	// A plain run redrove the first two; then one for permanent the next
+	// three (the fourth and fifth are not permanent).
+	mustCommit(t, brokers, earlier[""], dlqTopic, 0, 2)
+	mustCommit(t, brokers, earlier["permanent"], dlqTopic, 0, 5)
+
+	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, EarlierGroups: earlier}
+	if res := mustRedrive(t, cfg); res.Redriven != 2 || res.AlreadyRedriven != 3 {
+		t.Errorf("redrove %d, already redriven %d; want 2 (dl-4, dl-5) and 3", res.Redriven, res.AlreadyRedriven)
+	}
+	cfg.EarlierGroups = nil
+	if res := mustRedrive(t, cfg); res.Redriven != 0 || res.AlreadyRedriven != 5 {
+		t.Errorf("without the groups: redrove %d, already redriven %d; want 0 and 5", res.Redriven, res.AlreadyRedriven)
+	}
+	if got := copiesOf(t, brokers, topic); len(got) != 2 || got["dl-4"] != 1 || got["dl-5"] != 1 {
+		t.Errorf("topic holds %v, want dl-4 and dl-5 once", got)
+	}
 }
 
 // A dead letter whose value the dead letter topic refused is redriven from
@@ -262,7 +401,7 @@ func TestRedrive_ValueDroppedReadFromSource(t *testing.T) {
 		t.Fatal("the dead letter kept its value; the test needs one without")
 	}
 
-	res := mustRedrive(t, kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, Group: topic + ".redrive"})
+	res := mustRedrive(t, kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}})
 	if res.Redriven != 1 || res.FromSource != 1 {
 		t.Errorf("redrove %d, %d from source, want 1 and 1", res.Redriven, res.FromSource)
 	}
@@ -293,19 +432,25 @@ func TestRedrive_RepeatsRedrivenOnce(t *testing.T) {
 	}
 	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, hs, "SHP-1", "poison", "SHP-1", "poison")
 
-	res := mustRedrive(t, kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, Group: topic + ".redrive"})
-	if res.Read != 2 || res.Redriven != 1 || res.Repeats != 1 {
-		t.Errorf("read %d, redrove %d, repeats %d; want 2, 1, 1", res.Read, res.Redriven, res.Repeats)
+	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}}
+	res := mustRedrive(t, cfg)
+	if res.Read != 2 || res.Redriven != 1 || res.AlreadyRedriven != 1 {
+		t.Errorf("read %d, redrove %d, already redriven %d; want 2, 1, 1", res.Read, res.Redriven, res.AlreadyRedriven)
+	}
+	// A third dead letter of the record, written after the run.
+	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, hs, "SHP-1", "poison")
+	if res := mustRedrive(t, cfg); res.Redriven != 0 || res.AlreadyRedriven != 3 {
+		t.Errorf("the next run redrove %d, already redriven %d; want 0 and 3", res.Redriven, res.AlreadyRedriven)
 	}
 	if got := readTopic(t, brokers, topic); len(got) != 1 {
 		t.Errorf("topic holds %d records, want the one redriven", len(got))
 	}
 }
 
-// A dead letter without its value whose original record is gone stops the
-// run before it: what came before is redriven and committed, and the next
-// run starts at it, so it is never passed over unsaid.
-func TestRedrive_OriginGoneStopsBeforeIt(t *testing.T) {
+// A dead letter without its value whose original record is gone cannot be
+// redriven: the run redrives the others, marks it, and says so (an error
+// naming it); later runs count it, and pass it over without an error.
+func TestRedrive_OriginGoneMarked(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName(t, "redrivegone")
 	dlqTopic := topic + ".dlq"
@@ -322,20 +467,41 @@ func TestRedrive_OriginGoneStopsBeforeIt(t *testing.T) {
 	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, gone, "SHP-2", "")
 	mustPublishAt(t, brokers, dlqTopic, 0, redriveOriginalTime, origin("5"), "SHP-3", "poison")
 
-	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, Group: topic + ".redrive"}
+	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := kafka.Redrive(ctx, cfg)
-	if !errors.Is(err, kafka.ErrRedriveOriginGone) {
-		t.Fatalf("Redrive: %v, want ErrRedriveOriginGone", err)
+	if !errors.Is(err, kafka.ErrRedriveOriginGone) || !strings.Contains(err.Error(), "offset 99") {
+		t.Fatalf("Redrive: %v, want ErrRedriveOriginGone naming offset 99", err)
 	}
-	if res.Redriven != 1 {
-		t.Errorf("redrove %d before the gone record, want 1", res.Redriven)
+	if res.Redriven != 2 || res.Gone != 1 {
+		t.Errorf("redrove %d, gone %d; want 2 and 1", res.Redriven, res.Gone)
 	}
-	if got := readTopic(t, brokers, topic); len(got) != 1 || string(got[0].Key) != "SHP-1" {
-		t.Errorf("topic holds %d records, want SHP-1 alone", len(got))
+	if got := readTopic(t, brokers, topic); len(got) != 2 || string(got[0].Key) != "SHP-1" || string(got[1].Key) != "SHP-3" {
+		t.Errorf("topic holds %d records, want SHP-1 and SHP-3", len(got))
 	}
-	if got := committedOffsets(t, brokers, cfg.Group, dlqTopic, 1); got[0] != 1 {
-		t.Errorf("committed %d, want 1: the gone record's dead letter, for the next run", got[0])
+	res = mustRedrive(t, cfg)
+	if res.Redriven != 0 || res.Gone != 1 || res.AlreadyRedriven != 2 {
+		t.Errorf("the next run redrove %d, gone %d, already redriven %d; want 0, 1, 2", res.Redriven, res.Gone, res.AlreadyRedriven)
+	}
+}
+
+// A record that carries a marker's header when it is dead-lettered is a
+// dead letter like any other: the worker drops the header, and the record
+// is redriven, not taken for a marker.
+func TestRedrive_MarkerHeaderOnARecordIsNoMarker(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName(t, "redriveforged")
+	dlqTopic := topic + ".dlq"
+	brokers := MustStartCluster(t, 1, []string{topic, dlqTopic}).ListenAddrs()
+	mustPublishAt(t, brokers, topic, 0, redriveOriginalTime, map[string]string{kafka.HeaderDLQRedriven: kafka.MarkerRedriven},
+		"SHP-1", "poison-permanent")
+	dlq := mustDeadLetterPoison(t, brokers, topic, map[int32]int64{0: 1}, 1)
+	if v, ok := header(dlq[0], kafka.HeaderDLQRedriven); ok {
+		t.Errorf("the dead letter carries %s=%q", kafka.HeaderDLQRedriven, v)
+	}
+	res := mustRedrive(t, kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}})
+	if res.Read != 1 || res.Redriven != 1 {
+		t.Errorf("read %d, redrove %d; want 1 and 1", res.Read, res.Redriven)
 	}
 }

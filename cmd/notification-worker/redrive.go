@@ -28,13 +28,20 @@ const redriveUsage = `usage: notification-worker redrive [flags]
 
 Republishes the dead letters on KAFKA_DLQ_TOPIC to the topic each came from
 (KAFKA_TOPIC when a dead letter does not name one), with its key, headers and
-original timestamp, and commits the group's offsets on the dead letter topic
-as it goes: a second run in the same group redrives nothing. It reads up to
-the end each partition had when the run began. Kafka is reached as the
-worker reaches it (KAFKA_BROKERS, KAFKA_TLS*, KAFKA_SASL_*).
+original timestamp. Each record is redriven at most once, whatever the flags
+of this run and of earlier ones: after its batch is written, a marker for it
+goes into the dead letter topic (header dlq.redriven), and every run passes
+over the dead letters a marker names. A plain run redrives every dead letter
+not redriven yet; -reason, -since and -from only narrow one run, and what
+they leave waits for a later one. It reads up to the end each partition had
+when the run began. Run one at a time. Kafka is reached as the worker
+reaches it (KAFKA_BROKERS, KAFKA_TLS*, KAFKA_SASL_*).
 
-Exit status: 0 done, 1 failed (rerun it: it resumes at the group's offsets),
-2 bad flags or configuration.
+Exit status: 0 done; 1 failed, or found dead letters whose record is gone
+from its topic (marked so: later runs pass them over); 2 bad flags or
+configuration. After a failure, rerun it: what was marked is not redriven
+again, and a batch written but not marked yet is written again (the
+idempotency store makes those copies send nothing).
 
 flags:`
 
@@ -45,11 +52,10 @@ func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 	stdout, stderr := cio.stdout, cio.stderr
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	since := fs.String("since", "", "start at the dead letters written at or after this time, not before the group's offsets: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
-	from := fs.String("from", "", "start at these offsets, whatever the group committed, as partition:offset,...; only the partitions listed are read")
+	since := fs.String("since", "", "read only the dead letters written at or after this time: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
+	from := fs.String("from", "", "read only these partitions, from these offsets, as partition:offset,...")
 	reason := fs.String("reason", "", "redrive only dead letters of this kind: "+strings.Join(kafka.RedriveKinds, ", "))
-	dryRun := fs.Bool("dry-run", false, "count and print what would be redriven, by kind and reason; write and commit nothing")
-	group := fs.String("group", "", "consumer group whose offsets record what was redriven (default KAFKA_GROUP_ID.redrive, and .KIND with -reason)")
+	dryRun := fs.Bool("dry-run", false, "count and print what would be redriven, by kind and reason; write nothing")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, redriveUsage)
@@ -67,7 +73,7 @@ func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 		return err
 	}
 
-	rcfg, err := redriveConfig(cfg, *since, *from, *reason, *group, time.Now())
+	rcfg, err := redriveConfig(cfg, *since, *from, *reason, time.Now())
 	if err != nil {
 		return err
 	}
@@ -81,7 +87,7 @@ func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 	if errors.Is(err, kafka.ErrInvalidConfig) {
 		return &usageError{"redrive: " + err.Error()}
 	}
-	// Also after a failure: what was redriven before it is committed.
+	// Also after a failure: what was redriven before it is marked.
 	if res.Partitions != nil {
 		printRedrive(stdout, rcfg, res)
 	}
@@ -90,7 +96,7 @@ func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 
 // redriveConfig checks the flags and the configuration together, naming
 // every problem at once.
-func redriveConfig(cfg config.Config, since, from, reason, group string, now time.Time) (kafka.RedriveConfig, error) {
+func redriveConfig(cfg config.Config, since, from, reason string, now time.Time) (kafka.RedriveConfig, error) {
 	k := cfg.Kafka
 	var bad []string
 	if len(k.Brokers) == 0 {
@@ -102,8 +108,7 @@ func redriveConfig(cfg config.Config, since, from, reason, group string, now tim
 			RetryInitialBackoff: k.RetryInitialBackoff, RetryMaxBackoff: k.RetryMaxBackoff,
 			SASLMechanism: k.SASLMechanism, SASLUsername: k.SASLUsername, SASLPassword: k.SASLPassword.Reveal(),
 		},
-		Kind:  reason,
-		Group: group,
+		Kind: reason,
 	}
 	if reason != "" && !slices.Contains(kafka.RedriveKinds, reason) {
 		bad = append(bad, fmt.Sprintf("-reason %q is not one of %s", reason, strings.Join(kafka.RedriveKinds, ", ")))
@@ -125,16 +130,12 @@ func redriveConfig(cfg config.Config, since, from, reason, group string, now tim
 		}
 		rcfg.From = offsets
 	}
-	if rcfg.Group == "" {
-		if k.GroupID == "" {
-			bad = append(bad, "KAFKA_GROUP_ID is empty and no -group is given")
-		}
-		// A filtered run moves its group past the kinds it leaves, so each
-		// kind gets a group of its own: a later run for another kind still
-		// finds its dead letters.
-		rcfg.Group = k.GroupID + ".redrive"
-		if reason != "" {
-			rcfg.Group += "." + reason
+	if k.GroupID != "" {
+		// Where versions before markers kept what they redrove: a group
+		// for unfiltered runs, and one per kind for -reason.
+		rcfg.EarlierGroups = map[string]string{"": k.GroupID + ".redrive"}
+		for _, kind := range kafka.RedriveKinds {
+			rcfg.EarlierGroups[kind] = k.GroupID + ".redrive." + kind
 		}
 	}
 	if len(bad) > 0 {
@@ -216,19 +217,22 @@ func isTerminal(w io.Writer) bool {
 func printRedrive(w io.Writer, cfg kafka.RedriveConfig, res kafka.RedriveResult) {
 	verb := "redriven"
 	if cfg.DryRun {
-		verb = "would be redriven (dry run: nothing written, nothing committed)"
+		verb = "would be redriven (dry run: nothing written)"
 	}
 	var ranges []string
 	for _, p := range res.Partitions {
 		ranges = append(ranges, fmt.Sprintf("%d:%d-%d", p.Partition, p.Start, p.End))
 	}
-	fmt.Fprintf(w, "%s (group %s), partition:offsets %s\n", cfg.DLQTopic, cfg.Group, strings.Join(ranges, " "))
+	fmt.Fprintf(w, "%s, partition:offsets %s\n", cfg.DLQTopic, strings.Join(ranges, " "))
 	fmt.Fprintf(w, "%d dead letters read, %d %s", res.Read, res.Redriven, verb)
 	if res.PassedOver > 0 {
 		fmt.Fprintf(w, ", %d of other kinds passed over", res.PassedOver)
 	}
-	if res.Repeats > 0 {
-		fmt.Fprintf(w, ", %d repeated dead letters of a record already redriven passed over", res.Repeats)
+	if res.AlreadyRedriven > 0 {
+		fmt.Fprintf(w, ", %d already redriven passed over", res.AlreadyRedriven)
+	}
+	if res.Gone > 0 {
+		fmt.Fprintf(w, ", %d that cannot be redriven (value dropped, original record gone from its topic)", res.Gone)
 	}
 	if res.FromSource > 0 {
 		fmt.Fprintf(w, ", %d of them read from their original topic (value dropped from the dead letter)", res.FromSource)
