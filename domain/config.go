@@ -227,5 +227,5 @@ const LeaseClockSkew = 100 * time.Millisecond
 
 // DefaultLedgerSize is Config.LedgerSize's default: at about 200 bytes an
 // entry, a few megabytes, and minutes of a busy worker's sends during a
-// store outage.
+// store outage before it stops taking records.
 const DefaultLedgerSize = 10000
