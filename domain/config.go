@@ -73,11 +73,12 @@ type Config struct {
 	// ClaimWaitMax caps one wait between looks at another worker's pending
 	// claim (1s).
 	ClaimWaitMax time.Duration
-	// LedgerSize bounds the deliveries this process remembers while their
-	// sent record is owed to the store (DefaultLedgerSize), and apart from
-	// them what it keeps for the further attempts of a record not finished
-	// (its deliveries and its sends of unknown outcome); each is kept at
-	// most TTL.
+	// LedgerSize is how many sent records may be owed to the store
+	// (DefaultLedgerSize) before Handle stops taking new records: a record
+	// then waits, unsent (Unavailable), until the store takes some, while
+	// the records already taken go on (see Service.Handle), so the owed
+	// records may exceed it by what those deliver. Nothing the journal
+	// holds is dropped for room; each entry is kept at most TTL.
 	LedgerSize int
 	// LogEvery rate-limits the warnings that an outage would repeat for every
 	// record (idempotency_check_unavailable, idempotency_record_failed,
@@ -226,5 +227,5 @@ const LeaseClockSkew = 100 * time.Millisecond
 
 // DefaultLedgerSize is Config.LedgerSize's default: at about 200 bytes an
 // entry, a few megabytes, and minutes of a busy worker's sends during a
-// store outage.
+// store outage before it stops taking records.
 const DefaultLedgerSize = 10000

@@ -10,3 +10,11 @@ func DecodeFull(value []byte) (Event, error) {
 	}
 	return decodeFull(value, Builtin)
 }
+
+// JournalEntries returns how many entries s's journal holds: delivered
+// notifications and unknown sends.
+func (s *Service) JournalEntries() int {
+	s.journal.mu.Lock()
+	defer s.journal.mu.Unlock()
+	return len(s.journal.sent) + len(s.journal.unknown)
+}

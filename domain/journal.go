@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,15 +28,17 @@ import (
 //
 // A delivered entry whose record is written and whose deliveries have all
 // finished leaves the journal; so does an unknown send when its delivery
-// finishes or it is reconciled. Each entry is kept at most maxAge from when
-// it was entered. Two bounds of max entries each hold apart, so that neither
-// kind crowds out the other: at most max owed records (past it, the oldest
-// debt is dropped, counted by evictions: that reopens the store's own
-// duplicate window for the notification, though a delivery that delivered
-// it still skips it on its retries), and at most max other entries (past it,
-// the oldest is dropped). A delivery id of zero shares nothing between
-// attempts: only an owed record is kept for it. It is safe for concurrent
-// use.
+// finishes or it is reconciled. A delivery finishes with its record's last
+// attempt, or when its event source ends it (see watch). Each entry is
+// kept at most maxAge from when it was entered. Nothing else drops an
+// entry: a debt is kept until the store takes it, and what an unfinished
+// delivery needs is kept for its retries, so a delivery that delivered a
+// notification always skips it on its retries. The owed records are bounded
+// by admission instead (see admits): once max are owed, no new record is
+// taken until the store takes some, while the deliveries already taken go
+// on, so at most max plus what those deliver are owed. A delivery id of
+// zero shares nothing between attempts: only an owed record is kept for
+// it. It is safe for concurrent use.
 //
 // Its owed records are what the operator's documents call the ledger
 // (IDEMPOTENCY_LEDGER_SIZE, notification_worker_ledger_owed). The journal
@@ -51,21 +54,20 @@ type journal struct {
 	mu       sync.Mutex
 	sent     map[string]*delivered
 	unknown  map[unknownKey]*unknownEntry
-	owedList list.List // of *delivered whose record is owed, oldest first
-	kept     list.List // of *delivered not owed and *unknownEntry, oldest first
+	owedList list.List           // of *delivered whose record is owed, oldest first
+	watched  map[uint64]struct{} // the deliveries whose end watch waits for
 	seq      uint64
-	evicted  int64
 }
 
 // delivered is a notification this process delivered.
 type delivered struct {
 	key     string
 	receipt ports.Receipt
-	owed    bool      // the store has not confirmed its sent record
-	by      []uint64  // the unfinished deliveries that delivered it
-	at      time.Time // when it was entered
-	seq     uint64    // tells one entry of a key from a later one
-	elem    *list.Element
+	owed    bool          // the store has not confirmed its sent record
+	by      []uint64      // the unfinished deliveries that delivered it
+	at      time.Time     // when it was entered
+	seq     uint64        // tells one entry of a key from a later one
+	elem    *list.Element // in owedList, while owed
 }
 
 // owed is a delivered entry's debt as the drain and a duplicate see it: a
@@ -98,11 +100,10 @@ type unknownEntry struct {
 	unknownKey
 	send unknownSend
 	at   time.Time
-	elem *list.Element
 }
 
 func newJournal(max int, maxAge time.Duration, now func() time.Time) *journal {
-	return &journal{max: max, maxAge: maxAge, now: now, sent: map[string]*delivered{}, unknown: map[unknownKey]*unknownEntry{}}
+	return &journal{max: max, maxAge: maxAge, now: now, sent: map[string]*delivered{}, unknown: map[unknownKey]*unknownEntry{}, watched: map[uint64]struct{}{}}
 }
 
 // deliver enters key as delivered by delivery with r, its record owed or
@@ -128,7 +129,6 @@ func (j *journal) deliver(key string, delivery uint64, r ports.Receipt, isOwed b
 		e.by = append(e.by, delivery)
 	}
 	j.linkLocked(e)
-	j.boundLocked()
 }
 
 // known is what the journal knows of one key, for one delivery.
@@ -195,10 +195,7 @@ func (j *journal) setUnknown(key string, delivery uint64, u unknownSend) {
 	defer j.mu.Unlock()
 	k := unknownKey{key, delivery}
 	j.dropUnknownLocked(k)
-	e := &unknownEntry{unknownKey: k, send: u, at: j.now()}
-	j.unknown[k] = e
-	e.elem = j.kept.PushBack(e)
-	j.boundLocked()
+	j.unknown[k] = &unknownEntry{unknownKey: k, send: u, at: j.now()}
 }
 
 // forgetUnknown drops delivery's unknown send of key, once reconciled.
@@ -256,12 +253,57 @@ func (j *journal) oldest(n int) []owed {
 // owedCount returns how many records are owed, without taking the lock.
 func (j *journal) owedCount() int { return int(j.owedLen.Load()) }
 
-// evictions returns how many owed records were dropped because the journal
-// was full.
-func (j *journal) evictions() int64 {
+// admits reports whether an attempt by delivery at a record of msgs may go
+// on: while fewer than max records are owed, or when delivery holds an
+// entry under one of their keys (an earlier attempt delivered it or left
+// it an unknown send), so that a delivery is never refused the room it
+// holds. An attempt not admitted must send nothing.
+func (j *journal) admits(delivery uint64, msgs []ports.Message) bool {
+	if j.owedCount() < j.max {
+		return true
+	}
+	if delivery == 0 {
+		return false
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.evicted
+	for _, m := range msgs {
+		if e := j.liveLocked(m.IdempotencyKey); e != nil && contains(e.by, delivery) {
+			return true
+		}
+		if _, ok := j.unknown[unknownKey{m.IdempotencyKey, delivery}]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// watch finishes delivery under the key of each of msgs once ended is
+// closed, the event source's word that no attempt carrying it follows (see
+// ports.Delivery.Ended): a record given up unfinished (its retries spent,
+// its partition revoked) leaves nothing behind. One goroutine per delivery
+// waits, however often it is called; a nil ended is never closed, and what
+// such a delivery leaves is kept until it expires.
+func (j *journal) watch(delivery uint64, msgs []ports.Message, ended <-chan struct{}) {
+	if delivery == 0 || ended == nil {
+		return
+	}
+	j.mu.Lock()
+	_, ok := j.watched[delivery]
+	j.watched[delivery] = struct{}{}
+	j.mu.Unlock()
+	if ok {
+		return
+	}
+	go func() {
+		<-ended
+		for _, m := range msgs {
+			j.finish(m.IdempotencyKey, delivery)
+		}
+		j.mu.Lock()
+		delete(j.watched, delivery)
+		j.mu.Unlock()
+	}()
 }
 
 // liveLocked returns key's delivered entry, dropping it once past maxAge.
@@ -274,23 +316,6 @@ func (j *journal) liveLocked(key string) *delivered {
 	return e
 }
 
-// boundLocked drops the oldest debts (counted) until at most max records
-// are owed, and then the oldest other entries until at most max remain.
-func (j *journal) boundLocked() {
-	for j.owedList.Len() > j.max {
-		j.dropDebtLocked(j.owedList.Front().Value.(*delivered))
-		j.evicted++
-	}
-	for j.kept.Len() > j.max {
-		switch e := j.kept.Front().Value.(type) {
-		case *delivered:
-			j.removeLocked(e)
-		case *unknownEntry:
-			j.dropUnknownLocked(e.unknownKey)
-		}
-	}
-}
-
 // dropDebtLocked makes owed entry e no longer owed: it leaves the journal,
 // or stays for the unfinished deliveries that delivered it.
 func (j *journal) dropDebtLocked(e *delivered) {
@@ -298,27 +323,21 @@ func (j *journal) dropDebtLocked(e *delivered) {
 	e.owed = false
 	if len(e.by) == 0 {
 		delete(j.sent, e.key)
-		return
 	}
-	j.linkLocked(e)
 }
 
 func (j *journal) linkLocked(e *delivered) {
 	if e.owed {
 		e.elem = j.owedList.PushBack(e)
 		j.owedLen.Store(int64(j.owedList.Len()))
-		return
 	}
-	e.elem = j.kept.PushBack(e)
 }
 
 func (j *journal) unlinkLocked(e *delivered) {
 	if e.owed {
 		j.owedList.Remove(e.elem)
 		j.owedLen.Store(int64(j.owedList.Len()))
-		return
 	}
-	j.kept.Remove(e.elem)
 }
 
 func (j *journal) removeLocked(e *delivered) {
@@ -327,10 +346,7 @@ func (j *journal) removeLocked(e *delivered) {
 }
 
 func (j *journal) dropUnknownLocked(k unknownKey) {
-	if e, ok := j.unknown[k]; ok {
-		j.kept.Remove(e.elem)
-		delete(j.unknown, k)
-	}
+	delete(j.unknown, k)
 }
 
 func contains(ids []uint64, id uint64) bool {
@@ -477,7 +493,7 @@ func (s *Service) CloseBy(deadline time.Time) (lost int) {
 	}
 	// oldest drops the entries past their TTL, whose records need no write.
 	s.tally.Lock()
-	lost = len(s.journal.oldest(s.cfg.LedgerSize))
+	lost = len(s.journal.oldest(math.MaxInt))
 	sending := len(s.tally.sending)
 	for n := range s.tally.sending {
 		n.counted = true

@@ -15,23 +15,86 @@ func TestJournal(t *testing.T) {
 	clock := func() time.Time { return now }
 	r := ports.Receipt{ProviderID: "SM1"}
 
-	t.Run("RecordedEntriesNeverEvictOwedOnes", func(t *testing.T) {
+	t.Run("NothingDroppedForRoom", func(t *testing.T) {
 		j := newJournal(2, time.Hour, clock)
-		j.deliver("sms:a", 0, r, true)
-		j.deliver("sms:b", 0, r, true)
+		for i := range 5 {
+			j.deliver(fmt.Sprintf("sms:o%d", i), uint64(1+i), r, true)
+		}
 		for i := range 10 {
 			j.deliver(fmt.Sprintf("sms:r%d", i), uint64(100+i), r, false)
+			j.setUnknown(fmt.Sprintf("sms:u%d", i), uint64(100+i), unknownSend{Token: "t"})
 		}
-		if j.owedCount() != 2 || j.evictions() != 0 {
-			t.Fatalf("owed %d, evicted %d; want 2 and 0", j.owedCount(), j.evictions())
+		if j.owedCount() != 5 {
+			t.Fatalf("owed %d, want all 5 debts kept", j.owedCount())
 		}
-		for _, k := range []string{"sms:a", "sms:b"} {
-			if _, ok := j.owedRecord(k); !ok {
-				t.Errorf("%s no longer owed", k)
+		o, _ := j.owedRecord("sms:o0")
+		j.settle(o)
+		for i := range 5 {
+			if !j.lookup(fmt.Sprintf("sms:o%d", i), uint64(1+i)).earlier {
+				t.Errorf("sms:o%d: its delivery no longer skips it", i)
 			}
 		}
-		if j.lookup("sms:r0", 100).earlier || !j.lookup("sms:r9", 109).earlier {
-			t.Errorf("recorded entries: want the oldest dropped, the newest kept")
+		for i := range 10 {
+			if k := j.lookup(fmt.Sprintf("sms:r%d", i), uint64(100+i)); !k.earlier {
+				t.Errorf("sms:r%d: its delivery no longer skips it", i)
+			}
+			if k := j.lookup(fmt.Sprintf("sms:u%d", i), uint64(100+i)); !k.hasUnknown {
+				t.Errorf("sms:u%d: its delivery's unknown send forgotten", i)
+			}
+		}
+	})
+
+	t.Run("AdmitsWithRoomOrForWhatTheDeliveryHolds", func(t *testing.T) {
+		j := newJournal(2, time.Hour, clock)
+		sms := func(id string) []ports.Message {
+			return []ports.Message{{IdempotencyKey: "sms:" + id}, {IdempotencyKey: "email:" + id}}
+		}
+		j.deliver("sms:a", 1, r, true)
+		if !j.admits(9, sms("x")) || !j.admits(0, sms("x")) {
+			t.Fatal("refused with room left")
+		}
+		j.deliver("sms:b", 2, r, true)
+		j.setUnknown("email:c", 3, unknownSend{Token: "t"})
+		if j.admits(9, sms("x")) || j.admits(0, sms("a")) || j.admits(2, sms("a")) {
+			t.Error("admitted a delivery holding nothing of the record, with the ledger full")
+		}
+		if !j.admits(1, sms("a")) || !j.admits(2, sms("b")) || !j.admits(3, sms("c")) {
+			t.Error("refused a delivery the room it holds")
+		}
+		o, _ := j.owedRecord("sms:b")
+		j.settle(o)
+		if !j.admits(9, sms("x")) {
+			t.Error("refused once a debt was settled")
+		}
+	})
+
+	t.Run("EndedDeliveryForgotten", func(t *testing.T) {
+		j := newJournal(10, time.Hour, clock)
+		ended := make(chan struct{})
+		j.deliver("sms:a", 1, r, false)
+		j.deliver("email:a", 1, r, true)
+		j.setUnknown("push:a", 1, unknownSend{Token: "t"})
+		msgs := []ports.Message{{IdempotencyKey: "sms:a"}, {IdempotencyKey: "email:a"}, {IdempotencyKey: "push:a"}}
+		j.watch(1, msgs, ended)
+		j.watch(1, msgs, ended) // another attempt's: one watch
+		if !j.lookup("sms:a", 1).earlier {
+			t.Fatal("forgotten before its delivery ended")
+		}
+		close(ended)
+		deadline := time.Now().Add(5 * time.Second)
+		for j.lookup("sms:a", 1).earlier || j.lookup("email:a", 1).earlier || j.lookup("push:a", 1).hasUnknown {
+			if time.Now().After(deadline) {
+				t.Fatal("an ended delivery still vouches for its keys after 5s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if _, ok := j.owedRecord("email:a"); !ok {
+			t.Error("the owed record left with its delivery")
+		}
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if len(j.sent) != 1 || len(j.watched) > 1 {
+			t.Errorf("entries %d, watched %d; want the owed one only", len(j.sent), len(j.watched))
 		}
 	})
 

@@ -216,13 +216,7 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 		}
 		// No record arrives any more: the owed ones are written all the same.
 		up()
-		deadline := time.Now().Add(5 * time.Second)
-		for owed, _ := w.svc.Owed(); owed != 0; owed, _ = w.svc.Owed() {
-			if time.Now().After(deadline) {
-				t.Fatalf("ledger still owes %d records 5s after the store answered", owed)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		w.waitOwed(t, 0)
 		for _, key := range []string{"sms:e1", "sms:e2", "sms:e3"} {
 			if s := w.claimState(t, key); s != ports.AlreadySent {
 				t.Fatalf("%s is %v after the drain, want already_sent", key, s)
@@ -230,25 +224,38 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 		}
 	})
 
-	t.Run("LedgerBoundedOldestDropped", func(t *testing.T) {
+	// A full ledger takes no new record: it waits, unsent, and goes out
+	// once the store has taken the owed records.
+	t.Run("LedgerFullRefusesNewRecords", func(t *testing.T) {
 		w := newWorld(t, domain.FailOpen, func(c *domain.Config) { c.LedgerSize = 2 })
-		w.storeDown()
-		for _, id := range []string{"e1", "e2", "e3"} {
+		up := w.storeDown()
+		for _, id := range []string{"e1", "e2"} {
 			if err := w.attempt(t, record(event(id, "sms"))); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if owed, evicted := w.svc.Owed(); owed != 2 || evicted != 1 {
-			t.Fatalf("ledger owes %d, evicted %d; want 2 and 1", owed, evicted)
+		e3 := record(event("e3", "sms", "email"))
+		err := w.attempt(t, e3)
+		if ports.KindOf(err) != ports.Unavailable {
+			t.Fatalf("e3 with the ledger full: %v (kind %v), want unavailable", err, ports.KindOf(err))
 		}
-		// e3 is remembered; e1, the oldest, was dropped and fails open again.
-		for _, id := range []string{"e3", "e1"} {
-			if err := w.attempt(t, record(event(id, "sms"))); err != nil {
-				t.Fatal(err)
-			}
+		if s, e := len(w.sms.Sent()), len(w.email.Sent()); s != 2 || e != 0 {
+			t.Fatalf("provider got %d SMS and %d emails, want e1's and e2's SMS only", s, e)
 		}
-		if n := len(w.sms.Sent()); n != 4 {
-			t.Fatalf("provider got %d SMS, want 4 (e1, e2, e3, and e1 again once evicted)", n)
+		full := w.logs.Events(t, "ledger_full")
+		if len(full) != 1 || full[0]["event_id"] != "e3" || full[0]["owed"] != 2.0 || full[0]["ledger_size"] != 2.0 {
+			t.Fatalf("ledger_full lines %v, want one for e3 with owed 2, ledger_size 2", full)
+		}
+		if owed, refused := w.svc.Owed(); owed != 2 || refused != 1 {
+			t.Fatalf("owed %d, refused %d; want 2 and 1", owed, refused)
+		}
+		up()
+		w.waitOwed(t, 0)
+		if err := w.attempt(t, e3); err != nil {
+			t.Fatalf("e3 once the store took the owed records: %v", err)
+		}
+		if s, e := len(w.sms.Sent()), len(w.email.Sent()); s != 3 || e != 1 {
+			t.Fatalf("provider got %d SMS and %d emails, want 3 and 1", s, e)
 		}
 	})
 
@@ -336,6 +343,27 @@ func TestService_CloseBy(t *testing.T) {
 		}
 		if strings.Contains(w.logs.String(), "owed_records_lost") {
 			t.Errorf("owed_records_lost logged with nothing lost:\n%s", w.logs.String())
+		}
+	})
+
+	// A delivery already taken goes on past the ledger size: every record
+	// it owes is counted lost, not only the ledger size's worth.
+	t.Run("OwedPastTheLedgerSizeAllCounted", func(t *testing.T) {
+		w := newWorld(t, domain.FailOpen, func(c *domain.Config) { c.LedgerSize = 1 })
+		w.storeDown()
+		w.email.FailFunc = failFirst(1, errors.New("451 4.3.0 try again later"))
+		rec := record(event("e1", "sms", "email"))
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Retryable {
+			t.Fatalf("attempt 1: %v, want retryable", err)
+		}
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("attempt 2, with the ledger full of its own SMS: %v", err)
+		}
+		if owed, _ := w.svc.Owed(); owed != 2 {
+			t.Fatalf("owed %d, want the SMS's and the email's records", owed)
+		}
+		if lost := w.svc.CloseBy(time.Now()); lost != 2 {
+			t.Errorf("CloseBy lost %d, want 2", lost)
 		}
 	})
 

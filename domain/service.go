@@ -19,9 +19,10 @@ import (
 // that its own retries never send a notification twice: what a delivery of
 // a record (ports.Record.DeliveryID) delivered, for that delivery's further
 // attempts, and the deliveries whose sent record the store has not
-// confirmed, for any record this process handles; bounded by
-// Config.LedgerSize and Config.TTL. Owed records are written from the
-// journal when the store answers again.
+// confirmed, for any record this process handles; kept at most Config.TTL.
+// Owed records are written from the journal when the store answers again;
+// once Config.LedgerSize are owed, Handle takes no new record until the
+// store has taken some.
 type Service struct {
 	cfg       Config
 	journal   *journal
@@ -37,9 +38,11 @@ type Service struct {
 		done    bool                       // CloseBy has counted
 		sending map[*notification]struct{} // sends under way, their delivery not yet entered
 	}
+	refused     atomic.Int64 // attempts refused for a full ledger
 	unavailable *ports.LogLimit
 	recordFail  *ports.LogLimit
 	throttled   *ports.LogLimit
+	ledgerFull  *ports.LogLimit
 }
 
 var _ ports.Handler = (*Service)(nil)
@@ -64,6 +67,7 @@ func NewService(cfg Config) (*Service, error) {
 		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
 		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
 		throttled:   &ports.LogLimit{Every: cfg.LogEvery},
+		ledgerFull:  &ports.LogLimit{Every: cfg.LogEvery},
 	}
 	s.tally.sending = map[*notification]struct{}{}
 	return s, nil
@@ -84,11 +88,10 @@ func (s *Service) LongestHandle() time.Duration {
 }
 
 // Owed returns how many deliveries the journal holds whose sent record is
-// still owed to the store, and how many were dropped from it because it was
-// full (each such drop reopens the store's own duplicate window for that
-// notification).
-func (s *Service) Owed() (owed int, evicted int64) {
-	return s.journal.owedCount(), s.journal.evictions()
+// still owed to the store, and how many attempts at a record Handle refused
+// because Config.LedgerSize records were owed.
+func (s *Service) Owed() (owed int, refused int64) {
+	return s.journal.owedCount(), s.refused.Load()
 }
 
 // Handle decodes rec and delivers each of its notifications. It returns nil
@@ -102,14 +105,21 @@ func (s *Service) Owed() (owed int, evicted int64) {
 // it for good, its occurred_at is more than ClockSkew in the future),
 // Unavailable when the store is down in the closed mode (or another
 // dependency the operator must see to: a provider's credentials, the rate
-// limiter's Redis not answering), Paced when a notification was held back
-// by its sender's pace (Config.RateLimiter) or refused by the provider for
-// it (ports.ErrRateLimited), and Retryable for everything else. A record
+// limiter's Redis not answering; or a full ledger, below), Paced when a
+// notification was held back by its sender's pace (Config.RateLimiter) or
+// refused by the provider for it (ports.ErrRateLimited), and Retryable for
+// everything else. A record
 // whose notifications failed in several ways takes the kind that keeps it
 // longest: Unavailable over Paced over Retryable over Permanent, so that
 // a notification still waiting is never dead-lettered for another one's
 // failure. Retrying a record is safe: what was sent is skipped as a
 // duplicate.
+//
+// While Config.LedgerSize sent records are owed to the store, an attempt
+// at a record is refused before any claim or send (Unavailable, logged
+// ledger_full and counted in Owed) unless an earlier attempt of its
+// delivery left something in the journal: the record waits, unsent, for
+// the store to take the owed records.
 //
 // Cancelling ctx abandons waits and sends not yet started; a send that
 // succeeded is recorded even so.
@@ -147,6 +157,22 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		msgs = append(msgs, m)
 	}
 
+	if !s.journal.admits(rec.DeliveryID, msgs) {
+		s.refused.Add(1)
+		owed := s.journal.owedCount()
+		s.logLimited(ctx, s.ledgerFull, with(s.cfg.Logger, attrs[:5]...), slog.LevelWarn, "ledger_full",
+			slog.Int("owed", owed), slog.Int("ledger_size", s.cfg.LedgerSize))
+		return ports.MarkUnavailable(fmt.Errorf("event %s: ledger full: %d sent records are owed to the idempotency store, at least the ledger size %d; the record waits until the store takes them", ev.EventID, owed, s.cfg.LedgerSize))
+	}
+	// What the delivery leaves in the journal goes when its record is
+	// finished (below), or else when its source ends it (a panic included).
+	finished := false
+	defer func() {
+		if !finished {
+			s.journal.watch(rec.DeliveryID, msgs, ports.DeliveryOf(ctx).Ended)
+		}
+	}()
+
 	var failed []error
 	worst := ports.Permanent
 	for _, m := range msgs {
@@ -168,6 +194,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	}
 	if len(failed) == 0 || worst == ports.Permanent {
 		// The record is finished: no attempt of this delivery follows.
+		finished = true
 		for _, m := range msgs {
 			s.journal.finish(m.IdempotencyKey, rec.DeliveryID)
 		}

@@ -193,13 +193,19 @@ func MaxBytes(cfg Config) ports.Middleware {
 // error wrapping the last one whose message says so; and ErrStopping when
 // the source stopped during a backoff. Every attempt at one record carries
 // the same rec.DeliveryID: Retry takes one from ports.NewDeliveryID when
-// the source gave the record none.
+// the source gave the record none, and then ends that delivery
+// (ports.Delivery.Ended) as it returns.
 func Retry(cfg Config) ports.Middleware {
 	cfg = cfg.WithDefaults()
 	return func(next ports.Handler) ports.Handler {
 		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 			if rec.DeliveryID == 0 {
 				rec.DeliveryID = ports.NewDeliveryID()
+				ended := make(chan struct{})
+				defer close(ended)
+				d := ports.DeliveryOf(ctx)
+				d.Ended = ended
+				ctx = ports.WithDelivery(ctx, d)
 			}
 			stopping := ports.DeliveryOf(ctx).Stopping
 			retryable, backoffs := 0, 0

@@ -378,6 +378,41 @@ func TestRetry(t *testing.T) {
 			t.Errorf("a delivery the source named %d was handled as %d", given.DeliveryID, seen[2])
 		}
 	})
+	// The delivery Retry named ends as it returns, its retries spent: a
+	// handler learns it may forget what it kept for the delivery. One the
+	// source named is the source's to end.
+	t.Run("DeliveryItNamedEndsWithIt", func(t *testing.T) {
+		t.Parallel()
+		cfg, _, _ := testConfig()
+		sourceEnded := make(chan struct{})
+		var ends []<-chan struct{}
+		h := chain(cfg, &memorySink{}, func(ctx context.Context, _ ports.Record) error {
+			ended := ports.DeliveryOf(ctx).Ended
+			select {
+			case <-ended:
+				t.Error("an attempt ran after its delivery ended")
+			default:
+			}
+			ends = append(ends, ended)
+			return errors.New("twilio: 503")
+		})
+		if err := h.Handle(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		given := rec
+		given.DeliveryID = ports.NewDeliveryID()
+		if err := h.Handle(ports.WithDelivery(context.Background(), ports.Delivery{Ended: sourceEnded}), given); err != nil {
+			t.Fatal(err)
+		}
+		if n := cfg.RetryMaxAttempts; len(ends) != 2*n || ends[0] == nil || ends[n-1] != ends[0] || ends[n] != sourceEnded {
+			t.Fatalf("attempts saw Ended %v; want one of Retry's own for the first record, the source's for the second", ends)
+		}
+		select {
+		case <-ends[0]:
+		default:
+			t.Error("the delivery Retry named did not end when Retry returned")
+		}
+	})
 	t.Run("StoppingEndsTheBackoff", func(t *testing.T) {
 		t.Parallel()
 		cfg, _, _ := testConfig()

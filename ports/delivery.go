@@ -33,11 +33,18 @@ type Delivery struct {
 	// record: a wait between attempts ends, and no attempt starts. Nil
 	// (never closed) when the source sets no Delivery.
 	Stopping <-chan struct{}
+	// Ended is closed once the delivery is over: no attempt carrying its
+	// Record.DeliveryID is running or follows, however the record ended
+	// (finished, dead-lettered, its retries spent, left for replay). A
+	// Handler drops then what it kept for the delivery's attempts. Nil when
+	// the source does not say: such a Handler keeps it until it expires.
+	Ended <-chan struct{}
 }
 
 type deliveryKey struct{}
 
-// WithDelivery returns ctx carrying d. Only an event source calls it.
+// WithDelivery returns ctx carrying d. Only an event source calls it, or
+// the retry policy for a record it gave its DeliveryID.
 func WithDelivery(ctx context.Context, d Delivery) context.Context {
 	return context.WithValue(ctx, deliveryKey{}, d)
 }

@@ -179,7 +179,9 @@ func (p *partition) handle(msg *sarama.ConsumerMessage) bool {
 		DeliveryID: ports.NewDeliveryID(),
 		Headers:    recordHeaders(msg.Headers),
 	}
-	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping})
+	ended := make(chan struct{})
+	defer close(ended)
+	ctx := ports.WithDelivery(p.handlerCtx, ports.Delivery{Stopping: p.stopping, Ended: ended})
 	err := p.handler.Handle(ctx, rec)
 	if err != nil && !p.isStopping() && p.handlerCtx.Err() == nil {
 		p.log.Error("record_unfinished", "offset", msg.Offset, "error", err)

@@ -198,10 +198,10 @@ func (m *Metrics) registerFuncs() {
 		Namespace: Namespace, Name: "ledger_owed",
 		Help: "Notifications this worker delivered whose sent record the store has not taken yet; it writes them when the store answers again, and suppresses their replays meanwhile.",
 	}, func() float64 { owed, _ := m.ledgerCounts(); return float64(owed) })
-	ledgerEvicted := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Namespace: Namespace, Name: "ledger_evictions_total",
-		Help: "Owed sent records dropped because the ledger was full (IDEMPOTENCY_LEDGER_SIZE): a replay of each is no longer suppressed by this worker.",
-	}, func() float64 { _, evicted := m.ledgerCounts(); return float64(evicted) })
+	ledgerRefusals := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "ledger_refusals_total",
+		Help: "Attempts at a record refused because the ledger was full (IDEMPOTENCY_LEDGER_SIZE sent records owed to the store): nothing of the record was sent, and it is tried again, without spending its retries, until the store takes the owed records.",
+	}, func() float64 { _, refused := m.ledgerCounts(); return float64(refused) })
 	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "store_breaker_open",
 		Help: "1 while the circuit breaker in front of the idempotency store refuses calls, else 0 (also when there is no breaker).",
@@ -211,7 +211,7 @@ func (m *Metrics) registerFuncs() {
 		}
 		return 0
 	})
-	m.reg.MustRegister(ledgerOwed, ledgerEvicted, breaker)
+	m.reg.MustRegister(ledgerOwed, ledgerRefusals, breaker)
 }
 
 // exposeZeros creates every series with known labels at zero, so a rate or
@@ -244,10 +244,10 @@ func (m *Metrics) RateWaited(ch ports.Channel, d time.Duration) {
 func (m *Metrics) RateLimitFallback() { m.rateFallback.Inc() }
 
 // TrackLedger exports what counts reports (the domain's Service.Owed): the
-// owed records, and the entries the full ledger dropped. A later call
+// owed records, and the attempts refused for a full ledger. A later call
 // replaces an earlier one, so one Metrics can follow the workers that use it
 // in turn.
-func (m *Metrics) TrackLedger(counts func() (owed int, evicted int64)) { m.ledger.Store(&counts) }
+func (m *Metrics) TrackLedger(counts func() (owed int, refused int64)) { m.ledger.Store(&counts) }
 
 func (m *Metrics) ledgerCounts() (int, int64) {
 	if f := m.ledger.Load(); f != nil {
