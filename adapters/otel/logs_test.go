@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -150,4 +151,33 @@ type sinkFunc func(ctx context.Context, rec ports.Record, kind ports.Kind, reaso
 
 func (f sinkFunc) DeadLetter(ctx context.Context, rec ports.Record, kind ports.Kind, reason string) error {
 	return f(ctx, rec, kind, reason)
+}
+
+// BenchmarkLogger is the notification_sent line as the domain writes it,
+// to a JSON handler writing nowhere: plain (tracing off: Logger returns
+// the logger itself) and joined to the span in its context (tracing on).
+func BenchmarkLogger(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("bench").Start(context.Background(), "process shipment-events")
+	defer span.End()
+	plain := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	for _, c := range []struct {
+		name string
+		log  *slog.Logger
+	}{
+		{"plain", plain},
+		{"joined", otel.New(tp).Logger(plain)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.log.LogAttrs(ctx, slog.LevelInfo, "notification_sent",
+					slog.String("topic", "shipment-events"), slog.Int("partition", 3), slog.Int64("offset", 42),
+					slog.String("event_id", "9f1c2d3e-7d3c-4b1e-9f2a-0c5d8e6b4a21"), slog.String("shipment_id", "SHP-100234"),
+					slog.String("channel", "sms"), slog.String("to", "+31*******67"), slog.String("provider_id", "SM123"),
+					slog.Bool("idempotency_checked", true))
+			}
+		})
+	}
 }
