@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -92,7 +93,7 @@ func keysOf(t *testing.T, logs []byte, msg string) [][]string {
 func TestService_LogLinesCarryTheRecordsContext(t *testing.T) {
 	w := newWorld(t, domain.FailOpen, func(c *domain.Config) {
 		c.MaxEventAge = time.Minute
-		c.Logger = slog.New(markHandler{c.Logger.Handler()})
+		c.Logger = slog.New(logtest.MarkHandler(c.Logger.Handler()))
 	})
 	w.sms.FailFunc = func(m ports.Message) error {
 		if strings.HasPrefix(m.EventID, "evt-refused") {
@@ -107,7 +108,7 @@ func TestService_LogLinesCarryTheRecordsContext(t *testing.T) {
 		event("evt-refused", "sms"),
 		stale,
 	} {
-		ctx := context.WithValue(context.Background(), markKey{}, fmt.Sprint("record-", i))
+		ctx := logtest.WithMark(context.Background(), fmt.Sprint("record-", i))
 		rec := ports.Record{Topic: "shipment-events", Partition: 1, Offset: int64(i), Value: []byte(value), DeliveryID: ports.NewDeliveryID()}
 		_ = w.svc.Handle(ctx, rec)
 	}
@@ -124,16 +125,4 @@ func TestService_LogLinesCarryTheRecordsContext(t *testing.T) {
 			t.Errorf("no %s line; lines:\n%s", msg, w.logs.String())
 		}
 	}
-}
-
-type markKey struct{}
-
-// markHandler adds to each line the mark of the context it is written with.
-type markHandler struct{ slog.Handler }
-
-func (h markHandler) Handle(ctx context.Context, r slog.Record) error {
-	if m, ok := ctx.Value(markKey{}).(string); ok {
-		r.AddAttrs(slog.String("mark", m))
-	}
-	return h.Handler.Handle(ctx, r)
 }

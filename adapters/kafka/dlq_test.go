@@ -327,10 +327,10 @@ func mustCreateSmallTopic(t *testing.T, brokers []string, topic string) {
 func mustDeadLetterSecond(t *testing.T, brokers []string, topic, dlqTopic, reason string) (*sarama.ConsumerMessage, *logtest.Buffer) {
 	t.Helper()
 	cfg, logs := testConfig(brokers, topic)
-	cfg.Logger = slog.New(markHandler{cfg.Logger.Handler()})
+	cfg.Logger = slog.New(logtest.MarkHandler(cfg.Logger.Handler()))
 	cfg.First = func(next ports.Handler) ports.Handler {
 		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-			return next.Handle(context.WithValue(ctx, markKey{}, "offset-"+strconv.FormatInt(rec.Offset, 10)), rec)
+			return next.Handle(logtest.WithMark(ctx, "offset-"+strconv.FormatInt(rec.Offset, 10)), rec)
 		})
 	}
 	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
@@ -346,26 +346,6 @@ func mustDeadLetterSecond(t *testing.T, brokers []string, topic, dlqTopic, reaso
 		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
 	}
 	return dlq[0], logs
-}
-
-type markKey struct{}
-
-// markHandler adds to each line the mark of the context it is written with.
-type markHandler struct{ slog.Handler }
-
-func (h markHandler) Handle(ctx context.Context, r slog.Record) error {
-	if m, ok := ctx.Value(markKey{}).(string); ok {
-		r.AddAttrs(slog.String("mark", m))
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h markHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return markHandler{h.Handler.WithAttrs(attrs)}
-}
-
-func (h markHandler) WithGroup(name string) slog.Handler {
-	return markHandler{h.Handler.WithGroup(name)}
 }
 
 // wantMarked fails t unless logs has a line msg, and every one is marked as
