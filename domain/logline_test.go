@@ -3,13 +3,19 @@ package domain_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // TestService_LogLineFieldOrder holds the lines about a record to their
@@ -78,4 +84,45 @@ func keysOf(t *testing.T, logs []byte, msg string) [][]string {
 		}
 	}
 	return out
+}
+
+// TestService_LogLinesCarryTheRecordsContext holds every line about a
+// record to being written with the context the record was handled with,
+// whichever line and level: a handler reads there what it adds to the
+// record's lines (its trace and span, with tracing on).
+func TestService_LogLinesCarryTheRecordsContext(t *testing.T) {
+	w := newWorld(t, domain.FailOpen, func(c *domain.Config) {
+		c.MaxEventAge = time.Minute
+		c.Logger = slog.New(logtest.MarkHandler(c.Logger.Handler()))
+	})
+	w.sms.FailFunc = func(m ports.Message) error {
+		if strings.HasPrefix(m.EventID, "evt-refused") {
+			return ports.MarkPermanent(errors.New("status 400: code 21211"))
+		}
+		return nil
+	}
+	stale := strings.Replace(event("evt-old", "sms"), `"type"`, `"occurred_at":"2020-01-01T00:00:00Z","type"`, 1)
+	for i, value := range []string{
+		event("evt-sent", "sms", "email"),
+		event("evt-sent", "sms", "email"), // a replay: duplicate_suppressed
+		event("evt-refused", "sms"),
+		stale,
+	} {
+		ctx := logtest.WithMark(context.Background(), fmt.Sprint("record-", i))
+		rec := ports.Record{Topic: "shipment-events", Partition: 1, Offset: int64(i), Value: []byte(value), DeliveryID: ports.NewDeliveryID()}
+		_ = w.svc.Handle(ctx, rec)
+	}
+	lines := w.logs.Events(t, "")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		seen[l["msg"].(string)] = true
+		if want := fmt.Sprint("record-", l["offset"]); l["mark"] != want {
+			t.Errorf("%s of offset %v written with the context of %v, want %s", l["msg"], l["offset"], l["mark"], want)
+		}
+	}
+	for _, msg := range []string{"notification_sent", "duplicate_suppressed", "notification_failed", "stale_event_skipped"} {
+		if !seen[msg] {
+			t.Errorf("no %s line; lines:\n%s", msg, w.logs.String())
+		}
+	}
 }

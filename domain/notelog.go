@@ -13,34 +13,39 @@ import (
 // formatted into a handler of their own first, which cost a record a
 // handler clone and its buffer's growth before any line was written.
 // Methods are those of slog.Logger the domain uses, with the same level
-// check and caller's PC.
+// check and caller's PC. Lines are written with the context of the
+// record's handling, or for Log and LogAttrs the call's, so that a handler
+// finds there what it adds to a record's lines (its trace and span, with
+// tracing on).
 type noteLog struct {
+	ctx   context.Context
 	l     *slog.Logger
 	attrs [6]slog.Attr
 	n     int // of attrs in use
 }
 
-// with returns l's lines carrying attrs (at most six) before their own.
-func with(l *slog.Logger, attrs ...slog.Attr) noteLog {
-	n := noteLog{l: l, n: len(attrs)}
+// with returns l's lines carrying attrs (at most six) before their own,
+// written with ctx, the context the record is handled with.
+func with(ctx context.Context, l *slog.Logger, attrs ...slog.Attr) noteLog {
+	n := noteLog{ctx: ctx, l: l, n: len(attrs)}
 	copy(n.attrs[:], attrs)
 	return n
 }
 
 func (n noteLog) Debug(msg string, attrs ...slog.Attr) {
-	n.log(context.Background(), slog.LevelDebug, msg, attrs)
+	n.log(n.ctx, slog.LevelDebug, msg, attrs)
 }
 
 func (n noteLog) Info(msg string, attrs ...slog.Attr) {
-	n.log(context.Background(), slog.LevelInfo, msg, attrs)
+	n.log(n.ctx, slog.LevelInfo, msg, attrs)
 }
 
 func (n noteLog) Warn(msg string, attrs ...slog.Attr) {
-	n.log(context.Background(), slog.LevelWarn, msg, attrs)
+	n.log(n.ctx, slog.LevelWarn, msg, attrs)
 }
 
 func (n noteLog) Error(msg string, attrs ...slog.Attr) {
-	n.log(context.Background(), slog.LevelError, msg, attrs)
+	n.log(n.ctx, slog.LevelError, msg, attrs)
 }
 
 func (n noteLog) Log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {

@@ -138,7 +138,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		slog.String("shipment_id", ev.ShipmentID),
 		{}, // the channel's
 	}
-	if stale, err := s.stale(attrs[:5], ev, rec); err != nil || stale {
+	if stale, err := s.stale(ctx, attrs[:5], ev, rec); err != nil || stale {
 		return err
 	}
 
@@ -177,7 +177,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	worst := ports.Permanent
 	for _, m := range msgs {
 		attrs[5] = slog.String("channel", string(m.Channel))
-		n := &notification{m: m, log: with(s.cfg.Logger, attrs[:]...), delivery: rec.DeliveryID}
+		n := &notification{m: m, log: with(ctx, s.cfg.Logger, attrs[:]...), delivery: rec.DeliveryID}
 		s.deliver(ctx, n)
 		if o, ok := n.state.outcome(); ok {
 			s.cfg.Observer.Observe(m.Channel, o)

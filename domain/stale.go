@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -19,8 +20,8 @@ const ClockSkew = 5 * time.Minute
 // the record's timestamp (the time its producer wrote it, which a replay
 // keeps); with neither, the event has no age and is never stale. An
 // occurred_at more than ClockSkew ahead of now is a Permanent error. attrs
-// are the record's log attributes (Handle's).
-func (s *Service) stale(attrs []slog.Attr, ev Event, rec ports.Record) (bool, error) {
+// are the record's log attributes (Handle's), ctx its context.
+func (s *Service) stale(ctx context.Context, attrs []slog.Attr, ev Event, rec ports.Record) (bool, error) {
 	at, from := ev.OccurredAt, "occurred_at"
 	if at.IsZero() {
 		at, from = rec.Timestamp, "record_timestamp"
@@ -40,7 +41,7 @@ func (s *Service) stale(attrs []slog.Attr, ev Event, rec ports.Record) (bool, er
 	if age <= limit {
 		return false, nil
 	}
-	with(s.cfg.Logger, attrs...).Info("stale_event_skipped",
+	with(ctx, s.cfg.Logger, attrs...).Info("stale_event_skipped",
 		slog.String("type", ev.Type),
 		slog.Duration("age", age.Round(time.Second)),
 		slog.Duration("max_age", limit),

@@ -5,7 +5,8 @@
 // dead-lettering and panic recovery, the same for every source. The
 // package imports only ports and the standard library.
 //
-// Logs, with the record's topic, partition and offset: record_retry_scheduled
+// Logs, with the record's topic, partition and offset, and written with the
+// context the record is handled with: record_retry_scheduled
 // (at debug for a Paced failure, else warn), handler_panicked,
 // event_dead_lettered, and dead_letter_failed (at most once per 5s per
 // DeadLetter middleware, with a failures count).
@@ -157,7 +158,7 @@ func Recover(cfg Config) ports.Middleware {
 				if r := recover(); r != nil {
 					err = ports.MarkPermanent(fmt.Errorf("panic: %v", r))
 					cfg.Metrics.HandlerPanicked(rec.Topic)
-					cfg.Logger.Error("handler_panicked", append(recordAttrs(rec), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))...)
+					cfg.Logger.ErrorContext(ctx, "handler_panicked", append(recordAttrs(rec), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))...)
 				}
 			}()
 			return next.Handle(ctx, rec)
@@ -271,12 +272,12 @@ func DeadLetter(sink ports.DeadLetterSink, cfg Config) ports.Middleware {
 				werr := sink.DeadLetter(ctx, rec, kind, reason)
 				if werr == nil {
 					cfg.Metrics.RecordDeadLettered(rec.Topic, kind)
-					cfg.Logger.Warn("event_dead_lettered", append(recordAttrs(rec), "reason", reason, "kind", kind.String())...)
+					cfg.Logger.WarnContext(ctx, "event_dead_lettered", append(recordAttrs(rec), "reason", reason, "kind", kind.String())...)
 					return nil
 				}
 				wait := Backoff(attempt, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
 				if held, ok := logs.Allow(time.Now()); ok {
-					cfg.Logger.Error("dead_letter_failed", append(recordAttrs(rec), "attempt", attempt,
+					cfg.Logger.ErrorContext(ctx, "dead_letter_failed", append(recordAttrs(rec), "attempt", attempt,
 						"failures", held+1, "backoff", wait, "error", werr)...)
 				}
 				if !ports.Sleep(stopping, wait) || ctx.Err() != nil {

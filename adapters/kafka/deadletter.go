@@ -105,12 +105,12 @@ func (s *DeadLetterSink) DeadLetter(ctx context.Context, rec ports.Record, kind 
 	for _, smaller := range []func(error){
 		func(err error) {
 			pm = dropValue(pm, len(rec.Value))
-			log.Warn("dead_letter_value_dropped", "offset", rec.Offset, "value_bytes", len(rec.Value),
+			log.WarnContext(ctx, "dead_letter_value_dropped", "offset", rec.Offset, "value_bytes", len(rec.Value),
 				"dlq_topic", cfg.DLQTopic, "error", err)
 		},
 		func(err error) {
 			pm = strippedDeadLetter(cfg.DLQTopic, rec, kind, reason)
-			log.Warn("dead_letter_stripped", "offset", rec.Offset, "key_bytes", len(rec.Key),
+			log.WarnContext(ctx, "dead_letter_stripped", "offset", rec.Offset, "key_bytes", len(rec.Key),
 				"headers", len(rec.Headers), "dlq_topic", cfg.DLQTopic, "error", err)
 		},
 		nil,

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,9 +196,8 @@ func TestConsumer_DeadLetterTooLargeDropsValue(t *testing.T) {
 	if reason, _ := header(m, kafka.HeaderDLQReason); !strings.Contains(reason, "unknown event type") {
 		t.Errorf("reason = %q, want the handler's error", reason)
 	}
-	if !strings.Contains(logs.String(), `"msg":"dead_letter_value_dropped"`) {
-		t.Error("no dead_letter_value_dropped log")
-	}
+	wantMarked(t, logs, "dead_letter_value_dropped")
+	wantMarked(t, logs, "event_dead_lettered")
 }
 
 // TestConsumer_DeadLetterStrippedWhenStillTooLarge: a record whose key and
@@ -246,10 +246,8 @@ func TestConsumer_DeadLetterStrippedWhenStillTooLarge(t *testing.T) {
 	if want := "x" + strings.Repeat("é", 255) + "..."; reason != want || !utf8.ValidString(reason) {
 		t.Errorf("reason is %d bytes (valid UTF-8 %v), want %d: the handler's error cut at a rune boundary", len(reason), utf8.ValidString(reason), len(want))
 	}
-	for _, event := range []string{"dead_letter_value_dropped", "dead_letter_stripped"} {
-		if !strings.Contains(logs.String(), `"msg":"`+event+`"`) {
-			t.Errorf("no %s log", event)
-		}
+	for _, event := range []string{"dead_letter_value_dropped", "dead_letter_stripped", "event_dead_lettered"} {
+		wantMarked(t, logs, event)
 	}
 }
 
@@ -323,10 +321,18 @@ func mustCreateSmallTopic(t *testing.T, brokers []string, topic string) {
 
 // mustDeadLetterSecond consumes topic's three records, failing the second
 // (offset 1) for good with reason, waits until all three are committed, and
-// returns the one dead letter in dlqTopic and the consumer's logs.
+// returns the one dead letter in dlqTopic and the consumer's logs. Each
+// record is handled with a context marked with its offset, and a line
+// written with such a context carries the mark.
 func mustDeadLetterSecond(t *testing.T, brokers []string, topic, dlqTopic, reason string) (*sarama.ConsumerMessage, *logtest.Buffer) {
 	t.Helper()
 	cfg, logs := testConfig(brokers, topic)
+	cfg.Logger = slog.New(logtest.MarkHandler(cfg.Logger.Handler()))
+	cfg.First = func(next ports.Handler) ports.Handler {
+		return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+			return next.Handle(logtest.WithMark(ctx, "offset-"+strconv.FormatInt(rec.Offset, 10)), rec)
+		})
+	}
 	rc := MustRun(t, cfg, ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 		if rec.Offset == 1 {
 			return ports.MarkPermanent(errors.New(reason))
@@ -340,4 +346,19 @@ func mustDeadLetterSecond(t *testing.T, brokers []string, topic, dlqTopic, reaso
 		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
 	}
 	return dlq[0], logs
+}
+
+// wantMarked fails t unless logs has a line msg, and every one is marked as
+// written with the context of the record at offset 1.
+func wantMarked(t *testing.T, logs *logtest.Buffer, msg string) {
+	t.Helper()
+	lines := logs.Events(t, msg)
+	if len(lines) == 0 {
+		t.Errorf("no %s log", msg)
+	}
+	for _, l := range lines {
+		if l["mark"] != "offset-1" {
+			t.Errorf("%s written with the context of %v, want offset-1's", msg, l["mark"])
+		}
+	}
 }

@@ -171,6 +171,9 @@ type testSetup struct {
 	// the consumer's RetryInitialBackoff and RetryMaxBackoff.
 	RetryMaxAttempts int
 	MaxRecordBytes   int
+	// First, when set, goes before the worker's policy, where the worker
+	// puts what reads a record's context (its tracing).
+	First ports.Middleware
 }
 
 func testConfig(brokers []string, topic string) (testSetup, *logtest.Buffer) {
@@ -204,12 +207,16 @@ func workerPolicy(cfg testSetup, c *kafka.Consumer) []ports.Middleware {
 	if m, ok := cfg.Metrics.(policy.Metrics); ok {
 		pcfg.Metrics = m
 	}
-	return []ports.Middleware{
+	mws := []ports.Middleware{
 		policy.DeadLetter(c.DeadLetterSink(), pcfg),
 		policy.MaxBytes(pcfg),
 		policy.Recover(pcfg),
 		policy.Retry(pcfg),
 	}
+	if cfg.First != nil {
+		mws = append([]ports.Middleware{cfg.First}, mws...)
+	}
+	return mws
 }
 
 func MustPublish(tb testing.TB, brokers []string, topic string, msgs ...kafka.Message) {

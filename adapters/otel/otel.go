@@ -4,7 +4,8 @@
 // Like the metrics, it decorates the ports (ports.Handler,
 // ports.IdempotencyStore, ports.Notifier), so no tracing call lives in the
 // domain: the domain hands its context down, and the child spans find their
-// parent there.
+// parent there. The same context joins the lines logged about a record to
+// its trace (Logger).
 //
 // No span attribute, event or status carries a recipient's phone number,
 // email address or name: a send span holds the recipient masked
@@ -15,6 +16,7 @@ package otel
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -87,6 +89,9 @@ func (t *Tracer) Handler(h ports.Handler) ports.Handler {
 				semconv.MessagingDestinationPartitionID(strconv.Itoa(int(rec.Partition))),
 				semconv.MessagingKafkaOffset(int(rec.Offset)),
 			))
+		if d, ok := ctx.Value(deliveryKey{}).(*delivery); ok {
+			d.attempt(span.SpanContext())
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				span.SetStatus(codes.Error, "panic")
@@ -98,6 +103,34 @@ func (t *Tracer) Handler(h ports.Handler) ports.Handler {
 		return h.Handle(ctx, rec)
 	})
 }
+
+// Delivery is the middleware that goes first in the record policy, around
+// everything done with one record taken from the source: its attempts
+// (each a span of Handler's, which must sit inside it) and what the policy
+// does between and after them (a retry's backoff, a dead letter). It reads
+// the record's trace context once, so that a line logged with the
+// delivery's context outside any attempt carries a span (see Logger): the
+// latest attempt's, or before the first the producer's.
+func (t *Tracer) Delivery(next ports.Handler) ports.Handler {
+	if t == nil {
+		return next
+	}
+	return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
+		ctx = t.prop.Extract(ctx, headerCarrier(rec.Headers))
+		return next.Handle(context.WithValue(ctx, deliveryKey{}, new(delivery)), rec)
+	})
+}
+
+type deliveryKey struct{}
+
+// delivery is what Delivery knows of its record's attempts: the span of
+// the latest to start. Attempts follow one another, but a line about the
+// record may be written from any goroutine.
+type delivery struct {
+	last atomic.Pointer[trace.SpanContext]
+}
+
+func (d *delivery) attempt(sc trace.SpanContext) { d.last.Store(&sc) }
 
 // Store returns s traced: a span per call (claim, record, release), with
 // the key and, for a claim, what it found.

@@ -228,7 +228,7 @@ func TestHandler_PanicEndsTheSpan(t *testing.T) {
 	}
 }
 
-// With tracing off (no provider) nothing is decorated.
+// With tracing off (no provider) nothing is decorated, the logger neither.
 func TestNew_NilProviderDecoratesNothing(t *testing.T) {
 	tr := otel.New(nil)
 	store := memory.New(nil)
@@ -239,7 +239,22 @@ func TestNew_NilProviderDecoratesNothing(t *testing.T) {
 	if got := tr.Notifier(ports.ChannelSMS, "twilio", n); got != ports.Notifier(n) {
 		t.Errorf("Notifier decorated with tracing off")
 	}
+	h := &nopHandler{}
+	if got := tr.Delivery(h); got != ports.Handler(h) {
+		t.Errorf("Delivery decorated with tracing off")
+	}
+	if got := tr.Handler(h); got != ports.Handler(h) {
+		t.Errorf("Handler decorated with tracing off")
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if got := tr.Logger(log); got != log {
+		t.Errorf("Logger decorated with tracing off")
+	}
 }
+
+type nopHandler struct{}
+
+func (*nopHandler) Handle(context.Context, ports.Record) error { return nil }
 
 func mustOne(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStub {
 	t.Helper()

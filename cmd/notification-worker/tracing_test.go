@@ -3,22 +3,28 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/ports"
 )
 
 // TestMain_TraceContinuesFromTheProducer publishes an event with the
@@ -121,33 +127,7 @@ func TestMain_TraceContinuesFromTheProducer(t *testing.T) {
 // the receiver got by the time the worker closed.
 func TestMain_ExportsOverOTLP(t *testing.T) {
 	const traceID = "5b8efff798038103d269b633813fc60c"
-	var (
-		mu     sync.Mutex
-		spans  = map[string]string{} // span name -> trace id (hex)
-		posted []string
-	)
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var req coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		posted = append(posted, r.URL.Path)
-		for _, rs := range req.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					spans[s.Name] = hex.EncodeToString(s.TraceId)
-				}
-			}
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		_, _ = w.Write(b)
-	}))
-	defer receiver.Close()
+	receiver := startOTLPReceiver(t)
 
 	topic := uniqueName("otlp")
 	emb := MustStartEmbedded(t, topic)
@@ -176,12 +156,14 @@ func TestMain_ExportsOverOTLP(t *testing.T) {
 	}
 	m.Close() // flushes the batch of spans
 
-	mu.Lock()
-	defer mu.Unlock()
-	if got := spans["process "+topic]; got != traceID {
-		t.Errorf("record span exported in trace %q, want %s; exported: %v (posts to %v)", got, traceID, spans, posted)
+	spans := map[string]string{} // span name -> trace id (hex)
+	for _, s := range receiver.Spans() {
+		spans[s.Name] = hex.EncodeToString(s.TraceId)
 	}
-	for _, p := range posted {
+	if got := spans["process "+topic]; got != traceID {
+		t.Errorf("record span exported in trace %q, want %s; exported: %v (posts to %v)", got, traceID, spans, receiver.Posted())
+	}
+	for _, p := range receiver.Posted() {
 		if p != "/v1/traces" {
 			t.Errorf("exported to %s, want /v1/traces", p)
 		}
@@ -189,4 +171,181 @@ func TestMain_ExportsOverOTLP(t *testing.T) {
 	if !strings.Contains(out.String(), `"tracing":"otlp `+receiver.URL+`/v1/traces"`) {
 		t.Errorf("worker_starting does not name the OTLP endpoint")
 	}
+}
+
+// TestMain_LogsJoinedToTraces runs two records through the worker, each
+// with a producer's traceparent: one whose send fails once and is retried,
+// one that does not decode and is dead-lettered. With tracing on (an
+// OTLP/HTTP receiver on loopback), every line about a record carries
+// trace_id, the producer's trace, and span_id, a span the worker exported
+// for the record, child of the producer's span: the attempt the line was
+// written in, or the attempt a retry or a dead letter followed. Lines about
+// no record carry neither. With tracing off no line carries either.
+func TestMain_LogsJoinedToTraces(t *testing.T) {
+	const producerSpan = "b7ad6b7169203331"
+	traces := map[int64]string{0: "6e0c63257de34c92bf9efcd03927272e", 1: "f9a2b6cd3f1e4c0a8d7e5b4a3c2d1e0f"}
+	run := func(t *testing.T, env map[string]string) *logtest.Buffer {
+		topic := uniqueName("joined")
+		emb := MustStartEmbedded(t, topic)
+		vars := map[string]string{
+			"KAFKA_BROKERS":         emb.Brokers()[0],
+			"KAFKA_TOPIC":           topic,
+			"KAFKA_GROUP_ID":        uniqueName("group"),
+			"HTTP_ADDR":             "off",
+			"RETRY_INITIAL_BACKOFF": "10ms",
+			"RETRY_MAX_BACKOFF":     "50ms",
+		}
+		for k, v := range env {
+			vars[k] = v
+		}
+		events, _ := sampleEvents(1)
+		ev := events[0]
+		ev.Channels = []string{"sms"}
+		header := func(offset int64) map[string]string {
+			return map[string]string{"traceparent": "00-" + traces[offset] + "-" + producerSpan + "-01"}
+		}
+		// One key: one partition, offsets 0 and 1.
+		MustPublish(t, emb.Brokers(), topic,
+			kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json(), Headers: header(0)},
+			kafka.Message{Key: []byte(ev.ShipmentID), Value: []byte(`{"event_id":`), Headers: header(1)},
+		)
+		var sends atomic.Int32
+		sms := notifierFunc(func(context.Context, ports.Message) (ports.Receipt, error) {
+			if sends.Add(1) == 1 {
+				return ports.Receipt{}, errors.New("provider answered 503")
+			}
+			return ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}, nil
+		})
+		out := &logtest.Buffer{}
+		m := &Main{Config: MustLoadConfig(t, vars), Stdout: out, Deps: Deps{Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms}}}
+		MustOpen(t, m)
+		stop := MustRun(t, m)
+		waitFor(t, "the retried record sent and the poison dead-lettered", func() (bool, string) {
+			sent, dead := len(out.Events(t, "notification_sent")), len(out.Events(t, "event_dead_lettered"))
+			return sent == 1 && dead == 1, fmt.Sprintf("%d notification_sent, %d event_dead_lettered", sent, dead)
+		})
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		m.Close() // flushes the batch of spans
+		for _, msg := range []string{"notification_failed", "record_retry_scheduled"} {
+			if len(out.Events(t, msg)) != 1 {
+				t.Errorf("%d %s lines, want 1 (the first send failed); logs:\n%s", len(out.Events(t, msg)), msg, out.String())
+			}
+		}
+		return out
+	}
+
+	t.Run("On", func(t *testing.T) {
+		receiver := startOTLPReceiver(t)
+		out := run(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.URL})
+		// The attempts exported for each record (by trace), failed or not.
+		type attempt struct {
+			span   string
+			failed bool
+		}
+		attempts := map[string][]attempt{}
+		for _, s := range receiver.Spans() {
+			if !strings.HasPrefix(s.Name, "process ") {
+				continue
+			}
+			trace := hex.EncodeToString(s.TraceId)
+			if parent := hex.EncodeToString(s.ParentSpanId); parent != producerSpan {
+				t.Errorf("record span %x in trace %s: parent %s, want the producer's %s", s.SpanId, trace, parent, producerSpan)
+			}
+			attempts[trace] = append(attempts[trace], attempt{hex.EncodeToString(s.SpanId), s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR})
+		}
+		spanOf := func(offset int64, failed bool) string {
+			for _, a := range attempts[traces[offset]] {
+				if a.failed == failed {
+					return a.span
+				}
+			}
+			return fmt.Sprintf("(no attempt exported with failed=%v in trace %s)", failed, traces[offset])
+		}
+		// What each line is written in or follows: the first attempt at
+		// record 0 failed, the second sent; record 1's only attempt failed.
+		failedAttempt := map[string]bool{"notification_failed": true, "record_retry_scheduled": true, "event_dead_lettered": true}
+		about := 0
+		for _, l := range out.Events(t, "") {
+			msg := l["msg"].(string)
+			off, ok := l["offset"].(float64)
+			if !ok {
+				if l["trace_id"] != nil || l["span_id"] != nil {
+					t.Errorf("%s, about no record, carries trace_id %v, span_id %v", msg, l["trace_id"], l["span_id"])
+				}
+				continue
+			}
+			about++
+			offset := int64(off)
+			if got, want := l["trace_id"], traces[offset]; got != want {
+				t.Errorf("%s of record %d: trace_id %v, want the producer's %s", msg, offset, got, want)
+			}
+			if got, want := l["span_id"], spanOf(offset, failedAttempt[msg]); got != want {
+				t.Errorf("%s of record %d: span_id %v, want %s (exported: %v)", msg, offset, got, want, attempts)
+			}
+		}
+		if about < 4 {
+			t.Errorf("%d lines about the records, want at least notification_failed, record_retry_scheduled, notification_sent and event_dead_lettered", about)
+		}
+	})
+	t.Run("Off", func(t *testing.T) {
+		out := run(t, nil)
+		for _, l := range out.Events(t, "") {
+			if _, ok := l["trace_id"]; ok {
+				t.Errorf("%s carries trace_id with tracing off", l["msg"])
+			}
+			if _, ok := l["span_id"]; ok {
+				t.Errorf("%s carries span_id with tracing off", l["msg"])
+			}
+		}
+	})
+}
+
+// otlpReceiver is an OTLP/HTTP traces receiver on loopback that keeps
+// every span posted to it, and the paths posted to.
+type otlpReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	spans  []*tracepb.Span
+	posted []string
+}
+
+func startOTLPReceiver(t *testing.T) *otlpReceiver {
+	r := &otlpReceiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		var export coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &export); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.posted = append(r.posted, req.URL.Path)
+		for _, rs := range export.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Spans returns the spans received so far.
+func (r *otlpReceiver) Spans() []*tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.spans)
+}
+
+// Posted returns the paths exports were posted to so far.
+func (r *otlpReceiver) Posted() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.posted)
 }

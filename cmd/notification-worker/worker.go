@@ -136,6 +136,8 @@ func (m *Main) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// With tracing on, the lines about a record carry its trace and span.
+	m.logger = m.tracer.Logger(m.logger)
 	brokers, err := eventSources[chosen.Source](m)
 	if err != nil {
 		return err
@@ -432,6 +434,9 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, erro
 		return nil, err
 	}
 	return []ports.Middleware{
+		// With tracing on, the record's trace context, for every line
+		// logged about it below, between attempts too.
+		m.tracer.Delivery,
 		// What the middlewares below give up on is written to the dead
 		// letter topic, and then the record is finished.
 		policy.DeadLetter(sink, pcfg),

@@ -272,8 +272,9 @@ func (r run) measure(b *testing.B, br *broker) measurement {
 		StoreTimeout: 200 * time.Millisecond,
 		FailureMode:  domain.FailOpen,
 		// Info, as in production: the per-record notification_sent line is
-		// part of the cost; only the write to stdout is left out.
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// part of the cost (with its trace and span, with tracing on); only
+		// the write to stdout is left out.
+		Logger: r.tracer.Logger(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 	})
 	if err != nil {
 		b.Fatalf("NewService: %v", err)

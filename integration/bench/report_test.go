@@ -580,7 +580,8 @@ func (r *registry) printTracing(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n### 6. Tracing cost (zero-latency notifier, memory store, MaxInFlight 64, %d partitions)\n\n", partitions)
 	fmt.Fprintln(w, "Off is what the worker runs without OTEL_EXPORTER_OTLP_ENDPOINT: nothing decorated. On samples every record (a record")
-	fmt.Fprintln(w, "span, and claim, send and record children) and batches the spans to an exporter that discards them.")
+	fmt.Fprintln(w, "span, and claim, send and record children), batches the spans to an exporter that discards them, and writes the")
+	fmt.Fprintln(w, "record's log line with its trace_id and span_id.")
 	fmt.Fprintln(w)
 	header(w, "tracing", "records", "records/s", "rounds (records/s)", "ratio vs off", "worker CPU/record")
 	for _, c := range []struct{ label, name string }{
