@@ -160,7 +160,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	if !s.journal.admits(rec.DeliveryID, msgs) {
 		s.refused.Add(1)
 		owed := s.journal.owedCount()
-		s.logLimited(ctx, s.ledgerFull, with(s.cfg.Logger, attrs[:5]...), slog.LevelWarn, "ledger_full",
+		s.logLimited(ctx, s.ledgerFull, with(ctx, s.cfg.Logger, attrs[:5]...), slog.LevelWarn, "ledger_full",
 			slog.Int("owed", owed), slog.Int("ledger_size", s.cfg.LedgerSize))
 		return ports.MarkUnavailable(fmt.Errorf("event %s: ledger full: %d sent records are owed to the idempotency store, at least the ledger size %d; the record waits until the store takes them", ev.EventID, owed, s.cfg.LedgerSize))
 	}
