@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/config"
@@ -561,7 +559,7 @@ func TestMinReplicas_GroupCommit(t *testing.T) {
 	t.Run("HeldBack", func(t *testing.T) {
 		link.Hold()
 		defer link.Release()
-		waits := infoCommandCalls(t, onPrimary, "wait")
+		waits := redistest.CommandCalls(t, onPrimary, "wait")
 		// The first caller's WAIT blocks for seconds (its budget's share),
 		// so the other callers find a batch out and queue behind it.
 		_, errs := calls(5*time.Second, func() {
@@ -577,9 +575,9 @@ func TestMinReplicas_GroupCommit(t *testing.T) {
 				t.Errorf("call %d (%s) reported acknowledged while replication was held back", i, []string{"Claim", "Record"}[i%2])
 			}
 		}
-		n := infoCommandCalls(t, onPrimary, "wait") - waits
+		n := redistest.CommandCalls(t, onPrimary, "wait") - waits
 		t.Logf("%d calls, %d WAITs", len(errs), n)
-		if n == 0 || n >= int64(len(errs)) {
+		if n == 0 || n >= len(errs) {
 			t.Errorf("%d WAITs for %d calls, want fewer WAITs than calls, and some", n, len(errs))
 		}
 	})
@@ -683,7 +681,7 @@ func TestMinReplicas_ClusterMoved(t *testing.T) {
 			t.Fatalf("Record in the moved slot reported acknowledged while node 1's replica is stopped")
 		case errors.Is(err, redis.ErrNotReplicated):
 			return nil // sent to node 1, where the WAIT fell short
-		case !isMoved(err):
+		case !redis.IsMoved(err):
 			t.Fatalf("Record in the moved slot: %v, want MOVED or ErrNotReplicated", err)
 		}
 		return err
@@ -698,37 +696,6 @@ func TestMinReplicas_ClusterMoved(t *testing.T) {
 	if v, err := res[1].ToString(); err != nil || v == "" || v[0] == 'p' {
 		t.Errorf("record acknowledged, but node 1's replica holds %q (%v)", v, err)
 	}
-}
-
-// isMoved reports whether err wraps a MOVED reply.
-func isMoved(err error) bool {
-	var re *rueidis.RedisError
-	if !errors.As(err, &re) {
-		return false
-	}
-	_, moved := re.IsMoved()
-	return moved
-}
-
-// infoCommandCalls is how many times the server ran cmd (INFO
-// commandstats).
-func infoCommandCalls(tb testing.TB, c rueidis.Client, cmd string) int64 {
-	tb.Helper()
-	info, err := c.Do(testCtx(tb), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		tb.Fatalf("INFO commandstats: %v", err)
-	}
-	for line := range strings.Lines(info) {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				tb.Fatalf("INFO commandstats: %q", line)
-			}
-			return n
-		}
-	}
-	return 0
 }
 
 // TestMinReplicas_ACLWithoutWait: an ACL user refused WAIT (the package

@@ -1,17 +1,12 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
@@ -58,11 +53,11 @@ func BenchmarkReplicaAck(b *testing.B) {
 	through := func(min int) func(b *testing.B) measurement {
 		return func(b *testing.B) measurement {
 			store := open(min)(b)
-			before := waitCalls(b, admin)
+			before := redistest.CommandCalls(b, admin, "wait")
 			m := run{maxInFlight: 64, store: store, want: events, within: time.Minute}.measure(b, br)
 			if min != 0 {
 				replicaWaits.Lock()
-				replicaWaits.waits += waitCalls(b, admin) - before
+				replicaWaits.waits += int64(redistest.CommandCalls(b, admin, "wait") - before)
 				replicaWaits.writes += 2 * events
 				replicaWaits.Unlock()
 			}
@@ -77,26 +72,6 @@ func BenchmarkReplicaAck(b *testing.B) {
 		results.put(runReplicas0+serial, serialStoreTimes(b, open(0)(b), 2000))
 		results.put(runReplicasUnset+serial, serialStoreTimes(b, open(redis.AutoMinReplicas)(b), 2000))
 	}
-}
-
-// waitCalls is how many WAITs the server has run (INFO commandstats).
-func waitCalls(b *testing.B, c rueidis.Client) int64 {
-	b.Helper()
-	s, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		b.Fatalf("INFO commandstats: %v", err)
-	}
-	for line := range strings.Lines(s) {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_wait:calls="); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatalf("INFO commandstats: %q", line)
-			}
-			return n
-		}
-	}
-	return 0
 }
 
 func (r *registry) printReplicas(w io.Writer) {
