@@ -194,9 +194,9 @@ type ackCall struct {
 }
 
 // commit queues cmds (a write, then reads) in the acknowledgement's next
-// batch (see ackGroup) and returns
-// their answers and the acknowledgement's outcome, as acked does, or at
-// ctx's end the error it ended with for every command.
+// batch (see ackGroup) and returns their answers and the
+// acknowledgement's outcome, as acked does, or at ctx's end the error it
+// ended with for every command.
 func (s *Store) commit(ctx context.Context, cmds rueidis.Commands) ([]rueidis.RedisResult, error) {
 	g := &s.acks
 	call := &ackCall{ctx: ctx, cmds: cmds, done: make(chan struct{})}
