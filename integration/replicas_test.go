@@ -23,24 +23,34 @@ import (
 // and the Sentinels promote a replica, which never saw the second batch's
 // writes. A second worker then handles a replay of both batches.
 //
-// With IDEMPOTENCY_MIN_REPLICAS=1 the second batch's claims and records
-// fell short of their acknowledgement: the worker failed open, kept the
-// records owed, and wrote them to the new primary once it had a replica to
-// acknowledge them; the replay sends nothing, and nothing is lost. With 0
-// the records were acknowledged by the dying primary alone, and the replay
-// sends each of them again: the test logs how many, the reason for the
-// setting.
+// With IDEMPOTENCY_MIN_REPLICAS unset, the default, the worker chose to
+// have one replica acknowledge every write (the primary has replicas), and
+// the second batch's claims and records fell short of their
+// acknowledgement: the worker failed open, kept the records owed, and wrote
+// them to the new primary once it had a replica to acknowledge them; the
+// replay sends nothing, and nothing is lost. With 0 the records were
+// acknowledged by the dying primary alone, and the replay sends each of
+// them again: the test logs how many, the reason for the default.
 func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{1, 0} {
-		t.Run(fmt.Sprintf("MinReplicas=%d", n), func(t *testing.T) {
+	for _, setting := range []string{"", "0"} {
+		t.Run(minReplicasName(setting), func(t *testing.T) {
 			t.Parallel()
-			sentinelFailover(t, n)
+			sentinelFailover(t, setting)
 		})
 	}
 }
 
-func sentinelFailover(t *testing.T, minReplicas int) {
+// minReplicasName names a subtest by its IDEMPOTENCY_MIN_REPLICAS, ""
+// for unset.
+func minReplicasName(setting string) string {
+	if setting == "" {
+		return "MinReplicasUnset"
+	}
+	return "MinReplicas=" + setting
+}
+
+func sentinelFailover(t *testing.T, minReplicas string) {
 	rig := startFaultRig(t, faultRigOptions{})
 	primary := redistest.MustStart(t)
 	r1, l1 := redistest.MustStartReplica(t, primary)
@@ -48,10 +58,9 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 	sentinels := redistest.MustStartSentinels(t, 3, "idem", primary, 2)
 	env := map[string]string{
 		// Its host is not dialled: the Sentinels name the primary.
-		"REDIS_URL":                "redis://sentinel-named-primary:6379/0",
-		"REDIS_SENTINEL_ADDRS":     strings.Join(sentinels.Addrs(), ","),
-		"REDIS_SENTINEL_MASTER":    sentinels.Master,
-		"IDEMPOTENCY_MIN_REPLICAS": strconv.Itoa(minReplicas),
+		"REDIS_URL":             "redis://sentinel-named-primary:6379/0",
+		"REDIS_SENTINEL_ADDRS":  strings.Join(sentinels.Addrs(), ","),
+		"REDIS_SENTINEL_MASTER": sentinels.Master,
 	}
 	failoverScenario(t, rig, env, minReplicas, func() {
 		waitReplicasCaughtUp(t, primary, r1, r2)
@@ -72,11 +81,12 @@ func sentinelFailover(t *testing.T, minReplicas int) {
 // of three primaries, each with a replica, and two for the first: both of
 // its replicas fall behind, it is killed, and the cluster promotes one of
 // them; the other then replicates the new primary. Only the notifications
-// whose keys the first primary serves are at risk.
+// whose keys the first primary serves are at risk. Unset,
+// IDEMPOTENCY_MIN_REPLICAS is 1: every primary has a replica.
 func TestRedisClusterFailover(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{1, 0} {
-		t.Run(fmt.Sprintf("MinReplicas=%d", n), func(t *testing.T) {
+	for _, n := range []string{"", "0"} {
+		t.Run(minReplicasName(n), func(t *testing.T) {
 			t.Parallel()
 			rig := startFaultRig(t, faultRigOptions{})
 			c := redistest.MustStartCluster(t, 3)
@@ -86,8 +96,7 @@ func TestRedisClusterFailover(t *testing.T) {
 			}
 			env := map[string]string{
 				// Seeded with a node that stays up.
-				"REDIS_URL":                c.Nodes[1].URL() + "?addr=" + c.Nodes[2].Addr(),
-				"IDEMPOTENCY_MIN_REPLICAS": strconv.Itoa(n),
+				"REDIS_URL": c.Nodes[1].URL() + "?addr=" + c.Nodes[2].Addr(),
 			}
 			failoverScenario(t, rig, env, n, func() {
 				waitReplicasCaughtUp(t, c.Nodes[0], lagging...)
@@ -124,24 +133,31 @@ func TestRedisClusterFailover(t *testing.T) {
 	}
 }
 
-// failoverScenario runs a worker configured by env on rig, sends a first
-// batch with replication flowing and waits until the worker handled all of
-// it, runs hold, sends a second batch, runs failover (which returns a
-// client of the store after it), waits until the worker owes no record,
-// stops it, and has a second worker handle a replay of both batches. It
-// fails the test on a notification never sent, and, with minReplicas > 0,
-// on one sent twice; with 0 it logs how many went out twice, and fails when
-// none did (the rig did not hold replication back). Each notification sent
-// twice is named with what the first worker logged for it and what the
-// store holds for its key.
+// failoverScenario runs a worker configured by env, with
+// IDEMPOTENCY_MIN_REPLICAS set to minReplicas unless that is "", on rig,
+// sends a first batch with
+// replication flowing and waits until the worker handled all of it, runs
+// hold, sends a second batch, runs failover (which returns a client of the
+// store after it), waits until the worker owes no record, stops it, and
+// has a second worker handle a replay of both batches. It fails the test
+// on a notification never sent, and, with acknowledgement, on one sent
+// twice; with 0 it logs how many went out twice, and fails when none did
+// (the rig did not hold replication back). Each notification sent twice is
+// named with what the first worker logged for it and what the store holds
+// for its key. Unset, the first worker's start line must say that one
+// replica acknowledges.
 //
 // hold must leave every replica with the first batch's writes: WAIT n
 // promises that n replicas have a write, not which, and a failover that
 // promotes a replica without it loses it (ADR-0006, window 6). The
 // scenario's claim is about the second batch, which no replica sees.
-func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas int, hold func(), failover func() rueidis.Client) {
+func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minReplicas string, hold func(), failover func() rueidis.Client) {
 	t.Helper()
 	ctx := context.Background()
+	acked := minReplicas != "0"
+	if minReplicas != "" {
+		env["IDEMPOTENCY_MIN_REPLICAS"] = minReplicas
+	}
 	w := rig.StartWorker(env)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -206,7 +222,7 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 			lost++
 		case counts[e.Phone] > 1:
 			twice++
-			if minReplicas > 0 {
+			if acked {
 				t.Errorf("%s", sentTwice(ctx, rig, store, w, e, counts[e.Phone]))
 			}
 		}
@@ -215,12 +231,15 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 		t.Errorf("%d notifications never sent", lost)
 	}
 	switch {
-	case minReplicas > 0 && twice > 0:
-		t.Errorf("IDEMPOTENCY_MIN_REPLICAS=%d: %d notifications went out twice after the failover, want none", minReplicas, twice)
-	case minReplicas == 0 && twice == 0:
+	case acked && twice > 0:
+		t.Errorf("IDEMPOTENCY_MIN_REPLICAS %q: %d notifications went out twice after the failover, want none", minReplicas, twice)
+	case !acked && twice == 0:
 		t.Errorf("no duplicate without acknowledgement: the rig did not hold replication back")
-	case minReplicas == 0:
+	case !acked:
 		t.Logf("IDEMPOTENCY_MIN_REPLICAS=0: %d of %d notifications went out twice after the failover (their records died with the primary)", twice, total)
+	}
+	if chose := w.Events("idempotency_replicas"); minReplicas == "" && (len(chose) != 1 || chose[0]["min_replicas"] != 1.0 || chose[0]["setting"] != "unset") {
+		t.Errorf("start lines idempotency_replicas %v, want one: min_replicas 1, setting unset", chose)
 	}
 }
 

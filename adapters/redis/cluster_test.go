@@ -149,45 +149,7 @@ func TestCluster(t *testing.T) {
 		const prefix = "moved:"
 		s, ctx := MustStore(t, redis.Config{URL: c.URL(), CompactPrefix: prefix}), testCtx(t)
 		src, dst := nodes[0], nodes[1]
-		lo, hi := c.Slots(0)
-		var k string
-		var slot int64
-		for i := 0; ; i++ {
-			if i == 1000 {
-				t.Fatalf("no key found in an empty slot of node 0")
-			}
-			k = uniqueKey(t)
-			var err error
-			if slot, err = src.Do(ctx, src.B().ClusterKeyslot().Key(redis.Config{CompactPrefix: prefix}.Key(k)).Build()).AsInt64(); err != nil {
-				t.Fatalf("CLUSTER KEYSLOT: %v", err)
-			}
-			if slot < int64(lo) || slot > int64(hi) {
-				continue
-			}
-			// Only an empty slot can be handed over without MIGRATE.
-			n, err := src.Do(ctx, src.B().ClusterCountkeysinslot().Slot(slot).Build()).AsInt64()
-			if err != nil {
-				t.Fatalf("CLUSTER COUNTKEYSINSLOT: %v", err)
-			}
-			if n == 0 {
-				break
-			}
-		}
-		srcID, dstID := c.MustNodeID(t, 0), c.MustNodeID(t, 1)
-		sl := strconv.FormatInt(slot, 10)
-		for _, step := range []struct {
-			node rueidis.Client
-			args []string
-		}{
-			{dst, []string{sl, "IMPORTING", srcID}},
-			{src, []string{sl, "MIGRATING", dstID}},
-			{dst, []string{sl, "NODE", dstID}}, // bumps node 1's epoch
-			{src, []string{sl, "NODE", dstID}},
-		} {
-			if err := step.node.Do(ctx, step.node.B().Arbitrary("CLUSTER", "SETSLOT").Args(step.args...).Build()).Error(); err != nil {
-				t.Fatalf("CLUSTER SETSLOT %v: %v", step.args, err)
-			}
-		}
+		k := mustMoveEmptySlot(t, c, prefix, 0, 1)
 		moved := movedCount(t, src)
 
 		if got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute); got.State != ports.Claimed {
@@ -206,6 +168,55 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("node 1 still holds %q after Release", v)
 		}
 	})
+}
+
+// mustMoveEmptySlot finds a key, as a store with CompactPrefix prefix
+// names it, in an empty slot of c's node from, hands that slot over to
+// node to, and returns the key. Only an empty slot can be handed over
+// without MIGRATE.
+func mustMoveEmptySlot(t *testing.T, c *redistest.Cluster, prefix string, from, to int) string {
+	t.Helper()
+	ctx := testCtx(t)
+	src, dst := c.Nodes[from].MustClient(t, 0), c.Nodes[to].MustClient(t, 0)
+	lo, hi := c.Slots(from)
+	var k string
+	var slot int64
+	for i := 0; ; i++ {
+		if i == 1000 {
+			t.Fatalf("no key found in an empty slot of node %d", from)
+		}
+		k = uniqueKey(t)
+		var err error
+		if slot, err = src.Do(ctx, src.B().ClusterKeyslot().Key(redis.Config{CompactPrefix: prefix}.Key(k)).Build()).AsInt64(); err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		if slot < int64(lo) || slot > int64(hi) {
+			continue
+		}
+		n, err := src.Do(ctx, src.B().ClusterCountkeysinslot().Slot(slot).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("CLUSTER COUNTKEYSINSLOT: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	srcID, dstID := c.MustNodeID(t, from), c.MustNodeID(t, to)
+	sl := strconv.FormatInt(slot, 10)
+	for _, step := range []struct {
+		node rueidis.Client
+		args []string
+	}{
+		{dst, []string{sl, "IMPORTING", srcID}},
+		{src, []string{sl, "MIGRATING", dstID}},
+		{dst, []string{sl, "NODE", dstID}}, // bumps the destination's epoch
+		{src, []string{sl, "NODE", dstID}},
+	} {
+		if err := step.node.Do(ctx, step.node.B().Arbitrary("CLUSTER", "SETSLOT").Args(step.args...).Build()).Error(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %v: %v", step.args, err)
+		}
+	}
+	return k
 }
 
 // mustSpread checks every node holds at least one of the store's marker

@@ -106,6 +106,7 @@ type nodeInfo struct {
 	maxMemory int64
 	policy    string
 	evicted   int64
+	replicas  int // connected_slaves
 }
 
 // health is the store's watch over Redis: New's first look, then a
@@ -131,8 +132,9 @@ type health struct {
 	stopOnce sync.Once
 }
 
-// startHealth takes New's first look and starts the goroutine that looks
-// every interval. It fails when INFO is refused or lacks a field the store
+// startHealth takes New's first look, settles Config.MinReplicas by what
+// it found (chooseReplicas), and starts the goroutine that looks every
+// interval. It fails when INFO is refused or lacks a field the store
 // reads, when a marker cannot be written, or with an *EvictionPolicyError.
 func (s *Store) startHealth(cfg HealthConfig, unanswered time.Duration) error {
 	if cfg.Interval < 0 {
@@ -170,6 +172,7 @@ func (s *Store) startHealth(cfg HealthConfig, unanswered time.Duration) error {
 			slog.String("maxmemory_policy", n.policy), slog.Int64("maxmemory", n.maxMemory),
 			slog.String("reason", "IDEMPOTENCY_ALLOW_EVICTION=true: Redis may evict sent records, and a replay of an evicted one sends its notification again; evictions are logged idempotency_keys_evicted"))
 	}
+	s.chooseReplicas(nodes, h.log)
 	if _, err := s.touchMarkers(ctx, h); err != nil {
 		return err
 	}
@@ -349,6 +352,8 @@ func parseInfo(addr, text string) (n nodeInfo, primary bool, err error) {
 	if n.evicted, err = strconv.ParseInt(fields["evicted_keys"], 10, 64); err != nil {
 		return n, false, fmt.Errorf("redis INFO on %s: evicted_keys %q: %w", addr, fields["evicted_keys"], err)
 	}
+	// Absent from a server that hides its replication: none known.
+	n.replicas, _ = strconv.Atoi(fields["connected_slaves"])
 	return n, fields["role"] == "master", nil
 }
 

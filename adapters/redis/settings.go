@@ -18,7 +18,7 @@ var Settings = []ports.Setting{
 	{Name: "REDIS_SENTINEL_MASTER", Meaning: "Name of the master set the Sentinels in `REDIS_SENTINEL_ADDRS` watch (`sentinel monitor <name> ...`)."},
 	{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any."},
 	{Name: "REDIS_SENTINEL_PASSWORD", Meaning: "Password the Sentinels themselves require (`requirepass` in sentinel.conf), if any.", Secret: true},
-	{Name: "IDEMPOTENCY_MIN_REPLICAS", Default: "0", Meaning: "Replicas that must acknowledge every claim and sent record (Redis `WAIT`, within `IDEMPOTENCY_TIMEOUT`) before the worker relies on it (0 to 100). 0: the primary's word is enough, and a failover that promotes a lagging replica loses the last records, whose replays are sent again. Short of the count the call fails and the failure mode applies; see docs/runbook.md for when to raise it and what it costs."},
+	{Name: "IDEMPOTENCY_MIN_REPLICAS", Meaning: "Replicas that must acknowledge every claim and sent record (Redis `WAIT`, within `IDEMPOTENCY_TIMEOUT`) before the worker relies on it (0 to 100). Unset: 1 when, at start, the primary (on Redis Cluster, every primary) has a connected replica (`INFO replication`), else 0; the worker logs which, and why, as `idempotency_replicas`. 0: the primary's word is enough, and a failover that promotes a lagging replica loses the last records, whose replays are sent again. Short of the count the call fails and the failure mode applies; see docs/runbook.md for what it costs and when to change it."},
 	{Name: "IDEMPOTENCY_WAIT_AOF", Default: "false", Meaning: "Acknowledge with `WAITAOF 0 <IDEMPOTENCY_MIN_REPLICAS>` as well, after the `WAIT`: each replica has also fsynced the write to its AOF (`appendonly yes`; a replica without one never counts). Needs `IDEMPOTENCY_MIN_REPLICAS` above 0 and Redis 7.2 or later on every node: the worker refuses to start otherwise. A replica with `appendfsync always` acknowledges within milliseconds; with `everysec`, within 1 to 3 s, so `IDEMPOTENCY_TIMEOUT` must be above that."},
 	{Name: "IDEMPOTENCY_KEY_FORMAT", Default: Compact.String(), Meaning: "How Redis keys and sent records are laid out. `compact`: `<IDEMPOTENCY_COMPACT_KEY_PREFIX><channel letter><12 characters of a hash of the event_id>`, holding one integer (send time and fingerprint, no provider id), about 117 bytes of Redis memory a notification; `notification-worker key <event_id>` prints an event's keys. `readable`: `<IDEMPOTENCY_KEY_PREFIX><channel>:<event_id>`, holding the provider id too, about 269 bytes; what releases before `compact` wrote. See docs/capacity.md."},
 	{Name: "IDEMPOTENCY_COMPACT_KEY_PREFIX", Default: DefaultCompactPrefix, Meaning: "Prefix of every `compact` key, to keep ours apart from others' on a shared Redis. Each character beyond the first costs 16 bytes a key on Redis 7 (keys of up to 14 bytes fit its smallest allocation)."},
@@ -40,7 +40,7 @@ func LoadSettings(s ports.Settings) Config {
 		CompactPrefix: s.String("IDEMPOTENCY_COMPACT_KEY_PREFIX"),
 		KeyPrefix:     s.String("IDEMPOTENCY_KEY_PREFIX"),
 		ReadBoth:      s.Bool("IDEMPOTENCY_READ_BOTH_FORMATS"),
-		MinReplicas:   s.Int("IDEMPOTENCY_MIN_REPLICAS", 0, 100),
+		MinReplicas:   minReplicas(s),
 		WaitAOF:       s.Bool("IDEMPOTENCY_WAIT_AOF"),
 		Health:        HealthConfig{AllowEviction: s.Bool("IDEMPOTENCY_ALLOW_EVICTION")},
 	}
@@ -49,7 +49,7 @@ func LoadSettings(s ports.Settings) Config {
 		s.Fail("IDEMPOTENCY_KEY_FORMAT", "want one of "+Compact.String()+", "+Readable.String())
 	}
 	cfg.Format = format
-	if cfg.WaitAOF && cfg.MinReplicas == 0 {
+	if cfg.WaitAOF && cfg.MinReplicas <= 0 {
 		s.Fail("IDEMPOTENCY_WAIT_AOF", "needs IDEMPOTENCY_MIN_REPLICAS above 0: WAITAOF waits for that many replicas' fsync")
 	}
 	sentinel(s, &cfg)

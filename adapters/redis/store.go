@@ -74,8 +74,9 @@
 // New's self-check fails when the other prefix is not readable, and New
 // fails when INFO is refused. INFO, not CONFIG GET, is what the store reads
 // the server's settings with: an ACL user rarely has CONFIG. With
-// Config.MinReplicas the user needs "+wait" too, and "+waitaof" with
-// Config.WaitAOF (New fails without it).
+// Config.MinReplicas (by default, beside a replica) the user needs WAIT
+// too, and WAITAOF with Config.WaitAOF, both in "+@connection": New fails
+// when either is refused.
 //
 // # Eviction and resets
 //
@@ -92,10 +93,13 @@
 // Redis replicates asynchronously: a write the primary acknowledged is lost
 // when the primary dies before a replica copied it, and a replay then finds
 // no record. Config.MinReplicas makes each claim and record wait for that
-// many replicas (WAIT on the same connection, right after the write; see
+// many replicas (WAIT on the connection that made the write, after it; see
 // acked) and fail, rather than succeed silently, when they do not answer
-// in time. Config.SentinelAddrs and SentinelMaster find the primary
-// through Redis Sentinel, and follow its failovers.
+// in time; by default (AutoMinReplicas) one, when the primary has a
+// replica. Concurrent calls share one WAIT, sent after all their writes (a
+// group commit): the acknowledgement costs about one replica round trip
+// per batch, not per call. Config.SentinelAddrs and SentinelMaster find
+// the primary through Redis Sentinel, and follow its failovers.
 package redis
 
 import (
@@ -274,7 +278,8 @@ type Config struct {
 	// within what is left of the call's Timeout); short of that the call
 	// fails with an error wrapping ErrNotReplicated (see acked). A fresh
 	// claim that fell short is released first. Zero: the primary's word is
-	// enough, and a failover may lose the last writes.
+	// enough, and a failover may lose the last writes. AutoMinReplicas: New
+	// chooses 1 or 0 by the primaries' connected replicas.
 	MinReplicas int
 	// WaitAOF makes the acknowledgement WAITAOF 0 MinReplicas: each replica
 	// has written the write to its AOF and fsynced it. It needs Redis >= 7.2
@@ -317,6 +322,7 @@ type Store struct {
 	timeout time.Duration
 	keep    time.Duration // Config.KeepAbandoned
 	health  *health       // set by New (health.go)
+	acks    ackGroup      // with Config.MinReplicas (replicas.go)
 }
 
 // withDefaults returns c with its zero fields set to their defaults.
@@ -357,7 +363,9 @@ func (c Config) otherPrefix() string {
 // authenticated) within the dial timeout, if its self-check or the first
 // look at the server's health fails (INFO refused, a marker key not
 // written), and with an *EvictionPolicyError when a primary can evict the
-// store's keys and cfg.Health.AllowEviction is false (health.go). Errors
+// store's keys and cfg.Health.AllowEviction is false (health.go); and when
+// a node refuses the acknowledgement cfg.MinReplicas asks for (the ACL
+// lacks +wait or +waitaof; ErrNoWaitAOF without WAITAOF). Errors
 // never carry the password. Client-side caching is off: the store never
 // reads a key twice, and CLIENT TRACKING would need extra ACL rights.
 func New(cfg Config) (*Store, error) {
@@ -386,14 +394,14 @@ func New(cfg Config) (*Store, error) {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
-	defer cancel()
-	if err := s.checkWaitAOF(ctx); err != nil {
+	if err := s.startHealth(cfg.Health, unansweredFor(opt)); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
-	if err := s.startHealth(cfg.Health, unansweredFor(opt)); err != nil {
-		client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
+	defer cancel()
+	if err := s.checkAcks(ctx); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ports.MaskURL(cfg.URL), err)
 	}
 	return s, nil

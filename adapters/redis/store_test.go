@@ -556,42 +556,21 @@ func TestSelfCheck(t *testing.T) {
 		t.Fatalf("%d keys left after New's self-check, want only the %d marker keys", n, markers)
 	}
 	// Each marker key is one more SET (SET NX GET).
-	sets, evalshas, evals := commandCalls(t, raw, "set")-markers, commandCalls(t, raw, "evalsha"), commandCalls(t, raw, "eval")
+	sets, evalshas, evals := redistest.CommandCalls(t, raw, "set")-markers, redistest.CommandCalls(t, raw, "evalsha"), redistest.CommandCalls(t, raw, "eval")
 	if sets < 2 || evalshas != sets || evals != sets {
 		t.Fatalf("first New on a fresh server sent %d SET, %d EVALSHA, %d EVAL; want as many of each, more than one", sets, evalshas, evals)
 	}
 	// The first New's EVAL loaded the script: the second finds it by SHA.
 	MustStore(t, redis.Config{URL: srv.URL(), KeyPrefix: "check:"})
-	if got := commandCalls(t, raw, "eval"); got != evals {
+	if got := redistest.CommandCalls(t, raw, "eval"); got != evals {
 		t.Fatalf("second New sent %d EVAL, want none: its EVALSHA did not find the script", got-evals)
 	}
-	if got := commandCalls(t, raw, "evalsha"); got != 2*evalshas {
+	if got := redistest.CommandCalls(t, raw, "evalsha"); got != 2*evalshas {
 		t.Fatalf("second New sent %d EVALSHA, want %d", got-evalshas, evalshas)
 	}
 	if n := countKeys(t, raw, "*"); n != markers {
 		t.Fatalf("%d keys left after the second self-check, want only the %d marker keys", n, markers)
 	}
-}
-
-// commandCalls is how many times the server has run cmd (INFO
-// commandstats).
-func commandCalls(tb testing.TB, c rueidis.Client, cmd string) int {
-	tb.Helper()
-	info, err := c.Do(testCtx(tb), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		tb.Fatalf("INFO commandstats: %v", err)
-	}
-	for line := range strings.Lines(info) {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				tb.Fatalf("INFO commandstats: %q", line)
-			}
-			return n
-		}
-	}
-	return 0
 }
 
 func TestTLS(t *testing.T) {

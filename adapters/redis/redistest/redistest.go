@@ -199,6 +199,29 @@ func (s *Server) MustClient(tb testing.TB, db int) rueidis.Client {
 	return c
 }
 
+// CommandCalls is how many times the server behind c has run cmd
+// (lower case, as INFO commandstats names it: "wait", "evalsha").
+func CommandCalls(tb testing.TB, c rueidis.Client, cmd string) int {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+	defer cancel()
+	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		tb.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			v, _, _ := strings.Cut(rest, ",")
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				tb.Fatalf("redistest: INFO commandstats: %q", line)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
 // MustFill writes n keys without a TTL of size bytes each, named
 // "tenant:<i>", through c in one batch: another tenant's data, filling the
 // server's memory. It fails tb on any refused write.
