@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"maps"
 	"net/http"
@@ -162,10 +163,11 @@ func buildWorker() (string, error) {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	// A fixed path, reused across runs, instead of a temporary directory
-	// that no one would remove: go build overwrites it by rename, so a
-	// worker still running from an older build is not disturbed.
-	dir := filepath.Join(os.TempDir(), "notification-worker-integration")
+	// A fixed path per checkout, reused across runs, instead of a
+	// temporary directory that no one would remove: go build overwrites it
+	// by rename, so a worker still running from an older build is not
+	// disturbed, and two checkouts tested at once never share a binary.
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("notification-worker-integration-%08x", crc32.ChecksumIEEE([]byte(root))))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
