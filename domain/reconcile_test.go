@@ -46,6 +46,11 @@ func (p *lateProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, 
 	return ports.Receipt{ProviderID: id}, nil
 }
 
+// Sender and Lag make it a ports.Reconciler whose list shows what it
+// accepted at once.
+func (p *lateProvider) Sender() string     { return "from:+15550001111" }
+func (p *lateProvider) Lag() time.Duration { return 0 }
+
 func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,8 +94,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		p := &lateProvider{unknownSends: 1}
 		w := newWorld(t, domain.FailOpen, withLateSMS(p))
 		rec := record(event("e1", "sms"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable (outcome unknown)", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced (outcome unknown, asked next attempt)", err)
 		}
 		if s := w.claimState(t, "sms:e1"); s != ports.InFlight {
 			t.Fatalf("key %v after an unknown outcome, want our claim kept", s)
@@ -119,8 +124,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		p := &lateProvider{unknownSends: 1, drop: true}
 		w := newWorld(t, domain.FailOpen, withLateSMS(p))
 		rec := record(event("e1", "sms"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced", err)
 		}
 		if err := w.attempt(t, rec); err != nil {
 			t.Fatalf("attempt 2: %v", err)
@@ -143,9 +148,9 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		rec := record(event("e1", "sms"))
 		start := time.Now()
 		var err error
-		for err = w.attempt(t, rec); ports.KindOf(err) == ports.Unavailable; err = w.attempt(t, rec) {
+		for err = w.attempt(t, rec); ports.KindOf(err) == ports.Paced; err = w.attempt(t, rec) {
 			if time.Since(start) > 5*time.Second {
-				t.Fatalf("still unavailable after 5s: %v", err)
+				t.Fatalf("still waiting after 5s: %v", err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -171,8 +176,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 			c.UnknownPolicy = domain.PolicyDeadLetter
 		})
 		rec := record(event("e1", "sms"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced", err)
 		}
 		err := w.attempt(t, rec)
 		if ports.KindOf(err) != ports.Permanent || !strings.Contains(err.Error(), "outcome unknown") {
@@ -187,8 +192,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		p := &lateProvider{unknownSends: 1}
 		w := newWorld(t, domain.FailOpen, func(c *domain.Config) { c.Notifiers[ports.ChannelEmail] = p })
 		rec := record(event("e1", "email"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced", err)
 		}
 		if err := w.attempt(t, rec); err != nil {
 			t.Fatalf("attempt 2: %v", err)
@@ -216,7 +221,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 					c.Store = store
 				})
 				// A worker that died mid-send left its claim.
-				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", "", 2*time.Second); err != nil {
+				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", "", "", 2*time.Second); err != nil {
 					t.Fatal(err)
 				}
 				if tc.delivered {
@@ -233,7 +238,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 				if p.asked != 1 {
 					t.Fatalf("provider asked %d times, want 1", p.asked)
 				}
-				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", "", time.Second); c.State != ports.AlreadySent {
+				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", "", "", time.Second); c.State != ports.AlreadySent {
 					t.Fatalf("key %v, want already_sent", c.State)
 				}
 			})
@@ -270,12 +275,12 @@ func TestService_TakeoverReconcilesTheHistory(t *testing.T) {
 			// died; B took A's claim over and died too.
 			sent := mustRenderSMS(t, "e1")
 			sent.Text = tc.sent(sent)
-			if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), 2*time.Second); err != nil {
+			if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), "", 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			_, _ = p.Send(ctx, sent)
 			clock.Add(int64(3 * time.Second))
-			if c, err := store.Claim(ctx, "sms:e1", "worker-b", "dgstB", 2*time.Second); err != nil || c.State != ports.TakenOver {
+			if c, err := store.Claim(ctx, "sms:e1", "worker-b", "dgstB", "", 2*time.Second); err != nil || c.State != ports.TakenOver {
 				t.Fatalf("B's takeover: %v, %v", c.State, err)
 			}
 			clock.Add(int64(3 * time.Second))

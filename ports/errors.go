@@ -19,12 +19,13 @@ const (
 	// store, in the closed failure mode). Retry with backoff for as long as it
 	// takes; never dead-letter for it.
 	Unavailable
-	// Paced: nothing is wrong, the record waits for its sender's pace (no
-	// rate-limit turn within the wait allowed, or the provider refused the
-	// send until later). Retry as soon as the source allows, for as long as
-	// it takes, spending no retry budget and growing no backoff: the wait
-	// the pace asked was taken before the error was returned. Never
-	// dead-letter for it.
+	// Paced: nothing is wrong, the record waits for a time it was given:
+	// its sender's pace (no rate-limit turn within the wait allowed, or the
+	// provider refused the send until later), or the next time the provider
+	// is asked about a send of unknown outcome. Retry as soon as the source
+	// allows, for as long as it takes, spending no retry budget and growing
+	// no backoff: the wait was taken, as far as one attempt may, before the
+	// error was returned. Never dead-letter for it.
 	Paced
 )
 

@@ -391,9 +391,9 @@ func (m *Metrics) storeOp(op string) storeOp {
 	return storeOp{took: m.storeDuration.WithLabelValues(op), failed: m.storeUnavailable.WithLabelValues(op)}
 }
 
-func (s *instrumentedStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (s *instrumentedStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	start := time.Now()
-	c, err := s.next.Claim(ctx, key, token, digest, ttl)
+	c, err := s.next.Claim(ctx, key, token, digest, sender, ttl)
 	s.m.storeCall(ctx, s.claim, start, err)
 	return c, err
 }

@@ -112,7 +112,7 @@ func TestMinReplicas(t *testing.T) {
 	t.Run("HeldBack", func(t *testing.T) {
 		// An abandoned claim to take over below: its lease is long past.
 		abandoned := uniqueKey(t)
-		if _, err := s.Claim(patient(t), abandoned, "dead", "", time.Millisecond); err != nil {
+		if _, err := s.Claim(patient(t), abandoned, "dead", "", "", time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -121,7 +121,7 @@ func TestMinReplicas(t *testing.T) {
 		defer link.Release()
 
 		k := uniqueKey(t)
-		err := within("Claim", func() error { _, err := s.Claim(budget(t), k, "tok", "", time.Minute); return err })
+		err := within("Claim", func() error { _, err := s.Claim(budget(t), k, "tok", "", "", time.Minute); return err })
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("Claim with replication held back: %v, want ErrNotReplicated", err)
 		}
@@ -130,7 +130,7 @@ func TestMinReplicas(t *testing.T) {
 			t.Errorf("key after a claim that fell short holds %q, want it released", v)
 		}
 
-		c, err := s.Claim(budget(t), abandoned, "taker", "", time.Minute)
+		c, err := s.Claim(budget(t), abandoned, "taker", "", "", time.Minute)
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("takeover with replication held back: %+v, %v, want ErrNotReplicated", c, err)
 		}
@@ -147,7 +147,7 @@ func TestMinReplicas(t *testing.T) {
 
 	t.Run("Flowing", func(t *testing.T) {
 		k := uniqueKey(t)
-		if c, err := s.Claim(patient(t), k, "tok", "", time.Minute); err != nil || c.State != ports.Claimed {
+		if c, err := s.Claim(patient(t), k, "tok", "", "", time.Minute); err != nil || c.State != ports.Claimed {
 			t.Fatalf("Claim: %+v, %v", c, err)
 		}
 		if _, ok := MustGet(t, onReplica, cfg.Key(k)); !ok {
@@ -174,7 +174,7 @@ func TestMinReplicas_ShortBudget(t *testing.T) {
 	defer link.Release()
 	for name, call := range map[string]func(ctx context.Context) error{
 		"Claim": func(ctx context.Context) error {
-			_, err := s.Claim(ctx, uniqueKey(t), "tok", "", time.Minute)
+			_, err := s.Claim(ctx, uniqueKey(t), "tok", "", "", time.Minute)
 			return err
 		},
 		"Record": func(ctx context.Context) error {
@@ -290,7 +290,7 @@ func failoverReplay(t *testing.T, s, replay *redis.Store, hold, kill func()) (lo
 			k := uniqueKey(t)
 			// Whatever the claim answers, the message goes out (a worker
 			// failing open sends on an error too); then its record.
-			_, _ = s.Claim(ctx, k, "first", "", time.Minute)
+			_, _ = s.Claim(ctx, k, "first", "", "", time.Minute)
 			if err := s.Record(ctx, k, receipt, time.Hour); err != nil {
 				owed++
 				continue
@@ -308,7 +308,7 @@ func failoverReplay(t *testing.T, s, replay *redis.Store, hold, kill func()) (lo
 		var c ports.Claim
 		waitFor(t, 30*time.Second, "a claim on the new primary", func() error {
 			var err error
-			c, err = replay.Claim(context.Background(), k, "replay", "", time.Minute)
+			c, err = replay.Claim(context.Background(), k, "replay", "", "", time.Minute)
 			return err
 		})
 		if c.State != ports.AlreadySent {

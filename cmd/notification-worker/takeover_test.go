@@ -257,7 +257,7 @@ func TestMain_AbandonedReadableClaimIsTakenOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	key := domain.NotificationKey(ev.EventID, ports.ChannelSMS)
-	if c, err := readable.Claim(ctx, key, "killed-worker", "", 50*time.Millisecond); err != nil || c.State != ports.Claimed {
+	if c, err := readable.Claim(ctx, key, "killed-worker", "", "", 50*time.Millisecond); err != nil || c.State != ports.Claimed {
 		t.Fatalf("readable claim: %v, %v", c.State, err)
 	}
 	time.Sleep(100 * time.Millisecond) // the lease passes: the claim is abandoned

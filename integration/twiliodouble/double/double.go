@@ -19,6 +19,7 @@
 //	POST   /faults    add a Fault (JSON body)
 //	DELETE /faults    remove every fault
 //	GET    /connections  {"accepted": n}: connections accepted so far
+//	GET    /list-requests  {"requests": n}: Messages list requests answered so far
 //	PUT    /rate-limit  set the RateLimit (JSON body; per_second 0: off)
 //	GET    /rate-limit  the RateLimit and {"limited": n}: sends it refused
 //	GET    /healthz   200 once serving
@@ -135,6 +136,7 @@ type Double struct {
 	mux        *http.ServeMux
 
 	accepted atomic.Int64 // connections accepted by a listener from Listener
+	listed   atomic.Int64 // list requests answered, since New or the last Reset
 
 	mu       sync.Mutex
 	messages []Message
@@ -169,6 +171,9 @@ func New(accountSID, authToken string) *Double {
 	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]int64{"accepted": d.Connections()})
+	})
+	d.mux.HandleFunc("GET /list-requests", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]int64{"requests": d.ListRequests()})
 	})
 	d.mux.HandleFunc("PUT /rate-limit", d.putRateLimit)
 	d.mux.HandleFunc("GET /rate-limit", func(w http.ResponseWriter, _ *http.Request) {
@@ -211,6 +216,11 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
+// ListRequests returns how many Messages list requests (GET
+// .../Messages.json) the double answered, whatever it answered, since New
+// or the last Reset: what a provider that rate-limits its list counts.
+func (d *Double) ListRequests() int64 { return d.listed.Load() }
+
 // Messages returns a copy of the accepted messages, oldest first.
 func (d *Double) Messages() []Message {
 	d.mu.Lock()
@@ -239,9 +249,11 @@ func (d *Double) ClearFaults() {
 	d.faults = nil
 }
 
-// Reset forgets messages, attempts, the senders' paces and the count of
-// sends the rate limit refused; faults and the rate limit stay.
+// Reset forgets messages, attempts, the senders' paces and the counts of
+// sends the rate limit refused and of list requests; faults and the rate
+// limit stay.
 func (d *Double) Reset() {
+	d.listed.Store(0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.messages, d.attempts = nil, nil
@@ -500,6 +512,7 @@ const (
 // listMessages answers GET .../Messages.json: the accepted messages
 // matching the filters, newest first, one page of them.
 func (d *Double) listMessages(w http.ResponseWriter, r *http.Request) {
+	d.listed.Add(1)
 	if !d.authorized(w, r) {
 		return
 	}

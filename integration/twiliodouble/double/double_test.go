@@ -367,3 +367,40 @@ func TestDoubleList(t *testing.T) {
 		}
 	})
 }
+
+// TestDoubleCountsListRequests: every list request is counted, a page a
+// request, over the control API too; Reset starts the count afresh.
+func TestDoubleCountsListRequests(t *testing.T) {
+	d := double.New(sid, token)
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	rc := newTwilio(t, srv, sid, token)
+	for range 3 {
+		if _, err := send(rc, "+15550000001"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two pages (two messages, then one), and a request refused: three.
+	if got, err := rc.Api.ListMessage((&openapi.ListMessageParams{}).SetPageSize(2)); err != nil || len(got) != 3 {
+		t.Fatalf("ListMessage: %d messages, %v", len(got), err)
+	}
+	if _, err := newTwilio(t, srv, sid, "wrong").Api.PageMessage(&openapi.ListMessageParams{}, "", ""); err == nil {
+		t.Fatal("a list with the wrong token: no error")
+	}
+	if got := d.ListRequests(); got != 3 {
+		t.Fatalf("ListRequests = %d after two pages and a refused request, want 3", got)
+	}
+	resp, err := http.Get(srv.URL + "/list-requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Requests int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Requests != 3 {
+		t.Fatalf("GET /list-requests = %+v, %v; want 3", body, err)
+	}
+	d.Reset()
+	if got := d.ListRequests(); got != 0 {
+		t.Fatalf("ListRequests = %d after Reset, want 0", got)
+	}
+}
