@@ -298,6 +298,16 @@ func TestService_Transitions(t *testing.T) {
 		before: sms(deadWorker, cannotTell),
 		kind:   "paced", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "claim_taken_over",
 	}, {
+		name: "reconciling/another's send, resumed, the provider has it/duplicate",
+		before: func(t *testing.T, s *scene) ports.Record {
+			rec := retried("paced", deadWorker, cannotTell)(t, s)
+			s.sms.cannotTell = false
+			s.sms.accepted = append(s.sms.accepted, mustRenderSMS(t, "e1"))
+			s.advance(domain.DefaultReconcileFor) // its next ask is due
+			return rec
+		},
+		kind: "nil", key: ports.AlreadySent, received: 0, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "reconciled_delivered",
+	}, {
 		name:   "reconciling/nobody can tell, policy dead letter/failedPermanent",
 		opts:   []func(*domain.Config){noReconciler, func(c *domain.Config) { c.UnknownPolicy = domain.PolicyDeadLetter }},
 		before: sms(deadWorker),

@@ -28,9 +28,7 @@ const DefaultRateWaitMax = 5 * time.Second
 // most Config.RateWaitMax, and at most half of what the claim's lease
 // leaves after everything else it guards (see CheckClaimTTL) and the
 // turn's own round trip to the limiter (a store timeout), so that a send
-// made at the end of the wait is still recorded within the lease. It is
-// also the longest one attempt holds a record that waits as Paced (see
-// hold).
+// made at the end of the wait is still recorded within the lease.
 func rateWaitMax(c *Config) time.Duration {
 	spare := c.ClaimTTL - MinClaimTTL(c.SendTimeout, c.StoreTimeout) - c.StoreTimeout
 	return min(c.RateWaitMax, spare/2)
@@ -123,25 +121,8 @@ func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind
 		return
 	}
 	n.err = mark(kind, n.err)
-	s.hold(ctx, wait)
-}
-
-// hold is the wait an attempt takes before its record waits as Paced for
-// a time it was given (its sender's next turn, the next ask about a send
-// of unknown outcome), d from now: at most rateWaitMax, and no longer than
-// ctx lives or the record's event source keeps it (ports.Delivery). The
-// source retries a Paced record without a backoff of its own, so a record
-// that waits longer comes back once per hold, not in a loop.
-func (s *Service) hold(ctx context.Context, d time.Duration) {
-	if d = min(d, rateWaitMax(&s.cfg)); d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	case <-ports.DeliveryOf(ctx).Stopping:
+	if wait = min(wait, rateWaitMax(&s.cfg)); wait > 0 {
+		ports.Sleep(ctx.Done(), wait)
 	}
 }
 

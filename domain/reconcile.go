@@ -51,7 +51,7 @@ func (s *Service) reconcile(ctx context.Context, n *notification) {
 		s.nobodyCanTell(ctx, n, fmt.Errorf("not told by %v after the send", s.cfg.ReconcileFor))
 		return
 	case at.After(now):
-		s.await(ctx, n, at, fmt.Errorf("asked next at %v, once the provider's list may show the send", at.Format(time.RFC3339Nano)))
+		s.await(n, at, fmt.Errorf("asked next at %v, once the provider's list may show the send", at.Format(time.RFC3339Nano)))
 		return
 	}
 	r, err := s.askProvider(ctx, rc, m, n.unknown)
@@ -75,7 +75,7 @@ func (s *Service) reconcile(ctx context.Context, n *notification) {
 	}
 	s.cfg.Reconciled(m.Channel, ports.ReconcileCannotTell)
 	if at, ok := s.nextAsk(n.unknown, rc.Lag()); ok {
-		s.await(ctx, n, at, err)
+		s.await(n, at, err)
 		return
 	}
 	s.nobodyCanTell(ctx, n, err)
@@ -116,18 +116,17 @@ func (s *Service) nextAsk(w unknownSend, lag time.Duration) (time.Time, bool) {
 // await ends n as a send of unknown outcome waiting for its next ask, at,
 // for why: the claim is kept (the send's own, or the one that took it
 // over), what is known of the send is entered in the journal for the
-// record's next attempt, and the record waits as Paced, spending no retry
-// budget: the attempt first waits for at as long as one attempt may (see
-// hold). A send found unknown in this attempt is reported unknown; one an
-// earlier attempt left is not reported again.
-func (s *Service) await(ctx context.Context, n *notification, at time.Time, why error) {
+// record's next attempt, and the record waits as Paced, due again at at:
+// it spends no retry budget, fires no outage alert, and holds no handler
+// while it waits. A send found unknown in this attempt is reported
+// unknown; one an earlier attempt left is not reported again.
+func (s *Service) await(n *notification, at time.Time, why error) {
 	s.journal.setUnknown(n.m.IdempotencyKey, n.delivery, n.unknown)
 	n.state = stateUnknown
 	if n.resumed {
 		n.state = stateStillUnknown
 	}
-	n.err = ports.MarkPaced(fmt.Errorf("reconcile %s: %w", n.m.IdempotencyKey, why))
-	s.hold(ctx, at.Sub(s.cfg.Now()))
+	n.err = ports.MarkPacedFor(fmt.Errorf("reconcile %s: %w", n.m.IdempotencyKey, why), at.Sub(s.cfg.Now()))
 }
 
 // nobodyCanTell applies the policy to n's send of unknown outcome, which
