@@ -11,8 +11,8 @@ import (
 )
 
 // UnknownPolicy says what to do with a send whose outcome nobody can tell:
-// its provider cannot be asked (SMTP), or could not tell for
-// Config.ReconcileFor.
+// its provider cannot be asked (SMTP), or could not tell by its last ask,
+// Config.ReconcileFor after the send.
 type UnknownPolicy string
 
 const (
