@@ -2,20 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/redis"
-	"github.com/harborlight/notification-worker/adapters/redis/redistest"
-	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
@@ -100,7 +94,7 @@ func TestMain_ShutdownWhileWaitingForTheNextAsk(t *testing.T) {
 	MustPublish(t, r.brokers, r.topic, eventMessages([]sampleEvent{ev})...)
 	waitLogged(t, "A", outA, "send_outcome_unknown")
 	waitFor(t, "A asks the list at once", func() (bool, string) {
-		return r.twilio.ListRequests() > 0, tailOf(outA.String())
+		return r.twilio.ListRequests("") > 0, tailOf(outA.String())
 	})
 	stopA()
 	if n := r.smsTo(phone); n != 0 {
@@ -118,134 +112,32 @@ func TestMain_ShutdownWhileWaitingForTheNextAsk(t *testing.T) {
 	if early := msgs[0].Created.Sub(published); early < r.listLag {
 		t.Errorf("resent %v after the record was published, before the list of the first send's window was final (lag %v)", early, r.listLag)
 	}
-	if n := r.twilio.ListRequests(); n > 3 {
+	if n := r.twilio.ListRequests(""); n > 3 {
 		t.Errorf("%d list requests for one unknown send, want at most 3", n)
 	}
 }
 
-// TestMain_UnknownOutcomesAskedOnSchedule: 8 SMS whose outcome is unknown
-// (Twilio answered 503 after taking it or before; or took it and answered
-// after the send timeout; or dropped it unanswered) each reach the
-// customer once, with at most 3 list requests each, while their records
-// wait without spending a retry (none retried as retryable or
-// unavailable: no outage alert) and none is dead-lettered.
-func TestMain_UnknownOutcomesAskedOnSchedule(t *testing.T) {
-	const sid, token = "AC00000000000000000000000000000031", "scheduletoken"
-	d := double.New(sid, token)
-	var mu sync.Mutex
-	lists := map[string]int{} // list requests by To
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/Messages.json") {
-			mu.Lock()
-			lists[r.URL.Query().Get("To")]++
-			mu.Unlock()
-		}
-		d.ServeHTTP(w, r)
-	}))
-	t.Cleanup(api.Close)
-	p := startRetryPeers(t, smtptest.Script{}, nil, map[string]string{
-		"TWILIO_ACCOUNT_SID": sid,
-		"TWILIO_AUTH_TOKEN":  token,
-		"TWILIO_API_URL":     api.URL,
-		"SEND_TIMEOUT":       "1s",
-		"TWILIO_LIST_LAG":    "2s",
-		"RECONCILE_TIMEOUT":  "30s",
-	})
-	evs, _ := sampleEvents(8)
-	what := []string{"503 after taking it", "503 before taking it", "taken, answered late", "dropped"}
-	for i := range evs {
-		evs[i].Channels = []string{"sms"}
-		f := double.Fault{To: evs[i].Recipient.Phone, Count: 1}
-		switch i % 4 {
-		case 0:
-			f.Accept, f.Status = true, http.StatusServiceUnavailable
-		case 1:
-			f.Status = http.StatusServiceUnavailable
-		case 2:
-			f.Accept, f.Delay = true, double.Duration(3*time.Second)
-		case 3:
-			f.Drop = true
-		}
-		d.Fail(f)
-	}
-	MustPublish(t, p.brokers, p.topic, eventMessages(evs)...)
-	waitFor(t, "8 SMS sent", func() (bool, string) {
-		s := scrape(t, p.m)
-		sent := sumOf(s, "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
-		return sent == 8, fmt.Sprintf("sent %v, unknown %v, reconciliations %v", sent,
-			sumOf(s, "notification_worker_outcome_unknown_total{"), sumOf(s, "notification_worker_reconciliations_total{"))
-	})
-	perPhone := map[string]int{}
-	for _, m := range d.Messages() {
-		perPhone[m.To]++
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i, ev := range evs {
-		phone := ev.Recipient.Phone
-		if n := perPhone[phone]; n != 1 {
-			t.Errorf("SMS %d (%s): the double accepted %d, want exactly 1", i, what[i%4], n)
-		}
-		if n := lists[phone]; n < 1 || n > 3 {
-			t.Errorf("SMS %d (%s): %d list requests, want 1 to 3", i, what[i%4], n)
-		}
-	}
-	s := scrape(t, p.m)
-	for _, kind := range []string{"retryable", "unavailable"} {
-		if got := sumOf(s, "notification_worker_retries_total{", `kind="`+kind+`"`); got != 0 {
-			t.Errorf("retries of kind %s: %v, want 0 (a send of unknown outcome waits as paced)", kind, got)
-		}
-	}
-	if got := sumOf(s, "notification_worker_retries_total{", `kind="paced"`); got == 0 {
-		t.Errorf("no paced retries: the records whose sends were unknown did not wait as paced")
-	}
-	if got := sumOf(s, "notification_worker_records_dead_lettered_total{"); got != 0 {
-		t.Errorf("%v records dead-lettered, want none", got)
-	}
-}
-
 // domainPeers is what workers made of the domain service and the real
-// adapters share, with no event source: a redis-server and the Twilio
-// double, whose Messages list the test can make answer 503. Each worker it
-// makes is a new process: its own service (and journal) and Twilio
-// adapter. Driving Handle by hand, a test chooses which delivery each
-// attempt belongs to.
+// adapters share, with no event source: the takeover rig's redis-server
+// and Twilio double (whose Messages list the test can make answer 503).
+// Each worker it makes is a new process: its own service (and journal),
+// store client and Twilio adapter. Driving Handle by hand, a test chooses
+// which delivery each attempt belongs to.
 type domainPeers struct {
-	store    ports.IdempotencyStore
-	twilio   *double.Double
-	api      *httptest.Server
-	listDown atomic.Bool
+	*takeoverRig
 
 	mu       sync.Mutex
 	outcomes map[ports.Outcome]int // every worker's SMS outcomes
 }
 
-const (
-	peersSID, peersToken, peersFrom = "AC00000000000000000000000000000032", "peerstoken", "+15550004444"
-	// The workers' timeouts: a claim's lease of 2s outlives a send of 1s
-	// and two store calls of 200ms.
-	peersClaimTTL, peersListLag = 2 * time.Second, 2 * time.Second
-)
+// peersClaimTTL is the workers' claim lease: it outlives a send of 1s and
+// two store calls of 200ms.
+const peersClaimTTL = 2 * time.Second
 
 func startDomainPeers(t *testing.T) *domainPeers {
 	t.Helper()
-	srv := redistest.MustStart(t)
-	store, err := redis.New(redis.Config{URL: srv.URL(), KeyPrefix: uniqueName("idem") + ":"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	p := &domainPeers{store: store, twilio: double.New(peersSID, peersToken), outcomes: map[ports.Outcome]int{}}
-	p.api = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && p.listDown.Load() {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"code":20503,"message":"Service Unavailable","status":503}`)
-			return
-		}
-		p.twilio.ServeHTTP(w, r)
-	}))
-	t.Cleanup(p.api.Close)
+	p := &domainPeers{takeoverRig: startTakeoverRig(t), outcomes: map[ports.Outcome]int{}}
+	p.listLag = 2 * time.Second
 	return p
 }
 
@@ -253,14 +145,19 @@ func startDomainPeers(t *testing.T) *domainPeers {
 func (p *domainPeers) worker(t *testing.T) *domain.Service {
 	t.Helper()
 	sms, err := twilio.New(twilio.Config{
-		AccountSID: peersSID, AuthToken: peersToken, From: peersFrom, APIURL: p.api.URL,
-		Timeout: time.Second, ListLag: peersListLag, ClockSkew: rigSkew,
+		AccountSID: rigSID, AuthToken: rigToken, From: p.from, APIURL: p.api.URL,
+		Timeout: time.Second, ListLag: p.listLag, ClockSkew: rigSkew,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	store, err := redis.New(redis.Config{URL: p.redis.URL(), KeyPrefix: p.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
 	svc, err := domain.NewService(domain.Config{
-		Store:        p.store,
+		Store:        store,
 		Notifiers:    map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms},
 		Reconcilers:  map[ports.Channel]ports.Reconciler{ports.ChannelSMS: sms},
 		ClaimTTL:     peersClaimTTL,
@@ -353,10 +250,10 @@ func TestDomain_ReconciliationEndsWhateverHappensToDeliveries(t *testing.T) {
 			if len(msgs) != 1 {
 				t.Fatalf("the double accepted %d SMS, want 1", len(msgs))
 			}
-			if tc.want == ports.OutcomeSent && msgs[0].Created.Sub(start) < peersListLag {
-				t.Errorf("resent %v after A's send, before Twilio's list of its window was final (lag %v)", msgs[0].Created.Sub(start), peersListLag)
+			if tc.want == ports.OutcomeSent && msgs[0].Created.Sub(start) < p.listLag {
+				t.Errorf("resent %v after A's send, before Twilio's list of its window was final (lag %v)", msgs[0].Created.Sub(start), p.listLag)
 			}
-			if n := p.twilio.ListRequests(); n > 3 {
+			if n := p.twilio.ListRequests(""); n > 3 {
 				t.Errorf("%d list requests over %d takeovers, want at most 3", n, takeovers)
 			}
 			if p.outcome(tc.want) != 1 || p.outcome(ports.OutcomeSent)+p.outcome(ports.OutcomeDuplicate) != 1 {

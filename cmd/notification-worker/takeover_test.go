@@ -39,10 +39,10 @@ type takeoverRig struct {
 	// service) and its TWILIO_LIST_LAG.
 	from, service string
 	listLag       time.Duration
-	topic    string
-	group    string
-	prefix   string
-	brokers  []string
+	topic         string
+	group         string
+	prefix        string
+	brokers       []string
 }
 
 const (

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,16 +80,7 @@ func measureBrownout(b *testing.B, bin string) brownoutRun {
 	srv := mustRedis(b)
 	const sid, token = "ACbenchbrownout", "benchbrownoutsecret"
 	d := double.New(sid, token)
-	var mu sync.Mutex
-	lists := map[string]int{} // list requests by To
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/Messages.json") {
-			mu.Lock()
-			lists[r.URL.Query().Get("To")]++
-			mu.Unlock()
-		}
-		d.ServeHTTP(w, r)
-	}))
+	api := httptest.NewServer(d)
 	defer api.Close()
 
 	seq := prefixSeq.Add(1)
@@ -121,8 +111,10 @@ func measureBrownout(b *testing.B, bin string) brownoutRun {
 	}
 
 	msgs := make([]kafka.Message, brownoutSMS)
+	phones := make([]string, brownoutSMS)
 	for i := range msgs {
 		phone := fmt.Sprintf("+3120%07d", 2000000+i)
+		phones[i] = phone
 		f := double.Fault{To: phone, Count: 1, Status: http.StatusServiceUnavailable, Accept: i%2 == 0}
 		d.Fail(f)
 		shipment := fmt.Sprintf("SHP-B%05d", i)
@@ -166,42 +158,22 @@ func measureBrownout(b *testing.B, bin string) brownoutRun {
 		b.Fatalf("read the worker's dead letters: %v", err)
 	}
 	for _, kind := range []string{"retryable", "unavailable", "paced"} {
-		if r.retries[kind], err = retriesOf(read, w, kind); err != nil {
+		// Its labels in name order: kind, then topic.
+		if r.retries[kind], err = sumOver(read, []*integration.Worker{w}, `notification_worker_retries_total{kind="`+kind+`"`); err != nil {
 			b.Fatalf("read the worker's retries: %v", err)
 		}
 	}
 	stop()
 	accepted := d.Messages()
 	r.accepted, r.distinct = len(accepted), distinct(accepted)
-	mu.Lock()
-	for _, n := range lists {
-		r.lists += n
-		r.maxLists = max(r.maxLists, n)
+	r.lists = int(d.ListRequests(""))
+	for _, phone := range phones {
+		r.maxLists = max(r.maxLists, int(d.ListRequests(phone)))
 	}
-	mu.Unlock()
 	if !r.finished {
 		b.Logf("brownout: %v of %d SMS finished within %v", r.sent+r.dead, brownoutSMS, brownoutBound)
 	}
 	return r
-}
-
-// retriesOf reads w's retries of kind, over every topic.
-func retriesOf(ctx context.Context, w *integration.Worker, kind string) (float64, error) {
-	text, err := w.Metrics(ctx)
-	if err != nil {
-		return 0, err
-	}
-	total := 0.0
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(line, "notification_worker_retries_total{") && strings.Contains(line, `kind="`+kind+`"`) {
-			var v float64
-			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
-				return 0, fmt.Errorf("%q: %w", line, err)
-			}
-			total += v
-		}
-	}
-	return total, nil
 }
 
 func (r *registry) printBrownout(w io.Writer) {
