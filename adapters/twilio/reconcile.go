@@ -41,11 +41,15 @@ var ErrListIncomplete = errors.New("twilio: the message list was not read to the
 // Sender names the sender this Notifier's sends go out from, as a
 // ports.Window names it: "service:<MessagingServiceSID>" when sends name a
 // messaging service, else "from:<From>".
-func (n *Notifier) Sender() string {
-	if n.msSID != "" {
-		return senderService + n.msSID
+func (n *Notifier) Sender() string { return n.sender }
+
+// senderOf is Sender's answer for a Notifier sending from the number from,
+// or through the messaging service msSID when it is set.
+func senderOf(from, msSID string) string {
+	if msSID != "" {
+		return senderService + msSID
 	}
-	return senderFrom + n.from
+	return senderFrom + from
 }
 
 // The prefixes of Sender's two forms.
