@@ -41,9 +41,10 @@ type Config struct {
 	// unknown went out. A channel without one cannot be asked: its unknown
 	// sends go straight to UnknownPolicy.
 	Reconcilers map[ports.Channel]ports.Reconciler
-	// ReconcileFor bounds how long a provider that cannot tell yet is asked
-	// again (the record waits, as Unavailable) before UnknownPolicy applies
-	// (2m).
+	// ReconcileFor is when, after a send's window ended, a provider whose
+	// list could not tell once final is asked a last time, before
+	// UnknownPolicy applies (2m); the record waits as Paced meanwhile (see
+	// Service.nextAsk).
 	ReconcileFor time.Duration
 	// UnknownPolicy is what to do with a send whose outcome nobody can tell
 	// (PolicyResend unless set).

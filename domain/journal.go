@@ -78,17 +78,32 @@ type owed struct {
 	seq     uint64
 }
 
-// unknownSend is a send whose outcome an attempt could not learn.
+// unknownSend is a send whose outcome an attempt could not learn, and
+// where its reconciliation stands.
 type unknownSend struct {
-	Token string // the claim it was sent under, which the attempt kept
+	// Token is the claim the attempt keeps for it: the one it was sent
+	// under, or the one that took it over.
+	Token string
 	// Since and Until bound the window in which the provider may have
-	// accepted it: from the send's start to when it gave up waiting (or to
-	// the lease's end, for a claim taken over; zero: now).
+	// accepted it, fixed by the send: from its start to when it gave up
+	// waiting, or, for a claim taken over, its history's first claim's
+	// lease (ports.Lease.First, FirstUntil; a zero Until: now).
 	Since, Until time.Time
-	// Digest is the digest of the text sent (see ports.Lease.Digest); empty
-	// when unknown, for a claim taken over that carried none.
-	Digest string
-	First  time.Time // when its outcome was first found unknown
+	// Digest and Sender are the digest of the text sent and the sender it
+	// used (see ports.Lease); empty when unknown, for a claim taken over
+	// that carried none.
+	Digest, Sender string
+	// Ours says the send was the delivery's own; else it was made under a
+	// claim the delivery took over.
+	Ours bool
+	// AtOnce says it is asked about at once, before its listing is final:
+	// it is the delivery's own send, or the delivery took over the claim
+	// it was made under. (A taker of a takeover waits for the final
+	// listing: its predecessor may have asked at once.)
+	AtOnce bool
+	// Asked is when the delivery last asked the provider about it; zero:
+	// never.
+	Asked time.Time
 }
 
 type unknownKey struct {

@@ -23,11 +23,11 @@ var errStoreDown = errors.New("dial tcp 127.0.0.1:6379: connection refused")
 func (w *world) storeDown() (up func()) {
 	var down atomic.Bool
 	down.Store(true)
-	w.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+	w.store.ClaimFunc = func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 		if down.Load() {
 			return ports.Claim{}, errStoreDown
 		}
-		return w.store.Store.Claim(ctx, key, token, digest, ttl)
+		return w.store.Store.Claim(ctx, key, token, digest, sender, ttl)
 	}
 	w.store.RecordFunc = func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 		if down.Load() {
@@ -181,8 +181,8 @@ func TestService_OwnRetriesNeverResend(t *testing.T) {
 		go func() { first <- w.attempt(t, record(event("e1", "sms"))) }()
 		<-sending
 		var inFlight atomic.Int32
-		w.store.ClaimFunc = func(ctx context.Context, k, tok, digest string, ttl time.Duration) (ports.Claim, error) {
-			c, err := w.store.Store.Claim(ctx, k, tok, digest, ttl)
+		w.store.ClaimFunc = func(ctx context.Context, k, tok, digest, sender string, ttl time.Duration) (ports.Claim, error) {
+			c, err := w.store.Store.Claim(ctx, k, tok, digest, sender, ttl)
 			if c.State == ports.InFlight && inFlight.Add(1) == 1 {
 				close(finish) // the first send returns while the replay waits
 			}
@@ -466,10 +466,10 @@ func TestService_CloseBy(t *testing.T) {
 		outlived(t, false, func(w *world, entered, release chan struct{}) {
 			w.storeDown()
 			down := w.store.ClaimFunc
-			w.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+			w.store.ClaimFunc = func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 				close(entered)
 				<-release // a store call past its deadline
-				return down(ctx, key, token, digest, ttl)
+				return down(ctx, key, token, digest, sender, ttl)
 			}
 		})
 	})

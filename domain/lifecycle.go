@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -40,7 +41,9 @@ import (
 //	reconciling  reconcile  the provider has it                  sent (our send) | duplicate (another's)
 //	                        it has not, or nobody can tell and
 //	                          the policy resends                 claiming (a fresh claim)
-//	                        cannot tell yet                      stillUnknown (our send) | unknown (another's)
+//	                        not asked now (its next ask is not
+//	                          due), or cannot tell yet           unknown (found in this attempt) |
+//	                                                             stillUnknown (resumed from the journal)
 //	                        nobody can tell, policy dead letter  failedPermanent
 //	held,        send       no turn of the sender's pace within
 //	unchecked                 the wait (Config.Paces), claim
@@ -70,8 +73,8 @@ const (
 	stateOptedOut        // refused by the provider for the recipient's choice; recorded as sent
 	stateDuplicate       // delivered before, by another delivery or another worker
 	stateConflict        // the key was sent for another message: dead-letter
-	stateUnknown         // the send's outcome is unknown: the claim is kept, reconciled next attempt
-	stateStillUnknown    // the outcome reported unknown by an earlier attempt is still unknown
+	stateUnknown         // the send's outcome is unknown: the claim is kept, and the record waits (Paced) for its next ask
+	stateStillUnknown    // the outcome reported unknown by an earlier attempt is still unknown: waiting as unknown; not reported
 	stateThrottled       // not sent, for the sender's pace: the record waits (Paced; Unavailable when the limiter cannot answer); not reported
 	stateFailedRetryable // not sent; another attempt may succeed
 	stateFailedPermanent // not sent, and never will be
@@ -117,10 +120,11 @@ type notification struct {
 	held bool
 	// unknown is a send that may have gone out under the key; pending
 	// says it waits to be reconciled, ours that it was this delivery's
-	// own (else another worker's, whose claim was taken over).
-	unknown       unknownSend
-	pending, ours bool
-	reconciled    bool // a reconciliation ran: the claim now made is a fresh one
+	// own (else made under a claim taken over), resumed that an earlier
+	// attempt left it in the journal (and reported it).
+	unknown                unknownSend
+	pending, ours, resumed bool
+	reconciled             bool // a reconciliation ran: the claim now made is a fresh one
 	// counted says CloseBy counted n's send, under way then, as lost
 	// (guarded by Service.tally).
 	counted bool
@@ -175,7 +179,7 @@ func (s *Service) begin(ctx context.Context, n *notification) {
 	case k.hasUnknown:
 		// Claim with the token of the send whose outcome is unknown: its
 		// claim, which that attempt kept, is then found to be ours.
-		n.token, n.unknown, n.pending, n.ours = k.unknown.Token, k.unknown, true, true
+		n.token, n.unknown, n.pending, n.ours, n.resumed = k.unknown.Token, k.unknown, true, k.unknown.Ours, true
 		n.state = stateClaiming
 	default:
 		n.token = newToken()
@@ -225,13 +229,13 @@ func (s *Service) conflict(n *notification, sent ports.Receipt) {
 // another worker holds it, and moves n on by what the store answered.
 func (s *Service) claim(ctx context.Context, n *notification) {
 	m, log := n.m, n.log
-	key, digest := m.IdempotencyKey, TextDigest(m.Text)
+	key, digest, sender := m.IdempotencyKey, TextDigest(m.Text), s.sender(m.Channel)
 	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL + s.cfg.ClaimWaitMax)
 	wait := s.cfg.ClaimWaitMax / 16
 	sawInFlight := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		c, err := s.cfg.Store.Claim(cctx, key, n.token, digest, s.cfg.ClaimTTL)
+		c, err := s.cfg.Store.Claim(cctx, key, n.token, digest, sender, s.cfg.ClaimTTL)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -334,11 +338,17 @@ func (s *Service) claim(ctx context.Context, n *notification) {
 }
 
 // takenOver moves n on once it holds a claim whose send may have gone out:
-// another worker's, taken over (its history, l, names the earliest send
-// under the key and the text it sent), or its own kept one. It reconciles
-// that send, unless a reconciliation already ran in this attempt: then the
-// claim was made and abandoned by another worker in the moment between our
-// release and our claim, and the next attempt reconciles it.
+// another worker's, taken over (its history, l, names the one send made
+// under it, the window it may have reached the provider in, its text and
+// its sender), or its own kept one. It reconciles that send, unless a
+// reconciliation already ran in this attempt: then the claim was made and
+// abandoned by another worker in the moment between our release and our
+// claim, and the next attempt reconciles it.
+//
+// The window is the history's, the same for every taker however many
+// takeovers came before. The provider is asked about it at once unless l
+// is itself a takeover: its taker found the send unknown before, and may
+// have asked (see nextAsk).
 func (s *Service) takenOver(n *notification, l ports.Lease) {
 	n.held = true
 	if n.reconciled {
@@ -347,13 +357,21 @@ func (s *Service) takenOver(n *notification, l ports.Lease) {
 	}
 	n.taken = l
 	if !n.pending {
-		n.unknown = unknownSend{Token: n.token, Since: l.First, Until: l.Until, Digest: l.Digest, First: s.cfg.Now()}
-		if n.unknown.Since.IsZero() {
-			n.unknown.Since = l.Start
-		}
+		since := cmp.Or(l.First, l.Start)
+		n.unknown = unknownSend{Token: n.token, Since: since, Until: cmp.Or(l.FirstUntil, l.Until),
+			Digest: l.Digest, Sender: l.Sender, AtOnce: l.Start.Equal(since)}
 		n.pending, n.ours = true, false
 	}
 	n.state = stateReconciling
+}
+
+// sender is whom the channel ch sends from, as its Reconciler names it;
+// empty for a channel that cannot be asked.
+func (s *Service) sender(ch ports.Channel) string {
+	if rc := s.cfg.Reconcilers[ch]; rc != nil {
+		return rc.Sender()
+	}
+	return ""
 }
 
 // send calls the channel's notifier, holding the claim (held) or unchecked,
@@ -373,15 +391,15 @@ func (s *Service) send(ctx context.Context, n *notification) {
 	case errors.Is(err, ports.ErrRateLimited) && !errors.Is(err, ports.ErrOutcomeUnknown) && ports.KindOf(err) != ports.Permanent:
 		s.rateLimited(ctx, n, err)
 	case errors.Is(err, ports.ErrOutcomeUnknown):
-		// The provider may have it: keep the claim, and reconcile on the
-		// next attempt rather than send again now.
-		now := s.cfg.Now()
-		s.journal.setUnknown(m.IdempotencyKey, n.delivery, unknownSend{Token: n.token, Since: start, Until: now, Digest: TextDigest(m.Text), First: now})
+		// The provider may have it: keep the claim, and ask it on the
+		// next attempt, which comes at once, rather than send again now.
+		s.journal.setUnknown(m.IdempotencyKey, n.delivery, unknownSend{Token: n.token, Since: start, Until: s.cfg.Now(),
+			Digest: TextDigest(m.Text), Sender: s.sender(m.Channel), Ours: true, AtOnce: true})
 		log.Warn("send_outcome_unknown",
 			slog.String("to", m.ToMasked),
 			slog.String("error", err.Error()))
 		n.state = stateUnknown
-		n.err = ports.MarkUnavailable(fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
+		n.err = ports.MarkPaced(fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
 	case errors.Is(err, ports.ErrRecipientOptedOut):
 		// The customer's choice, not a failure: record it as sent, so a
 		// replay is a duplicate and the provider is not asked again.

@@ -66,6 +66,11 @@ func (p *scripted) Send(_ context.Context, m ports.Message) (ports.Receipt, erro
 	return ports.Receipt{ProviderID: fmt.Sprintf("SM%03d", len(p.accepted))}, nil
 }
 
+// Sender and Lag make it a ports.Reconciler whose list shows what it
+// accepted at once.
+func (p *scripted) Sender() string     { return "from:+15550001111" }
+func (p *scripted) Lag() time.Duration { return 0 }
+
 func (p *scripted) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -104,7 +109,7 @@ func (s *scene) advance(d time.Duration) { s.clock.Add(int64(d)) }
 // of e1, and moves the clock past its lease.
 func (s *scene) deadWorker(t *testing.T, token string) {
 	t.Helper()
-	if _, err := s.mem.Claim(context.Background(), "sms:e1", token, "", 2*time.Second); err != nil {
+	if _, err := s.mem.Claim(context.Background(), "sms:e1", token, "", "", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	s.advance(3 * time.Second)
@@ -119,7 +124,7 @@ func refusingTakeover(t *testing.T, s *scene) {
 	start := s.now()
 	s.deadWorker(t, "dead-worker")
 	abandoned := ports.Lease{Token: "dead-worker", Start: start, Until: start.Add(2 * time.Second), First: start}
-	s.store.ClaimFunc = func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+	s.store.ClaimFunc = func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 		return ports.Claim{State: ports.TakenOver, Lease: abandoned}, errors.New("NOPERM this user has no permissions to run the 'evalsha' command")
 	}
 }
@@ -272,7 +277,7 @@ func TestService_Transitions(t *testing.T) {
 		before: sms(func(_ *testing.T, s *scene) {
 			// Another worker's claim of unknown lease, which each look
 			// finds a while later.
-			s.store.ClaimFunc = func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+			s.store.ClaimFunc = func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 				s.advance(200 * time.Millisecond)
 				return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "other-worker"}}, nil
 			}
@@ -291,7 +296,17 @@ func TestService_Transitions(t *testing.T) {
 	}, {
 		name:   "reconciling/cannot tell yet, another's send/unknown",
 		before: sms(deadWorker, cannotTell),
-		kind:   "unavailable", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "claim_taken_over",
+		kind:   "paced", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "claim_taken_over",
+	}, {
+		name: "reconciling/another's send, resumed, the provider has it/duplicate",
+		before: func(t *testing.T, s *scene) ports.Record {
+			rec := retried("paced", deadWorker, cannotTell)(t, s)
+			s.sms.cannotTell = false
+			s.sms.accepted = append(s.sms.accepted, mustRenderSMS(t, "e1"))
+			s.advance(domain.DefaultReconcileFor) // its next ask is due
+			return rec
+		},
+		kind: "nil", key: ports.AlreadySent, received: 0, outcomes: []ports.Outcome{ports.OutcomeDuplicate}, event: "reconciled_delivered",
 	}, {
 		name:   "reconciling/nobody can tell, policy dead letter/failedPermanent",
 		opts:   []func(*domain.Config){noReconciler, func(c *domain.Config) { c.UnknownPolicy = domain.PolicyDeadLetter }},
@@ -306,13 +321,13 @@ func TestService_Transitions(t *testing.T) {
 		name: "claiming/TakenOver again after reconciling/failedRetryable",
 		before: sms(deadWorker, func(t *testing.T, s *scene) {
 			var claims atomic.Int32
-			s.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+			s.store.ClaimFunc = func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 				if claims.Add(1) == 2 {
 					// Between our release and our fresh claim, another
 					// worker claimed the key and died.
 					s.deadWorker(t, "second-dead-worker")
 				}
-				return s.store.Store.Claim(ctx, key, token, digest, ttl)
+				return s.store.Store.Claim(ctx, key, token, digest, sender, ttl)
 			}
 		}),
 		kind: "retryable", key: ports.InFlight, received: 0, outcomes: []ports.Outcome{ports.OutcomeFailedRetryable}, event: "reconciled_not_delivered",
@@ -335,17 +350,17 @@ func TestService_Transitions(t *testing.T) {
 		name:   "held/outcome unknown/unknown",
 		script: []answer{acceptUnanswered},
 		before: sms(),
-		kind:   "unavailable", key: ports.InFlight, received: 1, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "send_outcome_unknown",
+		kind:   "paced", key: ports.InFlight, received: 1, outcomes: []ports.Outcome{ports.OutcomeUnknown}, event: "send_outcome_unknown",
 	}, {
 		name:   "claiming/our own kept claim/reconciling/our send delivered/sent",
 		script: []answer{acceptUnanswered},
-		before: retried("unavailable"),
+		before: retried("paced"),
 		kind:   "nil", key: ports.AlreadySent, received: 1, outcomes: []ports.Outcome{ports.OutcomeSent}, event: "reconciled_delivered",
 	}, {
 		name:   "reconciling/cannot tell yet, our send/stillUnknown",
 		script: []answer{acceptUnanswered},
-		before: retried("unavailable", cannotTell),
-		kind:   "unavailable", key: ports.InFlight, received: 1, outcomes: nil,
+		before: retried("paced", cannotTell),
+		kind:   "paced", key: ports.InFlight, received: 1, outcomes: nil,
 	}, {
 		name:   "held/recipient opted out/optedOut",
 		script: []answer{optOut},
@@ -362,8 +377,8 @@ func TestService_Transitions(t *testing.T) {
 		before: sms(senderBusy, func(t *testing.T, s *scene) {
 			// The store takes the claim but its answer is lost: failing
 			// open, the worker does not know it holds it.
-			s.store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
-				if _, err := s.mem.Claim(ctx, key, token, digest, ttl); err != nil {
+			s.store.ClaimFunc = func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
+				if _, err := s.mem.Claim(ctx, key, token, digest, sender, ttl); err != nil {
 					t.Error(err)
 				}
 				return ports.Claim{}, errStoreDown

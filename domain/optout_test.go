@@ -32,7 +32,7 @@ func TestService_RecipientOptedOut(t *testing.T) {
 		if n := len(w.email.Sent()); n != 1 {
 			t.Fatalf("sent %d emails, want 1", n)
 		}
-		c, err := w.store.Store.Claim(context.Background(), "sms:e1", "probe", "", time.Second)
+		c, err := w.store.Store.Claim(context.Background(), "sms:e1", "probe", "", "", time.Second)
 		if err != nil || c.State != ports.AlreadySent || c.Receipt.ProviderID != "opted-out" || c.Receipt.Fingerprint == "" {
 			t.Fatalf("store holds %+v (%v), want a sent record with provider id opted-out and a fingerprint", c, err)
 		}

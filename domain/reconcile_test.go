@@ -18,11 +18,15 @@ import (
 // lateProvider is a provider that accepts the first unknownSends messages
 // (or drops them, when drop is set) and then answers as a timeout does:
 // the outcome is unknown to the sender. It answers Reconcile from what it
-// accepted, as Twilio's Messages list does, or with cannotTell.
+// accepted, as Twilio's Messages list does, or with cannotTell; with a
+// lag, a message it does not find is "cannot tell" until lag after the
+// window, on the clock now.
 type lateProvider struct {
 	unknownSends int32
 	drop         bool
 	cannotTell   atomic.Bool
+	lag          time.Duration
+	now          func() time.Time
 
 	mu       sync.Mutex
 	sends    atomic.Int32
@@ -46,6 +50,11 @@ func (p *lateProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, 
 	return ports.Receipt{ProviderID: id}, nil
 }
 
+// Sender and Lag make it a ports.Reconciler whose list shows what it
+// accepted at once.
+func (p *lateProvider) Sender() string     { return "from:+15550001111" }
+func (p *lateProvider) Lag() time.Duration { return p.lag }
+
 func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -54,7 +63,11 @@ func (p *lateProvider) Reconcile(_ context.Context, m ports.Message, w ports.Win
 	if p.cannotTell.Load() {
 		return ports.Reconciliation{}, errors.New("messages list answered 503")
 	}
-	return listed(p.accepted, m, w), nil
+	r := listed(p.accepted, m, w)
+	if !r.Delivered && p.lag > 0 && p.now().Sub(w.Until) < p.lag {
+		return r, errors.New("the list may not show the window yet")
+	}
+	return r, nil
 }
 
 // listed answers a reconciliation as a provider's list of accepted
@@ -89,8 +102,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		p := &lateProvider{unknownSends: 1}
 		w := newWorld(t, domain.FailOpen, withLateSMS(p))
 		rec := record(event("e1", "sms"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable (outcome unknown)", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced (outcome unknown, asked next attempt)", err)
 		}
 		if s := w.claimState(t, "sms:e1"); s != ports.InFlight {
 			t.Fatalf("key %v after an unknown outcome, want our claim kept", s)
@@ -119,8 +132,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		p := &lateProvider{unknownSends: 1, drop: true}
 		w := newWorld(t, domain.FailOpen, withLateSMS(p))
 		rec := record(event("e1", "sms"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced", err)
 		}
 		if err := w.attempt(t, rec); err != nil {
 			t.Fatalf("attempt 2: %v", err)
@@ -143,9 +156,9 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		rec := record(event("e1", "sms"))
 		start := time.Now()
 		var err error
-		for err = w.attempt(t, rec); ports.KindOf(err) == ports.Unavailable; err = w.attempt(t, rec) {
+		for err = w.attempt(t, rec); ports.KindOf(err) == ports.Paced; err = w.attempt(t, rec) {
 			if time.Since(start) > 5*time.Second {
-				t.Fatalf("still unavailable after 5s: %v", err)
+				t.Fatalf("still waiting after 5s: %v", err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -171,8 +184,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 			c.UnknownPolicy = domain.PolicyDeadLetter
 		})
 		rec := record(event("e1", "sms"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced", err)
 		}
 		err := w.attempt(t, rec)
 		if ports.KindOf(err) != ports.Permanent || !strings.Contains(err.Error(), "outcome unknown") {
@@ -187,8 +200,8 @@ func TestService_UnknownOutcomes(t *testing.T) {
 		p := &lateProvider{unknownSends: 1}
 		w := newWorld(t, domain.FailOpen, func(c *domain.Config) { c.Notifiers[ports.ChannelEmail] = p })
 		rec := record(event("e1", "email"))
-		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Unavailable {
-			t.Fatalf("attempt 1: %v, want unavailable", err)
+		if err := w.attempt(t, rec); ports.KindOf(err) != ports.Paced {
+			t.Fatalf("attempt 1: %v, want paced", err)
 		}
 		if err := w.attempt(t, rec); err != nil {
 			t.Fatalf("attempt 2: %v", err)
@@ -216,7 +229,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 					c.Store = store
 				})
 				// A worker that died mid-send left its claim.
-				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", "", 2*time.Second); err != nil {
+				if _, err := store.Claim(context.Background(), "sms:e1", "dead-worker", "", "", 2*time.Second); err != nil {
 					t.Fatal(err)
 				}
 				if tc.delivered {
@@ -233,7 +246,7 @@ func TestService_UnknownOutcomes(t *testing.T) {
 				if p.asked != 1 {
 					t.Fatalf("provider asked %d times, want 1", p.asked)
 				}
-				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", "", time.Second); c.State != ports.AlreadySent {
+				if c, _ := store.Claim(context.Background(), "sms:e1", "probe", "", "", time.Second); c.State != ports.AlreadySent {
 					t.Fatalf("key %v, want already_sent", c.State)
 				}
 			})
@@ -270,12 +283,12 @@ func TestService_TakeoverReconcilesTheHistory(t *testing.T) {
 			// died; B took A's claim over and died too.
 			sent := mustRenderSMS(t, "e1")
 			sent.Text = tc.sent(sent)
-			if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), 2*time.Second); err != nil {
+			if _, err := store.Claim(ctx, "sms:e1", "worker-a", domain.TextDigest(sent.Text), "", 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			_, _ = p.Send(ctx, sent)
 			clock.Add(int64(3 * time.Second))
-			if c, err := store.Claim(ctx, "sms:e1", "worker-b", "dgstB", 2*time.Second); err != nil || c.State != ports.TakenOver {
+			if c, err := store.Claim(ctx, "sms:e1", "worker-b", "dgstB", "", 2*time.Second); err != nil || c.State != ports.TakenOver {
 				t.Fatalf("B's takeover: %v, %v", c.State, err)
 			}
 			clock.Add(int64(3 * time.Second))
@@ -404,6 +417,133 @@ func TestService_EventIDConflict(t *testing.T) {
 		}
 		if n := len(w.sms.Sent()); n != 1 {
 			t.Fatalf("sent %d SMS, want 1", n)
+		}
+	})
+}
+
+// TestService_AskOnSchedule: a send of unknown outcome is asked about at
+// once, then once when the provider's list of its window is final (lag
+// after it), then, if that could not tell, once more at ReconcileFor after
+// it; between asks the record waits as Paced, due again at the next ask,
+// and an attempt before it asks nothing.
+func TestService_AskOnSchedule(t *testing.T) {
+	const lag = time.Minute
+	// scheduled is a world on a memory store and a clock the test moves
+	// (p.now), the SMS behind p, which lists with the lag.
+	scheduled := func(t *testing.T, p *lateProvider, opts ...func(*domain.Config)) (*world, func(time.Duration)) {
+		var clock atomic.Int64
+		clock.Store(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixNano())
+		p.lag, p.now = lag, func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+		w := newWorld(t, domain.FailOpen, append([]func(*domain.Config){withLateSMS(p), func(c *domain.Config) {
+			c.Now = p.now
+			c.Store.(*fakeStore).Store = memory.New(p.now)
+		}}, opts...)...)
+		return w, func(d time.Duration) { clock.Add(int64(d)) }
+	}
+	// waits checks that err has the record wait as Paced, due in due.
+	waits := func(t *testing.T, which string, err error, due time.Duration) {
+		t.Helper()
+		if ports.KindOf(err) != ports.Paced || ports.PacedFor(err) != due {
+			t.Fatalf("%s: %v (%v, due in %v), want paced, due in %v", which, err, ports.KindOf(err), ports.PacedFor(err), due)
+		}
+	}
+	asked := func(p *lateProvider) int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.asked
+	}
+
+	t.Run("NotAcceptedAskedAtOnceThenWhenFinalThenResent", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1, drop: true}
+		w, advance := scheduled(t, p)
+		rec := record(event("e1", "sms"))
+		waits(t, "the send", w.attempt(t, rec), 0)
+		waits(t, "the ask at once", w.attempt(t, rec), lag)
+		advance(lag / 2)
+		for i := range 3 {
+			waits(t, fmt.Sprintf("attempt %d before the list is final", i+3), w.attempt(t, rec), lag/2)
+		}
+		if n := asked(p); n != 1 {
+			t.Fatalf("asked %d times before the list is final, want once", n)
+		}
+		advance(lag / 2)
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("the ask when final: %v", err)
+		}
+		if n, got := asked(p), p.Accepted(); n != 2 || got != 1 {
+			t.Fatalf("asked %d times, %d accepted; want 2 asks and the resend accepted", n, got)
+		}
+		if w.outcomes[ports.OutcomeUnknown] != 1 || w.outcomes[ports.OutcomeSent] != 1 || len(w.outcomes) != 2 {
+			t.Fatalf("outcomes %v, want one unknown, then one sent", w.outcomes)
+		}
+	})
+
+	t.Run("AcceptedFoundAtOnce", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1}
+		w, _ := scheduled(t, p)
+		rec := record(event("e1", "sms"))
+		waits(t, "the send", w.attempt(t, rec), 0)
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("the ask at once: %v", err)
+		}
+		if n, got := asked(p), p.Accepted(); n != 1 || got != 1 {
+			t.Fatalf("asked %d times, %d accepted; want 1 and 1", n, got)
+		}
+	})
+
+	t.Run("ListFailingAskedThreeTimesThenThePolicy", func(t *testing.T) {
+		p := &lateProvider{unknownSends: 1, drop: true}
+		p.cannotTell.Store(true)
+		w, advance := scheduled(t, p, func(c *domain.Config) { c.ReconcileFor = 2 * lag })
+		rec := record(event("e1", "sms"))
+		waits(t, "the send", w.attempt(t, rec), 0)
+		waits(t, "the ask at once", w.attempt(t, rec), lag)
+		advance(lag)
+		waits(t, "the ask when final", w.attempt(t, rec), lag)
+		waits(t, "an attempt before the last ask", w.attempt(t, rec), lag)
+		advance(lag)
+		if err := w.attempt(t, rec); err != nil {
+			t.Fatalf("the last ask, then the policy: %v", err)
+		}
+		if n, got := asked(p), p.Accepted(); n != 3 || got != 1 {
+			t.Fatalf("asked %d times, %d accepted; want 3 asks, then the resend", n, got)
+		}
+		if n := len(w.logs.Events(t, "unknown_outcome_resent")); n != 1 {
+			t.Fatalf("%d unknown_outcome_resent lines, want 1", n)
+		}
+	})
+
+	t.Run("TakeoversKeepTheWindow", func(t *testing.T) {
+		// A worker died sending, and every attempt after comes with a new
+		// delivery once the claim before it is abandoned: each takes the
+		// claim over. The window stays the first claim's, and the send is
+		// resolved once the list of that window is final.
+		p := &lateProvider{}
+		w, advance := scheduled(t, p)
+		t0 := p.now()
+		if _, err := w.store.Claim(context.Background(), "sms:e1", "dead-worker", domain.TextDigest(mustRenderSMS(t, "e1").Text), "from:+15550001111", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		for i := 0; ; i++ {
+			advance(3 * time.Second) // past the lease before
+			if err = w.attempt(t, record(event("e1", "sms"))); err == nil {
+				break
+			}
+			if ports.KindOf(err) != ports.Paced || i == 100 {
+				t.Fatalf("takeover %d, %v after the first claim: %v, want paced", i+1, p.now().Sub(t0), err)
+			}
+		}
+		if took := p.now().Sub(t0); took > 2*time.Second+lag+3*time.Second {
+			t.Fatalf("resolved %v after the first claim, want within its lease, the lag and one more lease", took)
+		}
+		if n, got := asked(p), p.Accepted(); n != 2 || got != 1 {
+			t.Fatalf("asked %d times, %d accepted; want 2 asks (at once, when final), then one send", n, got)
+		}
+		for _, win := range p.windows {
+			if !win.Since.Equal(t0) || !win.Until.Equal(t0.Add(2*time.Second)) || win.Sender != "from:+15550001111" {
+				t.Fatalf("windows asked about: %+v, want each the first claim's lease [%v, +2s] and sender", p.windows, t0)
+			}
 		}
 	})
 }

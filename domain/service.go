@@ -107,8 +107,9 @@ func (s *Service) Owed() (owed int, refused int64) {
 // dependency the operator must see to: a provider's credentials, the rate
 // limiter's Redis not answering; or a full ledger, below), Paced when a
 // notification was held back by its sender's pace (Config.RateLimiter) or
-// refused by the provider for it (ports.ErrRateLimited), and Retryable for
-// everything else. A record
+// refused by the provider for it (ports.ErrRateLimited), or its send's
+// outcome is unknown and the provider is asked again later (due then:
+// ports.PacedFor), and Retryable for everything else. A record
 // whose notifications failed in several ways takes the kind that keeps it
 // longest: Unavailable over Paced over Retryable over Permanent, so that
 // a notification still waiting is never dead-lettered for another one's

@@ -22,18 +22,18 @@ import (
 // fakeStore is the memory store with faults injectable per method.
 type fakeStore struct {
 	*memory.Store
-	ClaimFunc   func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error)
+	ClaimFunc   func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error)
 	RecordFunc  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
 	ReleaseFunc func(ctx context.Context, key, token string) error
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{Store: memory.New(nil)} }
 
-func (f *fakeStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (f *fakeStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	if f.ClaimFunc != nil {
-		return f.ClaimFunc(ctx, key, token, digest, ttl)
+		return f.ClaimFunc(ctx, key, token, digest, sender, ttl)
 	}
-	return f.Store.Claim(ctx, key, token, digest, ttl)
+	return f.Store.Claim(ctx, key, token, digest, sender, ttl)
 }
 
 func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
@@ -130,7 +130,7 @@ func (w *world) handle(t *testing.T, value string) error {
 
 func (w *world) claimState(t *testing.T, key string) ports.ClaimState {
 	t.Helper()
-	c, err := w.store.Store.Claim(context.Background(), key, "probe", "", time.Millisecond)
+	c, err := w.store.Store.Claim(context.Background(), key, "probe", "", "", time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,14 +206,14 @@ func TestService(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, domain.FailOpen)
 			const key = "sms:e1"
-			if _, err := w.store.Store.Claim(context.Background(), key, "other-worker", "", time.Minute); err != nil {
+			if _, err := w.store.Store.Claim(context.Background(), key, "other-worker", "", "", time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			// The other worker finishes only once we have seen its claim.
 			seen := make(chan struct{})
 			var once sync.Once
-			w.store.ClaimFunc = func(ctx context.Context, k, tok, digest string, ttl time.Duration) (ports.Claim, error) {
-				c, err := w.store.Store.Claim(ctx, k, tok, digest, ttl)
+			w.store.ClaimFunc = func(ctx context.Context, k, tok, digest, sender string, ttl time.Duration) (ports.Claim, error) {
+				c, err := w.store.Store.Claim(ctx, k, tok, digest, sender, ttl)
 				if c.State == ports.InFlight {
 					once.Do(func() { close(seen) })
 				}
@@ -241,7 +241,7 @@ func TestService(t *testing.T) {
 
 	t.Run("InFlightBeyondClaimTTLIsRetryable", func(t *testing.T) {
 		w := newWorld(t, domain.FailOpen)
-		w.store.ClaimFunc = func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+		w.store.ClaimFunc = func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "stuck"}}, nil
 		}
 		err := w.handle(t, event("e1", "sms"))
@@ -260,14 +260,14 @@ func TestService(t *testing.T) {
 			t.Run(string(mode), func(t *testing.T) {
 				w := newWorld(t, mode)
 				const key = "sms:e1"
-				if _, err := w.store.Store.Claim(context.Background(), key, "other-worker", "", time.Minute); err != nil {
+				if _, err := w.store.Store.Claim(context.Background(), key, "other-worker", "", "", time.Minute); err != nil {
 					t.Fatal(err)
 				}
 				var calls atomic.Int32
-				w.store.ClaimFunc = func(ctx context.Context, k, tok, digest string, ttl time.Duration) (ports.Claim, error) {
+				w.store.ClaimFunc = func(ctx context.Context, k, tok, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 					switch n := calls.Add(1); {
 					case n == 1:
-						return w.store.Store.Claim(ctx, k, tok, digest, ttl) // in flight
+						return w.store.Store.Claim(ctx, k, tok, digest, sender, ttl) // in flight
 					case n < 4:
 						return ports.Claim{}, errors.New("i/o timeout")
 					case n == 4:
@@ -276,7 +276,7 @@ func TestService(t *testing.T) {
 							return ports.Claim{}, err
 						}
 					}
-					return w.store.Store.Claim(ctx, k, tok, digest, ttl)
+					return w.store.Store.Claim(ctx, k, tok, digest, sender, ttl)
 				}
 				if err := w.handle(t, event("e1", "sms")); err != nil {
 					t.Fatalf("Handle: %v", err)
@@ -291,16 +291,16 @@ func TestService(t *testing.T) {
 		}
 	})
 
-	storeDown := func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
+	storeDown := func(ctx context.Context, _, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 		return ports.Claim{}, errors.New("connection refused")
 	}
-	storeHangs := func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
+	storeHangs := func(ctx context.Context, _, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 		<-ctx.Done()
 		return ports.Claim{}, ctx.Err()
 	}
 	for _, tc := range []struct {
 		name  string
-		claim func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error)
+		claim func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error)
 	}{{"StoreError", storeDown}, {"StoreTimeout", storeHangs}} {
 		t.Run(tc.name+"OpenSendsAndWarns", func(t *testing.T) {
 			w := newWorld(t, domain.FailOpen)
@@ -377,13 +377,13 @@ func TestService(t *testing.T) {
 			w := newWorld(t, domain.FailOpen)
 			w.sms.FailFunc = func(m ports.Message) error {
 				_ = w.store.Store.Release(context.Background(), m.IdempotencyKey, tokenOf(t, w.store.Store, m.IdempotencyKey))
-				if _, err := w.store.Store.Claim(context.Background(), m.IdempotencyKey, "other-worker", "", time.Minute); err != nil {
+				if _, err := w.store.Store.Claim(context.Background(), m.IdempotencyKey, "other-worker", "", "", time.Minute); err != nil {
 					return err
 				}
 				return errors.New("timeout")
 			}
 			_ = w.handle(t, event("e1", "sms"))
-			c, _ := w.store.Store.Claim(context.Background(), "sms:e1", "probe", "", time.Minute)
+			c, _ := w.store.Store.Claim(context.Background(), "sms:e1", "probe", "", "", time.Minute)
 			if c.State != ports.InFlight || c.Lease.Token != "other-worker" {
 				t.Fatalf("after our failed send: %+v, want other-worker's claim intact", c)
 			}
@@ -446,7 +446,7 @@ func TestService(t *testing.T) {
 // tokenOf reads the owner of a pending key.
 func tokenOf(t *testing.T, s *memory.Store, key string) string {
 	t.Helper()
-	c, err := s.Claim(context.Background(), key, "probe", "", time.Minute)
+	c, err := s.Claim(context.Background(), key, "probe", "", "", time.Minute)
 	if err != nil || c.State != ports.InFlight {
 		t.Fatalf("key %s: %+v, %v; want in flight", key, c, err)
 	}
@@ -469,7 +469,7 @@ func TestService_LongestHandleBoundsASlowRecord(t *testing.T) {
 	}
 	var mu sync.Mutex
 	firstLook := map[string]time.Time{}
-	store.ClaimFunc = func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+	store.ClaimFunc = func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 		mu.Lock()
 		first, seen := firstLook[key]
 		if !seen {
@@ -480,7 +480,7 @@ func TestService_LongestHandleBoundsASlowRecord(t *testing.T) {
 		if time.Since(first) < claimTTL-15*time.Millisecond {
 			return ports.Claim{State: ports.InFlight, Lease: ports.Lease{Token: "other-worker"}}, nil
 		}
-		return store.Store.Claim(ctx, key, token, digest, ttl)
+		return store.Store.Claim(ctx, key, token, digest, sender, ttl)
 	}
 	store.ReleaseFunc = func(ctx context.Context, _, _ string) error { return atDeadline(ctx) }
 	hangs := notifierFunc(func(ctx context.Context, _ ports.Message) (ports.Receipt, error) {

@@ -186,10 +186,11 @@ func MaxBytes(cfg Config) ports.Middleware {
 // never spends the budget). The backoff doubles with each Retryable or
 // Unavailable failure, from cfg.RetryInitialBackoff up to
 // cfg.RetryMaxBackoff; after a Paced failure it is the first step's
-// (cfg.RetryInitialBackoff, jittered) and does not grow, since the handler
-// has already waited what the pace asked: the record is asked again about
-// as soon as its sender may have a turn, and a later failure of another
-// kind backs off as if the paced attempts had not been. It returns nil on
+// (cfg.RetryInitialBackoff, jittered) and does not grow, added to the wait
+// the error carries (ports.PacedFor), if any: the handler has already
+// waited what the pace asked, or said when the record is due, and the
+// record is tried again about as soon as it is due; a later failure of
+// another kind backs off as if the paced attempts had not been. It returns nil on
 // success; a Permanent error at once; after the budget, an
 // error wrapping the last one whose message says so; and ErrStopping when
 // the source stopped during a backoff. Every attempt at one record carries
@@ -231,6 +232,9 @@ func Retry(cfg Config) ports.Middleware {
 					step = backoffs
 				}
 				wait := Backoff(step, cfg.RetryInitialBackoff, cfg.RetryMaxBackoff)
+				if kind == ports.Paced {
+					wait += ports.PacedFor(err)
+				}
 				cfg.Metrics.RecordRetried(rec.Topic, kind)
 				// A record waiting for its sender's pace is the normal
 				// course of a backlog, not a warning.

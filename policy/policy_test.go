@@ -311,6 +311,52 @@ func TestRetry(t *testing.T) {
 			}
 		}
 	})
+	t.Run("PacedWaitsWhatItCarriesAndSpendsNothing", func(t *testing.T) {
+		// A record due again in 30 ms (a send of unknown outcome whose
+		// next ask is then), three times, then done: three retries of the
+		// first step's backoff plus the wait, no budget spent (a budget
+		// of one), nothing dead-lettered, and the source's stopping ends
+		// the wait.
+		t.Parallel()
+		cfg, _, logs := testConfig()
+		cfg.RetryMaxAttempts = 1
+		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		sink := &memorySink{}
+		const due = 30 * time.Millisecond
+		calls := 0
+		var at []time.Time
+		err := chain(cfg, sink, func(context.Context, ports.Record) error {
+			calls++
+			at = append(at, time.Now())
+			if calls <= 3 {
+				return ports.MarkPacedFor(errors.New("reconcile sms:e1: asked next once the list may show the send"), due)
+			}
+			return nil
+		}).Handle(context.Background(), rec)
+		if err != nil || len(sink.written()) != 0 || calls != 4 {
+			t.Fatalf("err %v, %d dead letters, %d calls; want nil, none, 4", err, len(sink.written()), calls)
+		}
+		for i := 1; i < len(at); i++ {
+			if gap := at[i].Sub(at[i-1]); gap < due {
+				t.Errorf("attempt %d came %v after the one before, want at least the %v it was due in", i+1, gap, due)
+			}
+		}
+		for _, l := range logs.lines("record_retry_scheduled") {
+			if l["kind"] != "paced" || time.Duration(l["backoff"].(float64)) < due {
+				t.Errorf("retry logged %v after %v, want paced after at least %v", l["kind"], time.Duration(l["backoff"].(float64)), due)
+			}
+		}
+
+		stopping := make(chan struct{})
+		ctx := ports.WithDelivery(context.Background(), ports.Delivery{Stopping: stopping})
+		time.AfterFunc(20*time.Millisecond, func() { close(stopping) })
+		err = chain(cfg, sink, func(context.Context, ports.Record) error {
+			return ports.MarkPacedFor(errors.New("reconcile sms:e1: asked next in an hour"), time.Hour)
+		}).Handle(ctx, rec)
+		if !errors.Is(err, ports.ErrStopping) || len(sink.written()) != 0 {
+			t.Fatalf("a record due in an hour, the source stopping: %v, %d dead letters; want ErrStopping, none", err, len(sink.written()))
+		}
+	})
 	t.Run("PermanentIsNotRetried", func(t *testing.T) {
 		t.Parallel()
 		cfg, m, _ := testConfig()

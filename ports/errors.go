@@ -1,6 +1,9 @@
 package ports
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Kind classifies an error by what the event source should do with the record
 // that produced it. Errors are classified at the edge that understands them
@@ -19,11 +22,13 @@ const (
 	// store, in the closed failure mode). Retry with backoff for as long as it
 	// takes; never dead-letter for it.
 	Unavailable
-	// Paced: nothing is wrong, the record waits for its sender's pace (no
-	// rate-limit turn within the wait allowed, or the provider refused the
-	// send until later). Retry as soon as the source allows, for as long as
-	// it takes, spending no retry budget and growing no backoff: the wait
-	// the pace asked was taken before the error was returned. Never
+	// Paced: nothing is wrong, the record waits for a time it was given:
+	// its sender's pace (no rate-limit turn within the wait allowed, or the
+	// provider refused the send until later), or the next time the provider
+	// is asked about a send of unknown outcome. Retry after the wait the
+	// error carries (PacedFor; none: the wait was taken before the error
+	// was returned), or as soon as the source allows, for as long as it
+	// takes, spending no retry budget and growing no backoff. Never
 	// dead-letter for it.
 	Paced
 )
@@ -57,6 +62,47 @@ func MarkUnavailable(err error) error { return mark(Unavailable, err) }
 
 // MarkPaced wraps err as Paced. It returns nil for a nil err.
 func MarkPaced(err error) error { return mark(Paced, err) }
+
+// MarkPacedFor wraps err as Paced, due again d from now: the record's
+// next attempt comes no sooner, and its handler need not wait in the
+// meantime. It returns nil for a nil err.
+func MarkPacedFor(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &pacedFor{err: MarkPaced(err), d: max(d, 0)}
+}
+
+// PacedFor returns how long from now the record that failed with err is
+// due again: the d of MarkPacedFor, found through wrapping; for errors
+// joined together (errors.Join, the failures of a record's several
+// notifications), the least of theirs, and 0 if any of them carries none:
+// a record is due once the first of its failures is.
+func PacedFor(err error) time.Duration {
+	switch e := err.(type) {
+	case *pacedFor:
+		return e.d
+	case interface{ Unwrap() []error }:
+		least := time.Duration(-1)
+		for _, one := range e.Unwrap() {
+			if d := PacedFor(one); least < 0 || d < least {
+				least = d
+			}
+		}
+		return max(least, 0)
+	case interface{ Unwrap() error }:
+		return PacedFor(e.Unwrap())
+	}
+	return 0
+}
+
+type pacedFor struct {
+	err error
+	d   time.Duration
+}
+
+func (e *pacedFor) Error() string { return e.err.Error() }
+func (e *pacedFor) Unwrap() error { return e.err }
 
 func mark(k Kind, err error) error {
 	if err == nil {

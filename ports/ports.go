@@ -172,20 +172,35 @@ var ErrOutcomeUnknown = errors.New("send outcome unknown: the provider may have 
 // Reconciler is implemented by a Notifier whose provider can be asked what
 // it accepted.
 type Reconciler interface {
-	// Reconcile reports whether the provider accepted, from its sender to
+	// Reconcile reports whether the provider accepted, from w.Sender to
 	// m.To, a message whose text w.Sent recognises, in the window
-	// [w.Since, w.Until]: Delivered with the provider's receipt, or not. An
-	// error means the provider cannot tell now (its API failed, or the
+	// [w.Since, w.Until]: Delivered with the provider's receipt, or not. It
+	// answers "not delivered" only when asked at least Lag after w.Until.
+	// An error means the provider cannot tell now (its API failed, or the
 	// window is too recent for its listing to be complete); asking again
 	// later may tell. Reconcile must be safe for concurrent use and honour
 	// ctx's deadline.
 	Reconcile(ctx context.Context, m Message, w Window) (Reconciliation, error)
+	// Sender names whom the notifier's sends go out from (a phone number,
+	// a messaging service), in the form Window.Sender takes; it never
+	// changes while the notifier lives. The domain writes it into a claim
+	// before the send, so that the send is asked about under the sender it
+	// used, whatever a later process, configured otherwise, sends from.
+	Sender() string
+	// Lag is how long after a window ends the provider may still not list
+	// a message it accepted in it: the time Reconcile waits before it
+	// answers "not delivered".
+	Lag() time.Duration
 }
 
 // Window is a send whose outcome is unknown, as a Reconciler looks for it.
 type Window struct {
 	// Since and Until bound when the provider may have accepted it.
 	Since, Until time.Time
+	// Sender is the sender the send used (Reconciler.Sender when it was
+	// made); empty when unknown (a claim written before claims kept it):
+	// the Reconciler's own sender then.
+	Sender string
 	// Sent reports whether text, a message's text as the provider lists
 	// it, is the text that was sent. It is the caller's rule (the domain
 	// compares digests of what was sent, which a template or an event
@@ -223,9 +238,10 @@ const (
 	InFlight
 	// TakenOver: the key held a pending claim whose lease had passed (its
 	// worker died, or lost track of its send) and now holds ours;
-	// Claim.Lease is the lease taken over, whose First and Digest our claim
-	// now carries. A send made under that claim's history may have reached
-	// the provider: reconcile before sending, from Lease.First.
+	// Claim.Lease is the lease taken over, whose history (First,
+	// FirstUntil, Digest, Sender) our claim now carries. A send made under
+	// that history may have reached the provider: reconcile before
+	// sending, in the window from Lease.First to Lease.FirstUntil.
 	TakenOver
 )
 
@@ -265,17 +281,22 @@ type Lease struct {
 	// Until is when the lease runs out. Zero: unknown (a claim written
 	// before leases), which is live for as long as its key exists.
 	Until time.Time
-	// First and Digest are the claim's history, which a takeover carries
-	// on: a claim that takes another over keeps the First and Digest of
-	// the claim it replaced, so that however many takeovers follow, they
-	// name the earliest send that may have reached the provider under the
-	// key. First is when that history's first claim was made: Start for a
-	// claim that took nothing over, and for a claim written before
-	// histories; zero only when Start is. Digest is the digest of the text
-	// that first claim was made to send (Claim's digest), empty when it was
-	// not given or the claim was written before histories.
-	First  time.Time
-	Digest string
+	// First, FirstUntil, Digest and Sender are the claim's history, which
+	// a takeover carries on unchanged: a claim that takes another over
+	// keeps the history of the claim it replaced, so that however many
+	// takeovers follow, they name the one send that may have reached the
+	// provider under the key (a taker reconciles, and sends only under a
+	// claim of its own) and the window it may have reached it in. First
+	// and FirstUntil are that history's first claim's Start and Until: for
+	// a claim that took nothing over, and for a claim written before
+	// histories, its own; FirstUntil is its own Until, too, for a claim
+	// written before histories kept it (later than the first claim's, so
+	// the window only widens); zero only when Start is. Digest is the
+	// digest of the text that first claim was made to send, and Sender the
+	// sender (Claim's digest and sender); each empty when it was not given
+	// or the claim was written before histories kept it.
+	First, FirstUntil time.Time
+	Digest, Sender    string
 }
 
 // IdempotencyStore remembers which notifications were sent. Keys are
@@ -294,11 +315,12 @@ type IdempotencyStore interface {
 	// so that an abandoned claim can be found; Record or Release ends it.
 	//
 	// digest names the text the caller is about to send (it must not
-	// contain '.'; empty: none). A fresh claim starts a history (see Lease)
-	// with its own start and digest; a claim taking another over keeps the
-	// history of the one it replaced, and ignores digest. The claim a
-	// caller holds after Claimed or TakenOver is reported, with its
-	// history, to whoever finds it next.
+	// contain '.'), and sender whom from (Reconciler.Sender); empty: none.
+	// A fresh claim starts a history (see Lease) with its own lease, digest
+	// and sender; a claim taking another over keeps the history of the one
+	// it replaced, and ignores digest and sender. The claim a caller holds
+	// after Claimed or TakenOver is reported, with its history, to whoever
+	// finds it next.
 	//
 	// An error may come with State TakenOver and the lease of an abandoned
 	// claim the store found under key: the store took it over but cannot
@@ -308,7 +330,7 @@ type IdempotencyStore interface {
 	// that as a claim; should it send anyway (failing open), it reconciles
 	// that lease's send first. Any other error, one before the store found
 	// an abandoned claim, comes with a zero Claim.
-	Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (Claim, error)
+	Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (Claim, error)
 	// Record sets key to a sent record holding r, living ttl, whatever key
 	// held before. A store may keep less than r: at the least the send time
 	// to the second and the first FingerprintKept characters of the

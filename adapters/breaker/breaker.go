@@ -217,11 +217,11 @@ func (b *Breaker) Close() {
 }
 
 // Claim implements ports.IdempotencyStore.
-func (b *Breaker) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (b *Breaker) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	if err := b.admit(key, false); err != nil {
 		return ports.Claim{}, fmt.Errorf("claim %s: %w", key, err)
 	}
-	c, err := b.store.Claim(ctx, key, token, digest, ttl)
+	c, err := b.store.Claim(ctx, key, token, digest, sender, ttl)
 	b.observe(ctx, err)
 	if err == nil && (c.State == ports.Claimed || c.State == ports.TakenOver) {
 		b.mu.Lock()

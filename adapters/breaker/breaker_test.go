@@ -24,7 +24,7 @@ type fakeStore struct {
 	calls   atomic.Int64
 }
 
-func (f *fakeStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (f *fakeStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	f.calls.Add(1)
 	if f.claim == nil {
 		return ports.Claim{State: ports.Claimed}, nil
@@ -90,7 +90,7 @@ func never(context.Context) error { return errDown }
 // calls are the three port methods, so each test can use all of them.
 var calls = map[string]func(ctx context.Context, s ports.IdempotencyStore) error{
 	"Claim": func(ctx context.Context, s ports.IdempotencyStore) error {
-		_, err := s.Claim(ctx, "k", "tok", "", time.Minute)
+		_, err := s.Claim(ctx, "k", "tok", "", "", time.Minute)
 		return err
 	},
 	"Record": func(ctx context.Context, s ports.IdempotencyStore) error {

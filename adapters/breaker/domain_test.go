@@ -69,7 +69,7 @@ func newOpenWorld(t *testing.T) *openWorld {
 func (w *openWorld) mustOpen(t *testing.T) {
 	t.Helper()
 	for range 3 {
-		_, _ = w.breaker.Claim(context.Background(), "trip", "tok", "", time.Minute)
+		_, _ = w.breaker.Claim(context.Background(), "trip", "tok", "", "", time.Minute)
 	}
 	if got := w.breaker.State(); got != breaker.StateOpen {
 		t.Fatalf("breaker %q after 3 failures, want open", got)

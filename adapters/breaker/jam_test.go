@@ -96,7 +96,7 @@ func hammer(s ports.IdempotencyStore, perCaller int, pause, within time.Duration
 		wg.Go(func() {
 			for i := 0; i < perCaller && time.Now().Before(stop); i++ {
 				start := time.Now()
-				_, err := s.Claim(context.Background(), fmt.Sprintf("k%d-%d-%d", run, c, i), "tok", "", time.Minute)
+				_, err := s.Claim(context.Background(), fmt.Sprintf("k%d-%d-%d", run, c, i), "tok", "", "", time.Minute)
 				took := time.Since(start)
 				mu.Lock()
 				got.calls++
@@ -123,7 +123,7 @@ func mustAnswerAgain(t *testing.T, s ports.IdempotencyStore, goroutinesBefore in
 	t.Helper()
 	k := fmt.Sprintf("after-%d", jamSeq.Add(1))
 	waitForNil(t, 20*time.Second, "store answers after the server resumes", func() error {
-		_, err := s.Claim(context.Background(), k, "tok-after", "", time.Minute)
+		_, err := s.Claim(context.Background(), k, "tok-after", "", "", time.Minute)
 		return err
 	})
 	waitForNil(t, 15*time.Second, "calls left behind during the outage finish", func() error {
@@ -159,7 +159,7 @@ func waitForNil(tb testing.TB, within time.Duration, what string, f func() error
 func mustClaim(t *testing.T, s ports.IdempotencyStore) {
 	t.Helper()
 	waitForNil(t, 10*time.Second, "warm-up claim", func() error {
-		_, err := s.Claim(context.Background(), fmt.Sprintf("warm-%d", jamSeq.Add(1)), "tok", "", time.Minute)
+		_, err := s.Claim(context.Background(), fmt.Sprintf("warm-%d", jamSeq.Add(1)), "tok", "", "", time.Minute)
 		return err
 	})
 }

@@ -54,13 +54,13 @@ func TestWithRedis(t *testing.T) {
 				}
 				b := MustBreaker(t, store, cfg)
 				ctx := context.Background()
-				if _, err := b.Claim(ctx, "before", "tok", "", time.Minute); err != nil {
+				if _, err := b.Claim(ctx, "before", "tok", "", "", time.Minute); err != nil {
 					t.Fatalf("Claim before the outage: %v", err)
 				}
 
 				outage.down(t, srv)
 				for i := range 3 {
-					_, err := b.Claim(ctx, "during", "tok", "", time.Minute)
+					_, err := b.Claim(ctx, "during", "tok", "", "", time.Minute)
 					if err == nil || errors.Is(err, breaker.ErrOpen) {
 						t.Fatalf("Claim %d during the outage: err %v, want the store's error", i, err)
 					}
@@ -82,7 +82,7 @@ func TestWithRedis(t *testing.T) {
 
 				outage.up(t, srv)
 				waitState(t, b, breaker.StateClosed, 5*time.Second)
-				got, err := b.Claim(ctx, "after", "tok-after", "", time.Minute)
+				got, err := b.Claim(ctx, "after", "tok-after", "", "", time.Minute)
 				if err != nil || got.State != ports.Claimed {
 					t.Fatalf("Claim after recovery: %+v, %v; want claimed", got, err)
 				}

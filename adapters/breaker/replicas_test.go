@@ -35,13 +35,13 @@ func TestWithRedis_ReplicaLag(t *testing.T) {
 	// failure still sees the circuit open, whatever the machine's load.
 	b := MustBreaker(t, store, breaker.Config{Failures: 3, Cooldown: 2 * time.Second, Probe: store.Ping})
 	ctx := context.Background()
-	if _, err := b.Claim(ctx, "before", "tok", "", time.Minute); err != nil {
+	if _, err := b.Claim(ctx, "before", "tok", "", "", time.Minute); err != nil {
 		t.Fatalf("Claim before the lag: %v", err)
 	}
 
 	link.Hold()
 	for i := range 3 {
-		if _, err := b.Claim(ctx, fmt.Sprint("lagging-", i), "tok", "", time.Minute); !errors.Is(err, redis.ErrNotReplicated) {
+		if _, err := b.Claim(ctx, fmt.Sprint("lagging-", i), "tok", "", "", time.Minute); !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("Claim %d while the replica lags: %v, want ErrNotReplicated", i, err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestWithRedis_ReplicaLag(t *testing.T) {
 	link.Release()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := b.Claim(ctx, "after", "tok", "", time.Minute)
+		_, err := b.Claim(ctx, "after", "tok", "", "", time.Minute)
 		if err == nil {
 			break
 		}

@@ -19,11 +19,11 @@ type flakyClaims struct {
 	failing atomic.Bool
 }
 
-func (f *flakyClaims) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (f *flakyClaims) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	if f.failing.Load() {
 		return ports.Claim{}, errDown
 	}
-	return f.Store.Claim(ctx, key, token, digest, ttl)
+	return f.Store.Claim(ctx, key, token, digest, sender, ttl)
 }
 
 // A claim is a promise to record the send or give the key back. The circuit
@@ -44,12 +44,12 @@ func TestOpenCircuitLetsClaimsSettle(t *testing.T) {
 		t.Run(settle.name, func(t *testing.T) {
 			store := &flakyClaims{Store: memory.New(nil)}
 			b := MustBreaker(t, store, breaker.Config{Failures: 2, Cooldown: time.Hour, Probe: never})
-			if c, err := b.Claim(ctx, "sms:e1", "ours", "", time.Minute); err != nil || c.State != ports.Claimed {
+			if c, err := b.Claim(ctx, "sms:e1", "ours", "", "", time.Minute); err != nil || c.State != ports.Claimed {
 				t.Fatalf("Claim: %+v, %v", c, err)
 			}
 			store.failing.Store(true)
 			for _, k := range []string{"sms:e2", "sms:e3"} {
-				_, _ = b.Claim(ctx, k, "other", "", time.Minute)
+				_, _ = b.Claim(ctx, k, "other", "", "", time.Minute)
 			}
 			if b.State() != breaker.StateOpen {
 				t.Fatalf("state %q, want open", b.State())
@@ -58,7 +58,7 @@ func TestOpenCircuitLetsClaimsSettle(t *testing.T) {
 			if err := settle.do(b, "sms:e1"); err != nil {
 				t.Fatalf("%s of our claimed key while open: %v", settle.name, err)
 			}
-			got, _ := store.Store.Claim(ctx, "sms:e1", "probe", "", time.Minute)
+			got, _ := store.Store.Claim(ctx, "sms:e1", "probe", "", "", time.Minute)
 			if got.State != settle.state {
 				t.Fatalf("key holds %v after the %s, want %v", got.State, settle.name, settle.state)
 			}

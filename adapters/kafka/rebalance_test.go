@@ -30,7 +30,7 @@ type storeHandler struct {
 
 func (h *storeHandler) Handle(ctx context.Context, rec ports.Record) error {
 	key := string(rec.Value) // the event id
-	claim, err := h.store.Claim(ctx, key, h.token+"/"+key, "", time.Minute)
+	claim, err := h.store.Claim(ctx, key, h.token+"/"+key, "", "", time.Minute)
 	if err != nil {
 		return err
 	}

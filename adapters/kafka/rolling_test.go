@@ -47,7 +47,7 @@ func newDeployLedger() *deployLedger {
 func (l *deployLedger) handler(worker string) ports.Handler {
 	return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
 		key := string(rec.Value)
-		claim, err := l.store.Claim(ctx, key, worker+"/"+key, "", time.Minute)
+		claim, err := l.store.Claim(ctx, key, worker+"/"+key, "", "", time.Minute)
 		if err != nil {
 			return err
 		}

@@ -57,15 +57,15 @@ func NewWithConfig(cfg Config) *Store {
 
 // Claim implements ports.IdempotencyStore: the claim's lease is ttl, its
 // key lives ttl plus the store's KeepAbandoned, and a takeover keeps the
-// history (First, Digest) of the claim it replaces.
-func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+// history (First, FirstUntil, Digest, Sender) of the claim it replaces.
+func (s *Store) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	mine := entry{lease: ports.Lease{Token: token, Start: now, Until: now.Add(ttl), First: now, Digest: digest}, expireAt: now.Add(ttl + s.keep)}
+	mine := entry{lease: ports.Lease{Token: token, Start: now, Until: now.Add(ttl), First: now, FirstUntil: now.Add(ttl), Digest: digest, Sender: sender}, expireAt: now.Add(ttl + s.keep)}
 	e, ok := s.live(key, now)
 	switch {
 	case !ok:
@@ -76,7 +76,7 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 	case !e.lease.Passed(now):
 		return ports.Claim{State: ports.InFlight, Lease: e.lease}, nil
 	}
-	mine.lease.First, mine.lease.Digest = e.lease.First, e.lease.Digest
+	mine.lease.First, mine.lease.FirstUntil, mine.lease.Digest, mine.lease.Sender = e.lease.First, e.lease.FirstUntil, e.lease.Digest, e.lease.Sender
 	s.put(key, mine, now)
 	return ports.Claim{State: ports.TakenOver, Lease: e.lease}, nil
 }

@@ -148,9 +148,9 @@ type tracedStore struct {
 
 var _ ports.IdempotencyStore = (*tracedStore)(nil)
 
-func (s *tracedStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (s *tracedStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	ctx, span := s.t.tracer.Start(ctx, SpanClaim, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(AttrKey.String(key)))
-	c, err := s.next.Claim(ctx, key, token, digest, ttl)
+	c, err := s.next.Claim(ctx, key, token, digest, sender, ttl)
 	if err == nil {
 		span.SetAttributes(AttrClaimState.String(c.State.String()))
 	}

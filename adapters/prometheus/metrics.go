@@ -126,7 +126,7 @@ func New() *Metrics {
 	m.abandoned = m.gauge("handlers_abandoned",
 		"Handler calls given up on at a rebalance or shutdown that are still running, each holding one of MAX_IN_FLIGHT slots; at MAX_IN_FLIGHT the worker is wedged and /healthz fails.")
 	m.retries = m.counterVec("retries_total",
-		"Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable; unavailable: a dependency is down; paced: waiting for the sender's pace).",
+		"Retries of a record the consumer scheduled, by source topic and the kind of the failure that caused them (retryable; unavailable: a dependency is down; paced: waiting for the sender's pace, or for the next ask about a send of unknown outcome).",
 		"topic", "kind")
 	m.owedLost = m.counter("owed_records_lost_total",
 		"Sent records lost with the worker at shutdown: still owed to the idempotency store after its final attempt at them, or whose sends were still under way then (or ended after it, owing their record): a replay of each is sent again unless the store holds its record.")
@@ -391,9 +391,9 @@ func (m *Metrics) storeOp(op string) storeOp {
 	return storeOp{took: m.storeDuration.WithLabelValues(op), failed: m.storeUnavailable.WithLabelValues(op)}
 }
 
-func (s *instrumentedStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (s *instrumentedStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	start := time.Now()
-	c, err := s.next.Claim(ctx, key, token, digest, ttl)
+	c, err := s.next.Claim(ctx, key, token, digest, sender, ttl)
 	s.m.storeCall(ctx, s.claim, start, err)
 	return c, err
 }

@@ -19,7 +19,7 @@ type fakeStore struct {
 	ReleaseFunc func(ctx context.Context, key, token string) error
 }
 
-func (f *fakeStore) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (f *fakeStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	return f.ClaimFunc(ctx, key, token, digest, ttl)
 }
 
@@ -149,7 +149,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 			t.Errorf("StoreStatus before any call = %q, want %q", m.StoreStatus(), prometheus.StoreUnknown)
 		}
 		ctx := context.Background()
-		got, err := s.Claim(ctx, "k", "t", "", time.Minute)
+		got, err := s.Claim(ctx, "k", "t", "", "", time.Minute)
 		if err != nil || got != want {
 			t.Fatalf("Claim = %+v, %v; want %+v, nil", got, err, want)
 		}
@@ -180,7 +180,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 			RecordFunc:  func(context.Context, string, ports.Receipt, time.Duration) error { return errDown },
 			ReleaseFunc: func(ctx context.Context, _, _ string) error { return ctx.Err() },
 		})
-		if _, err := s.Claim(context.Background(), "k", "t", "", time.Minute); !errors.Is(err, errDown) {
+		if _, err := s.Claim(context.Background(), "k", "t", "", "", time.Minute); !errors.Is(err, errDown) {
 			t.Fatalf("Claim error = %v, want the store's", err)
 		}
 		if err := s.Record(context.Background(), "k", ports.Receipt{}, time.Minute); !errors.Is(err, errDown) {
@@ -188,7 +188,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 		}
 		expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
-		if _, err := s.Claim(expired, "k", "t", "", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := s.Claim(expired, "k", "t", "", "", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Claim error = %v, want DeadlineExceeded", err)
 		}
 		if m.StoreStatus() != prometheus.StoreFailing {

@@ -212,7 +212,7 @@ func TestReadBoth(t *testing.T) {
 	t.Run("ForeignValueInOtherKey", func(t *testing.T) {
 		s, k := MustStore(t, compact), "sms:"+uniqueKey(t)
 		MustSet(t, raw, compact.OtherKey(k), "hello-secret-value")
-		_, err := s.Claim(ctx, k, "tok", "", time.Minute)
+		_, err := s.Claim(ctx, k, "tok", "", "", time.Minute)
 		if !errors.Is(err, redis.ErrForeignValue) || !strings.Contains(err.Error(), compact.OtherKey(k)) || strings.Contains(err.Error(), "hello-secret") {
 			t.Fatalf("Claim: %v, want ErrForeignValue naming the readable key, not its value", err)
 		}
@@ -310,7 +310,7 @@ func TestReadBothOneTakerOfAnAbandonedClaim(t *testing.T) {
 		for i := range takers {
 			go func() {
 				<-start
-				got, err := stores[i%2].Claim(ctx, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
+				got, err := stores[i%2].Claim(ctx, k, fmt.Sprintf("tok-%d", i), "", "", time.Minute)
 				if err != nil {
 					errs <- err
 					return

@@ -117,7 +117,7 @@ func TestMinReplicas(t *testing.T) {
 	t.Run("HeldBack", func(t *testing.T) {
 		// An abandoned claim to take over below: its lease is long past.
 		abandoned := uniqueKey(t)
-		if _, err := s.Claim(patient(t), abandoned, "dead", "", time.Millisecond); err != nil {
+		if _, err := s.Claim(patient(t), abandoned, "dead", "", "", time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -126,7 +126,7 @@ func TestMinReplicas(t *testing.T) {
 		defer link.Release()
 
 		k := uniqueKey(t)
-		err := within("Claim", func() error { _, err := s.Claim(budget(t), k, "tok", "", time.Minute); return err })
+		err := within("Claim", func() error { _, err := s.Claim(budget(t), k, "tok", "", "", time.Minute); return err })
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("Claim with replication held back: %v, want ErrNotReplicated", err)
 		}
@@ -135,7 +135,7 @@ func TestMinReplicas(t *testing.T) {
 			t.Errorf("key after a claim that fell short holds %q, want it released", v)
 		}
 
-		c, err := s.Claim(budget(t), abandoned, "taker", "", time.Minute)
+		c, err := s.Claim(budget(t), abandoned, "taker", "", "", time.Minute)
 		if !errors.Is(err, redis.ErrNotReplicated) {
 			t.Fatalf("takeover with replication held back: %+v, %v, want ErrNotReplicated", c, err)
 		}
@@ -152,7 +152,7 @@ func TestMinReplicas(t *testing.T) {
 
 	t.Run("Flowing", func(t *testing.T) {
 		k := uniqueKey(t)
-		if c, err := s.Claim(patient(t), k, "tok", "", time.Minute); err != nil || c.State != ports.Claimed {
+		if c, err := s.Claim(patient(t), k, "tok", "", "", time.Minute); err != nil || c.State != ports.Claimed {
 			t.Fatalf("Claim: %+v, %v", c, err)
 		}
 		if _, ok := MustGet(t, onReplica, cfg.Key(k)); !ok {
@@ -179,7 +179,7 @@ func TestMinReplicas_ShortBudget(t *testing.T) {
 	defer link.Release()
 	for name, call := range map[string]func(ctx context.Context) error{
 		"Claim": func(ctx context.Context) error {
-			_, err := s.Claim(ctx, uniqueKey(t), "tok", "", time.Minute)
+			_, err := s.Claim(ctx, uniqueKey(t), "tok", "", "", time.Minute)
 			return err
 		},
 		"Record": func(ctx context.Context) error {
@@ -339,7 +339,7 @@ func failoverReplay(t *testing.T, s, replay *redis.Store, hold, kill func()) (lo
 			k := uniqueKey(t)
 			// Whatever the claim answers, the message goes out (a worker
 			// failing open sends on an error too); then its record.
-			_, _ = s.Claim(ctx, k, "first", "", time.Minute)
+			_, _ = s.Claim(ctx, k, "first", "", "", time.Minute)
 			if err := s.Record(ctx, k, receipt, time.Hour); err != nil {
 				owed++
 				continue
@@ -357,7 +357,7 @@ func failoverReplay(t *testing.T, s, replay *redis.Store, hold, kill func()) (lo
 		var c ports.Claim
 		waitFor(t, 30*time.Second, "a claim on the new primary", func() error {
 			var err error
-			c, err = replay.Claim(context.Background(), k, "replay", "", time.Minute)
+			c, err = replay.Claim(context.Background(), k, "replay", "", "", time.Minute)
 			return err
 		})
 		if c.State != ports.AlreadySent {
@@ -543,7 +543,7 @@ func TestMinReplicas_GroupCommit(t *testing.T) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), budget)
 				defer cancel()
-				_, errs[2*i] = s.Claim(ctx, keys[i], "tok", "", time.Minute)
+				_, errs[2*i] = s.Claim(ctx, keys[i], "tok", "", "", time.Minute)
 				ctx, cancel = context.WithTimeout(context.Background(), budget)
 				defer cancel()
 				errs[2*i+1] = s.Record(ctx, keys[i], receipt, time.Hour)

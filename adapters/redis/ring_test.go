@@ -42,7 +42,7 @@ func TestRingHoldsMaxUnanswered(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; i < perCaller && time.Now().Before(stop); i++ {
 				start := time.Now()
-				_, err := s.Claim(context.Background(), fmt.Sprintf("%s-%d-%d", uniqueKey(t), c, i), "tok", "", time.Minute)
+				_, err := s.Claim(context.Background(), fmt.Sprintf("%s-%d-%d", uniqueKey(t), c, i), "tok", "", "", time.Minute)
 				took := time.Since(start)
 				mu.Lock()
 				slowest = max(slowest, took)
@@ -63,7 +63,7 @@ func TestRingHoldsMaxUnanswered(t *testing.T) {
 
 	srv.Resume(t)
 	waitFor(t, 20*time.Second, "store answers after the server resumes", func() error {
-		_, err := s.Claim(context.Background(), uniqueKey(t), "tok", "", time.Minute)
+		_, err := s.Claim(context.Background(), uniqueKey(t), "tok", "", "", time.Minute)
 		return err
 	})
 }

@@ -480,7 +480,7 @@ func (s *Store) selfCheck() error {
 	claims := make(rueidis.Commands, len(selfCheckTags), 2*len(selfCheckTags))
 	for i, tag := range selfCheckTags {
 		keys[i] = s.cfg.prefix() + "self-check:{" + tag + "}:" + token
-		claims[i] = s.claimCmd(keys[i], newClaim(token, "", time.Now(), time.Minute).encode(), time.Minute)
+		claims[i] = s.claimCmd(keys[i], newClaim(token, "", "", time.Now(), time.Minute).encode(), time.Minute)
 	}
 	if s.cfg.ReadBoth {
 		// Claim reads the other format's keys: the ACL must let it.
@@ -612,7 +612,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Claim implements ports.IdempotencyStore in one round trip:
-// SET key pending:<token>.<digest>.<start>.<first>.<until> NX GET
+// SET key pending:<token>.<sender>.<firstuntil>.<digest>.<start>.<first>.<until> NX GET
 // PX <ttl + KeepAbandoned>, which needs Redis >= 7. Only when that finds a
 // claim whose lease has passed does it take a second, to take the claim
 // over (takeoverLua), writing our claim with that claim's history. It is
@@ -653,7 +653,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Such a claim is harmless: the caller's Record overwrites it, Release
 // deletes it, or it is taken over once its lease has passed. (Record and
 // Release cut short may likewise still run.)
-func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (s *Store) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	k := s.cfg.key(key)
 	if err := ctx.Err(); err != nil {
 		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
@@ -661,7 +661,7 @@ func (s *Store) Claim(ctx context.Context, key, token, digest string, ttl time.D
 	ctx, cancel := s.budget(ctx)
 	defer cancel()
 	now := time.Now()
-	mine, px := newClaim(token, digest, now, ttl), ttl+s.keep
+	mine, px := newClaim(token, digest, sender, now, ttl), ttl+s.keep
 	var reads rueidis.Commands
 	other := s.cfg.otherKey(key)
 	if s.cfg.ReadBoth {

@@ -180,41 +180,77 @@ func TestKeyFormat(t *testing.T) {
 	t.Run("ClaimFormat", func(t *testing.T) {
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		before := time.Now().UnixMilli()
-		storetest.MustClaimDigest(t, s, ctx, k, "tok-a", "Dg-_x9", time.Minute)
+		storetest.MustClaimSent(t, s, ctx, k, "tok-a", "Dg-_x9", "from:Harbor.Light%", time.Minute)
 		after := time.Now().UnixMilli()
 		v, _ := MustGet(t, raw, "fmt:"+k)
-		var first, start, until int64
-		if n, err := fmt.Sscanf(v, "pending:tok-a.Dg-_x9.%d.%d.%d", &start, &first, &until); n != 3 || err != nil {
-			t.Fatalf("stored %q, want pending:tok-a.Dg-_x9.<startms>.<firstms>.<untilms>", v)
+		var firstUntil, first, start, until int64
+		if n, err := fmt.Sscanf(v, "pending:tok-a.from:Harbor%%2ELight%%25.%d.Dg-_x9.%d.%d.%d", &firstUntil, &start, &first, &until); n != 4 || err != nil {
+			t.Fatalf("stored %q, want pending:tok-a.<sender, escaped>.<firstuntilms>.Dg-_x9.<startms>.<firstms>.<untilms>", v)
 		}
-		if start < before || start > after || until-start != time.Minute.Milliseconds() || first != start {
-			t.Fatalf("stored %q: lease from %d for %dms, history from %d, want from [%d, %d] for 60000ms, history from its start", v, start, until-start, first, before, after)
+		if start < before || start > after || until-start != time.Minute.Milliseconds() || first != start || firstUntil != until {
+			t.Fatalf("stored %q: lease from %d for %dms, history from %d to %d, want from [%d, %d] for 60000ms, history its own lease", v, start, until-start, first, firstUntil, before, after)
 		}
-		// The release before reads the last two fields as the lease, and
-		// the rest as the owner: the lease it finds ends with ours, and
-		// starts with the history.
-		owner, lease := prevReleaseLease(t, v)
-		if owner != fmt.Sprintf("tok-a.Dg-_x9.%d", start) || lease != [2]int64{first, until} {
-			t.Fatalf("the release before reads %q as owner %q, lease %v; want lease [%d %d]", v, owner, lease, first, until)
+		// The release before senders reads the last four fields as the
+		// digest, the lease's start, the history's first start and the
+		// lease's end; the release before histories the last two as the
+		// lease, which it finds ending with ours and starting with the
+		// history.
+		if owner, digest, lease := senderlessReleaseLease(t, v); digest != "Dg-_x9" || lease != [3]int64{start, first, until} || !strings.HasPrefix(owner, "tok-a.") {
+			t.Fatalf("the release before senders reads %q as owner %q, digest %q, lease %v; want digest Dg-_x9, lease [%d %d %d]", v, owner, digest, lease, start, first, until)
+		}
+		if owner, lease := prevReleaseLease(t, v); !strings.HasPrefix(owner, "tok-a.") || lease != [2]int64{first, until} {
+			t.Fatalf("the release before histories reads %q as owner %q, lease %v; want lease [%d %d]", v, owner, lease, first, until)
 		}
 	})
 
 	t.Run("ClaimFormatAfterTakeover", func(t *testing.T) {
-		// A worker of the release before that takes a twice-claimed key
+		// A worker of the releases before that takes a twice-claimed key
 		// over asks the provider from the lease start it reads: the
-		// first claim's, not the last takeover's.
+		// first claim's, not the last takeover's, with the first claim's
+		// digest.
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
-		storetest.MustClaimDigest(t, s, ctx, k, "tok-a", "Dg-_x9", 20*time.Millisecond)
+		storetest.MustClaimSent(t, s, ctx, k, "tok-a", "Dg-_x9", "from:+15550001111", 20*time.Millisecond)
 		v, _ := MustGet(t, raw, "fmt:"+k)
 		_, firstLease := prevReleaseLease(t, v)
 		time.Sleep(40 * time.Millisecond) // tok-a's lease passes: the scenario
-		if got := storetest.MustClaimDigest(t, s, ctx, k, "tok-b", "other", time.Minute); got.State != ports.TakenOver {
+		if got := storetest.MustClaimSent(t, s, ctx, k, "tok-b", "other", "from:+15550002222", time.Minute); got.State != ports.TakenOver {
 			t.Fatalf("tok-b's claim: %v, want taken_over", got.State)
 		}
 		v, _ = MustGet(t, raw, "fmt:"+k)
+		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b.from:+15550001111.%d.Dg-_x9.", firstLease[1])) {
+			t.Fatalf("after the takeover %q, want tok-b's claim carrying tok-a's sender, lease end %d and digest", v, firstLease[1])
+		}
 		owner, lease := prevReleaseLease(t, v)
-		if !strings.HasPrefix(owner, "tok-b.Dg-_x9.") || lease[0] != firstLease[0] {
-			t.Fatalf("after the takeover %q reads, to the release before, as owner %q, lease %v; want tok-b's claim with tok-a's digest, from tok-a's start %d", v, owner, lease, firstLease[0])
+		if !strings.HasPrefix(owner, "tok-b.") || lease[0] != firstLease[0] {
+			t.Fatalf("after the takeover %q reads, to the release before histories, as owner %q, lease %v; want tok-b's claim from tok-a's start %d", v, owner, lease, firstLease[0])
+		}
+		if _, digest, lease := senderlessReleaseLease(t, v); digest != "Dg-_x9" || lease[1] != firstLease[0] {
+			t.Fatalf("after the takeover %q reads, to the release before senders, as digest %q, lease %v; want tok-a's digest and start %d", v, digest, lease, firstLease[0])
+		}
+	})
+
+	// A claim of the release before senders: taken over, its history (start
+	// and digest) goes on, with its own lease's end as the first's and no
+	// sender; its own release still works on it.
+	t.Run("ClaimOfTheReleaseBeforeSenders", func(t *testing.T) {
+		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
+		oldStart := time.Now().Add(-2 * time.Minute).UnixMilli()
+		MustSet(t, raw, "fmt:"+k, fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.DgOld.%d.%d.%d", oldStart, oldStart, oldStart+60000))
+		got := storetest.MustClaimSent(t, s, ctx, k, "tok-b", "DgB", "from:+15550002222", time.Minute)
+		if l := got.Lease; got.State != ports.TakenOver || l.Token != "0a1b2c3d4e5f60718293a4b5" || l.First.UnixMilli() != oldStart ||
+			l.FirstUntil.UnixMilli() != oldStart+60000 || l.Digest != "DgOld" || l.Sender != "" {
+			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, its lease the first, digest DgOld, no sender", got)
+		}
+		v, _ := MustGet(t, raw, "fmt:"+k)
+		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b..%d.DgOld.", oldStart+60000)) {
+			t.Fatalf("stored %q, want our claim carrying the old lease's end and digest, and no sender", v)
+		}
+		MustSet(t, raw, "fmt:"+k, fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.DgOld.%d.%d.%d", time.Now().UnixMilli(), oldStart, time.Now().Add(time.Minute).UnixMilli()))
+		if err := s.Release(ctx, k, "0a1b2c3d4e5f60718293a4b5"); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := MustGet(t, raw, "fmt:"+k); ok {
+			t.Fatalf("the release before's claim, released by its token: %q left", v)
 		}
 	})
 
@@ -230,8 +266,8 @@ func TestKeyFormat(t *testing.T) {
 			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, First its start %d, no digest", got, oldStart)
 		}
 		v, _ := MustGet(t, raw, "fmt:"+k)
-		if _, lease := prevReleaseLease(t, v); !strings.HasPrefix(v, "pending:tok-b..") || lease[0] != oldStart {
-			t.Fatalf("stored %q, want our claim carrying the old start %d and no digest", v, oldStart)
+		if _, lease := prevReleaseLease(t, v); !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b..%d..", oldStart+60000)) || lease[0] != oldStart {
+			t.Fatalf("stored %q, want our claim carrying the old lease and no sender or digest", v)
 		}
 
 		// Its own claims, live: it releases them with the same script.
@@ -319,7 +355,7 @@ func TestForeignValue(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			k := uniqueKey(t)
 			MustSet(t, raw, "foreign:"+k, value)
-			_, err := s.Claim(ctx, k, "tok", "", time.Minute)
+			_, err := s.Claim(ctx, k, "tok", "", "", time.Minute)
 			if !errors.Is(err, redis.ErrForeignValue) {
 				t.Fatalf("Claim over %q: err %v, want ErrForeignValue", value, err)
 			}
@@ -344,7 +380,7 @@ func TestForeignValue(t *testing.T) {
 		if err := raw.Do(ctx, raw.B().Hset().Key("foreign:"+k).FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
 			t.Fatalf("HSET: %v", err)
 		}
-		_, err := s.Claim(ctx, k, "tok", "", time.Minute)
+		_, err := s.Claim(ctx, k, "tok", "", "", time.Minute)
 		if err == nil || !strings.Contains(err.Error(), "foreign:"+k) {
 			t.Fatalf("Claim over a hash: err %v, want an error naming the key", err)
 		}
@@ -355,7 +391,7 @@ func TestOutage(t *testing.T) {
 	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
 	calls := map[string]func(s *redis.Store, k string) error{
 		"Claim": func(s *redis.Store, k string) error {
-			_, err := s.Claim(context.Background(), k, "tok", "", time.Minute)
+			_, err := s.Claim(context.Background(), k, "tok", "", "", time.Minute)
 			return err
 		},
 		"Record":  func(s *redis.Store, k string) error { return s.Record(context.Background(), k, receipt, time.Hour) },
@@ -386,7 +422,7 @@ func TestOutage(t *testing.T) {
 		t.Helper()
 		k := uniqueKey(t)
 		waitFor(t, 5*time.Second, "store answers after the outage", func() error {
-			_, err := s.Claim(context.Background(), k, "tok-after", "", time.Minute)
+			_, err := s.Claim(context.Background(), k, "tok-after", "", "", time.Minute)
 			return err
 		})
 		if v, _ := MustGet(t, srv.MustClient(t, 0), redis.Config{CompactPrefix: "outage:"}.Key(k)); !strings.HasPrefix(v, "pending:tok-after.") {
@@ -419,7 +455,7 @@ func TestOutage(t *testing.T) {
 		srv.Kill(t)
 		srv.Restart(t)
 		for i := range 16 {
-			_, err := s.Claim(context.Background(), uniqueKey(t), "tok", "", time.Minute)
+			_, err := s.Claim(context.Background(), uniqueKey(t), "tok", "", "", time.Minute)
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Claim %d after the restart: %v", i, err)
 			}
@@ -447,7 +483,7 @@ func TestOutage(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := s.Claim(ctx, uniqueKey(t), "tok", "", time.Minute)
+		_, err := s.Claim(ctx, uniqueKey(t), "tok", "", "", time.Minute)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Claim: err %v, want context.Canceled", err)
 		}
@@ -661,4 +697,24 @@ func prevReleaseLease(tb testing.TB, v string) (owner string, lease [2]int64) {
 		tb.Fatalf("%q: lease fields: %v, %v", v, err1, err2)
 	}
 	return rest[:j], [2]int64{start, until}
+}
+
+// senderlessReleaseLease reads a claim as the release before senders did,
+// from the right: the lease's end, the history's first start, the lease's
+// start and the digest, the rest being the owner.
+func senderlessReleaseLease(tb testing.TB, v string) (owner, digest string, lease [3]int64) {
+	tb.Helper()
+	rest, found := strings.CutPrefix(v, "pending:")
+	f := strings.Split(rest, ".")
+	if !found || len(f) < 5 {
+		tb.Fatalf("%q: not a claim with a history", v)
+	}
+	n := len(f)
+	for i, field := range f[n-3:] {
+		var err error
+		if lease[i], err = strconv.ParseInt(field, 10, 64); err != nil {
+			tb.Fatalf("%q: lease field %q: %v", v, field, err)
+		}
+	}
+	return strings.Join(f[:n-4], "."), f[n-4], lease
 }

@@ -69,6 +69,11 @@ func (p *smsProvider) Send(_ context.Context, m ports.Message) (ports.Receipt, e
 	return ports.Receipt{ProviderID: fmt.Sprintf("SM%d", len(p.accepted)), SentAt: time.Now()}, nil
 }
 
+// Sender and Lag make it a ports.Reconciler whose list shows what it
+// accepted at once.
+func (p *smsProvider) Sender() string     { return "from:+15550001111" }
+func (p *smsProvider) Lag() time.Duration { return 0 }
+
 func (p *smsProvider) Reconcile(_ context.Context, m ports.Message, w ports.Window) (ports.Reconciliation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -47,13 +47,13 @@ func TestTakeoverMeetsAValueNotOurs(t *testing.T) {
 		return v
 	}
 	now := time.Now()
-	dead := newClaim("dead-worker", "dgst01", now.Add(-time.Minute), time.Second) // its lease passed
+	dead := newClaim("dead-worker", "dgst01", "", now.Add(-time.Minute), time.Second) // its lease passed
 	found, ok := decodeValue(dead.encode())
 	if !ok || !found.Lease.Passed(now) {
 		t.Fatalf("the abandoned claim decodes to %+v, %v", found, ok)
 	}
 	prev := found.Lease
-	mine := newClaim("worker-b", "dgst01", now, time.Minute)
+	mine := newClaim("worker-b", "dgst01", "", now, time.Minute)
 	const px = 2 * time.Minute
 	check := func(t *testing.T, c ports.Claim, err error) {
 		t.Helper()

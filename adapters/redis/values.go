@@ -10,15 +10,21 @@ import (
 
 // The values the store writes under a key, newest version first:
 //
-//	pending:<token>.<digest>.<startms>.<firstms>.<untilms>
+//	pending:<token>.<sender>.<firstuntilms>.<digest>.<startms>.<firstms>.<untilms>
 //	                                        a claim, its lease (start and
 //	                                        end, Unix milliseconds) and its
-//	                                        history (the first claim's start
-//	                                        and digest, carried through
-//	                                        takeovers; the digest may be
+//	                                        history, carried through
+//	                                        takeovers: the first claim's
+//	                                        sender, lease end, digest and
+//	                                        start (sender and digest may be
 //	                                        empty)
+//	pending:<token>.<digest>.<startms>.<firstms>.<untilms>
+//	                                        a claim written before histories
+//	                                        kept the sender and the first
+//	                                        lease's end (read as its own
+//	                                        until)
 //	pending:<token>.<startms>.<untilms>     a claim written before histories,
-//	                                        whose history is its own start
+//	                                        whose history is its own lease
 //	pending:<token>                         a claim written before leases: live
 //	                                        for as long as its key
 //	sent:<unixms>:~<fingerprint>:<id>       a sent record and the fingerprint
@@ -42,17 +48,22 @@ import (
 // Message-ID starts with '<'), which tells the two sent forms apart; a
 // token never contains '.'.
 //
-// The release before histories reads a claim's last two dot-separated
-// fields as its lease and everything before them as its owner: it finds
-// a claim with a history live or abandoned as its until says, takes it
-// over by its exact value, and never releases it (the owner it compares,
-// "<token>.<digest>.<start>", is no token of its own). The field it reads
-// as the lease's start is the history's first start, so a worker of that
-// release taking such a claim over asks the provider about the window of
-// the first send, not of the last takeover's. Its own claims,
-// "pending:<token>.<start>.<until>", are read here as claims whose history
-// is their own start, and released by the same script (which matches
-// "pending:<token>" and a '.' after it). A digest never contains '.'.
+// Each claim form adds its fields before those of the form it follows, and
+// every release reads a claim from the right: the last two fields are the
+// lease as the release before histories reads it (the history's first
+// start, and the lease's end), and the last four the digest, the lease's
+// start, the history's first start and the lease's end, as the release
+// that kept no sender reads them. Either finds a claim of this release
+// live or abandoned as its until says, takes it over by its exact value
+// (writing its own form, without what it does not know), and never
+// releases it: the owner it compares ("<token>.<sender>.<firstuntil>", or
+// longer) is no token of its own. A worker of those releases taking such
+// a claim over asks the provider about the first send's start and digest,
+// and about its own sender. Their own claims are read here with what they
+// hold (a sender left empty, the first lease's end taken to be the lease's
+// own), and released by the same script (which matches "pending:<token>"
+// and a '.' after it). A digest never contains '.'; a sender's '.' and '%'
+// are written %2E and %25.
 const (
 	pendingPrefix   = "pending:"
 	sentPrefix      = "sent:"
@@ -62,37 +73,56 @@ const (
 // claimValue is a claim the store writes: token's, with a lease of ttl
 // from start, and its history (see ports.Lease).
 type claimValue struct {
-	token  string
-	first  time.Time
-	digest string
-	start  time.Time
-	ttl    time.Duration
+	token             string
+	first, firstUntil time.Time
+	digest, sender    string
+	start             time.Time
+	ttl               time.Duration
 }
 
-// newClaim is token's claim, made at start to send the text digest: its
-// history starts with it.
-func newClaim(token, digest string, start time.Time, ttl time.Duration) claimValue {
-	return claimValue{token: token, first: start, digest: digest, start: start, ttl: ttl}
+// newClaim is token's claim, made at start to send the text digest from
+// sender: its history starts with it.
+func newClaim(token, digest, sender string, start time.Time, ttl time.Duration) claimValue {
+	c := claimValue{token: token, digest: digest, sender: sender, start: start, ttl: ttl}
+	c.first, c.firstUntil = start, c.until()
+	return c
+}
+
+// until is when c's lease ends, to the millisecond.
+func (c claimValue) until() time.Time {
+	return time.UnixMilli(c.start.UnixMilli() + ms(c.ttl))
 }
 
 // inherit is c taking prev over: c's lease, prev's history.
 func (c claimValue) inherit(prev ports.Lease) claimValue {
-	c.first, c.digest = prev.First, prev.Digest
+	c.first, c.firstUntil, c.digest, c.sender = prev.First, prev.FirstUntil, prev.Digest, prev.Sender
 	if c.first.IsZero() {
-		c.first = prev.Start
+		c.first, c.firstUntil = prev.Start, prev.Until
 	}
 	if c.first.IsZero() {
-		c.first = c.start // a claim without a lease is never taken over
+		// A claim without a lease is never taken over.
+		c.first, c.firstUntil = c.start, c.until()
+	}
+	if c.firstUntil.IsZero() {
+		c.firstUntil = prev.Until
 	}
 	return c
 }
 
 // encode is c's value.
 func (c claimValue) encode() string {
-	from := c.start.UnixMilli()
-	return pendingPrefix + c.token + "." + c.digest + "." + strconv.FormatInt(from, 10) + "." +
-		strconv.FormatInt(c.first.UnixMilli(), 10) + "." + strconv.FormatInt(from+ms(c.ttl), 10)
+	return pendingPrefix + c.token + "." + senderEscapes.Replace(c.sender) + "." +
+		strconv.FormatInt(c.firstUntil.UnixMilli(), 10) + "." + c.digest + "." +
+		strconv.FormatInt(c.start.UnixMilli(), 10) + "." + strconv.FormatInt(c.first.UnixMilli(), 10) + "." +
+		strconv.FormatInt(c.until().UnixMilli(), 10)
 }
+
+// senderEscapes and senderUnescapes write a sender into its field of a
+// claim, and read it back: '.' separates the fields.
+var (
+	senderEscapes   = strings.NewReplacer("%", "%25", ".", "%2E")
+	senderUnescapes = strings.NewReplacer("%2E", ".", "%25", "%")
+)
 
 // encodeSent is the value of a sent record. A receipt without a fingerprint
 // is written in the first form, which is shorter.
@@ -202,42 +232,44 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, ok
 }
 
-// decodeLease reads "<token>.<digest>.<startms>.<firstms>.<untilms>",
-// "<token>.<startms>.<untilms>" (a claim before histories: First is its
-// Start), or a bare token (a claim without a lease, whose Until stays
-// zero), from the right: the last field is the lease's end, as every
-// release reads it. Any other shape is read as a bare token.
+// decodeLease reads a claim's owner in any form of the list above, from
+// the right: the last field is the lease's end, as every release reads
+// it, and each form's fields come before those of the form it follows.
+// Any other shape is read as a bare token.
 func decodeLease(owner string) ports.Lease {
-	millis := func(s string) (time.Time, bool) {
-		n, err := strconv.ParseInt(s, 10, 64)
-		return time.UnixMilli(n).UTC(), err == nil
+	f := strings.Split(owner, ".")
+	n := len(f)
+	millis := func(i int) (time.Time, bool) {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		return time.UnixMilli(v).UTC(), err == nil
 	}
-	rest, until, ok1 := cutLast(owner)
-	rest, start, ok2 := cutLast(rest)
-	u, ok3 := millis(until)
-	st, ok4 := millis(start)
-	if !ok1 || !ok2 || !ok3 || !ok4 || rest == "" {
+	token := func(fields int) string { return strings.Join(f[:n-fields], ".") }
+	if n < 3 {
 		return ports.Lease{Token: owner}
 	}
-	l := ports.Lease{Token: rest, Start: st, Until: u, First: st}
-	// With a history, the field before until is the first start, and
-	// the lease's own start and the digest come before it.
-	if head, own, ok := cutLast(rest); ok {
-		if token, digest, ok := cutLast(head); ok && token != "" {
-			if o, ok := millis(own); ok {
-				l.Token, l.Start, l.Digest = token, o, digest
-			}
+	until, ok1 := millis(n - 1)
+	start, ok2 := millis(n - 2)
+	if !ok1 || !ok2 || token(2) == "" {
+		return ports.Lease{Token: owner}
+	}
+	l := ports.Lease{Token: token(2), Start: start, Until: until, First: start, FirstUntil: until}
+	// With a history, the field before until is the first start, and the
+	// lease's own start and the digest come before it.
+	own, ok := time.Time{}, false
+	if n >= 5 && token(4) != "" {
+		own, ok = millis(n - 3)
+	}
+	if !ok {
+		return l
+	}
+	l.Token, l.Start, l.Digest = token(4), own, f[n-4]
+	// With a sender, the first lease's end and the sender come before.
+	if n >= 7 && token(6) != "" {
+		if firstUntil, ok := millis(n - 5); ok {
+			l.Token, l.FirstUntil, l.Sender = token(6), firstUntil, senderUnescapes.Replace(f[n-6])
 		}
 	}
 	return l
-}
-
-func cutLast(s string) (before, after string, ok bool) {
-	i := strings.LastIndexByte(s, '.')
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+1:], true
 }
 
 // decodeSent parses either sent form. The provider id is everything after

@@ -35,7 +35,7 @@ func TestWaitAOF(t *testing.T) {
 	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
 
 	k := uniqueKey(t)
-	if c, err := s.Claim(patient(t), k, "tok", "", time.Minute); err != nil || c.State != ports.Claimed {
+	if c, err := s.Claim(patient(t), k, "tok", "", "", time.Minute); err != nil || c.State != ports.Claimed {
 		t.Fatalf("Claim: %+v, %v", c, err)
 	}
 	claim, ok := MustGet(t, onReplica, cfg.Key(k))
@@ -53,11 +53,11 @@ func TestWaitAOF(t *testing.T) {
 	// A takeover, acknowledged the same way (the script's effect is
 	// replicated as the SET it made).
 	abandoned := uniqueKey(t)
-	if _, err := s.Claim(patient(t), abandoned, "dead", "", time.Millisecond); err != nil {
+	if _, err := s.Claim(patient(t), abandoned, "dead", "", "", time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond) // its lease passes
-	if c, err := s.Claim(patient(t), abandoned, "taker", "", time.Minute); err != nil || c.State != ports.TakenOver {
+	if c, err := s.Claim(patient(t), abandoned, "taker", "", "", time.Minute); err != nil || c.State != ports.TakenOver {
 		t.Fatalf("takeover: %+v, %v", c, err)
 	}
 	if v, ok := MustGet(t, onReplica, cfg.Key(abandoned)); !ok || !replica.MustAOFHold(t, v) {
@@ -89,7 +89,7 @@ func TestWaitAOF_ReplicaWithoutAOF(t *testing.T) {
 	}
 
 	k := uniqueKey(t)
-	err := call("Claim", func(ctx context.Context) error { _, err := s.Claim(ctx, k, "tok", "", time.Minute); return err })
+	err := call("Claim", func(ctx context.Context) error { _, err := s.Claim(ctx, k, "tok", "", "", time.Minute); return err })
 	if !errors.Is(err, redis.ErrNotReplicated) {
 		t.Fatalf("Claim with the replica's AOF off: %v, want ErrNotReplicated", err)
 	}

@@ -92,7 +92,7 @@ func TestOptedOutRecipient(t *testing.T) {
 	if strings.Contains(fmt.Sprint(lines), "201234567") {
 		t.Fatalf("recipient_opted_out line %v holds the number in clear", lines)
 	}
-	c, err := w.store.Claim(context.Background(), domain.NotificationKey("evt-stop", ports.ChannelSMS), "probe", "", time.Second)
+	c, err := w.store.Claim(context.Background(), domain.NotificationKey("evt-stop", ports.ChannelSMS), "probe", "", "", time.Second)
 	if err != nil || c.State != ports.AlreadySent || c.Receipt.ProviderID != "opted-out:21610" {
 		t.Fatalf("store holds %+v (%v), want a sent record naming opted-out:21610", c, err)
 	}

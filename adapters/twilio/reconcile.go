@@ -1,6 +1,7 @@
 package twilio
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,17 +38,43 @@ var ErrListLag = errors.New("twilio: the message list may not show the window ye
 // listMaxPages pages without reaching messages older than the window.
 var ErrListIncomplete = errors.New("twilio: the message list was not read to the window's start")
 
+// Sender names the sender this Notifier's sends go out from, as a
+// ports.Window names it: "service:<MessagingServiceSID>" when sends name a
+// messaging service, else "from:<From>".
+func (n *Notifier) Sender() string { return n.sender }
+
+// senderOf is Sender's answer for a Notifier sending from the number from,
+// or through the messaging service msSID when it is set.
+func senderOf(from, msSID string) string {
+	if msSID != "" {
+		return senderService + msSID
+	}
+	return senderFrom + from
+}
+
+// The prefixes of Sender's two forms.
+const (
+	senderService = "service:"
+	senderFrom    = "from:"
+)
+
+// Lag is the configured ListLag: how long after a window ends Reconcile
+// answers a message it does not find with ErrListLag rather than "not
+// delivered".
+func (n *Notifier) Lag() time.Duration { return n.listLag }
+
 // Reconcile asks Twilio's Messages list whether it accepted, in the window
 // w, the message of a send attempt to m.To whose outcome was unknown.
 //
-// It lists the messages to m.To (from the configured From number; with a
-// messaging service, to m.To only, Twilio's list having no service filter),
-// newest first, PageSize 20, and looks for one whose body w.Sent
-// recognises (what was sent, which m.Text need no longer be), whose
-// messaging service is the configured one (when set), and whose
-// date_created lies in [w.Since - ClockSkew, w.Until + ClockSkew]. Found:
-// it is Delivered, with its SID as ProviderID and its date_created as
-// SentAt.
+// It asks about w.Sender, the sender the send used (this Notifier's own
+// when empty), whatever this Notifier sends from now: it lists the
+// messages to m.To from that From number (for a messaging service, to m.To
+// only, Twilio's list having no service filter), newest first, PageSize
+// 20, and looks for one whose body w.Sent recognises (what was sent, which
+// m.Text need no longer be), whose messaging service is that service (for
+// one), and whose date_created lies in [w.Since - ClockSkew, w.Until +
+// ClockSkew]. Found: it is Delivered, with its SID as ProviderID and its
+// date_created as SentAt.
 //
 // It does not filter by DateSent: date_sent is when Twilio handed the
 // message on, empty while it is queued, so that filter could hide a message
@@ -65,16 +92,22 @@ func (n *Notifier) Reconcile(ctx context.Context, m ports.Message, w ports.Windo
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 
-	lo, hi := w.Since.Add(-n.skew), w.Until.Add(n.skew)
-	q := url.Values{"To": {m.To}, "PageSize": {strconv.Itoa(listPageSize)}}
-	if n.msSID == "" {
-		q.Set("From", n.from)
-	}
-	first := accountsSegment[1:] + n.sid + "/Messages.json"
-	uri := "/2010-04-01/" + first + "?" + q.Encode()
 	fail := func(err error) (ports.Reconciliation, error) {
 		return ports.Reconciliation{}, &ReconcileError{APIURL: n.apiURL.String(), To: ports.MaskPhone(m.To), Err: err, to: m.To}
 	}
+	sender := cmp.Or(w.Sender, n.Sender())
+	service, byService := strings.CutPrefix(sender, senderService)
+	from, byFrom := strings.CutPrefix(sender, senderFrom)
+	if !byService && !byFrom {
+		return fail(fmt.Errorf("sender %q is neither %q nor %q followed by its id", sender, senderFrom, senderService))
+	}
+	lo, hi := w.Since.Add(-n.skew), w.Until.Add(n.skew)
+	q := url.Values{"To": {m.To}, "PageSize": {strconv.Itoa(listPageSize)}}
+	if byFrom {
+		q.Set("From", from)
+	}
+	first := accountsSegment[1:] + n.sid + "/Messages.json"
+	uri := "/2010-04-01/" + first + "?" + q.Encode()
 
 	for range listMaxPages {
 		page, err := n.listPage(ctx, uri)
@@ -88,7 +121,7 @@ func (n *Notifier) Reconcile(ctx context.Context, m ports.Message, w ports.Windo
 				return fail(fmt.Errorf("message %s: date_created %q: %w", msg.SID, msg.DateCreated, err))
 			}
 			if msg.To == m.To && w.Sent(msg.Body) && !created.Before(lo) && !created.After(hi) &&
-				(n.msSID == "" || msg.MessagingServiceSID == n.msSID) {
+				(byFrom || msg.MessagingServiceSID == service) {
 				return ports.Reconciliation{Delivered: true, Receipt: ports.Receipt{ProviderID: msg.SID, SentAt: created}}, nil
 			}
 			// Newest first: once a message was created and sent before

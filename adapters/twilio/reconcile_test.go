@@ -299,6 +299,63 @@ func TestReconcile(t *testing.T) {
 	})
 }
 
+// TestReconcileAsksTheSenderTheSendUsed: a send made from one sender is
+// reconciled by a Notifier configured with another (a deploy changed
+// TWILIO_FROM_NUMBER, or moved to a messaging service, or back): given the
+// window's sender, the send's own Sender, it finds the message, which its
+// own sender would not.
+func TestReconcileAsksTheSenderTheSendUsed(t *testing.T) {
+	ctx := context.Background()
+	byNumber := twilio.Config{AccountSID: testSID, AuthToken: testToken, From: testFrom, ListLag: noLag}
+	byOtherNumber := twilio.Config{AccountSID: testSID, AuthToken: testToken, From: "+15550009999", ListLag: noLag}
+	byService := twilio.Config{AccountSID: testSID, AuthToken: testToken, MessagingServiceSID: "MG1", ListLag: noLag}
+	byOtherService := twilio.Config{AccountSID: testSID, AuthToken: testToken, MessagingServiceSID: "MG2", ListLag: noLag}
+	for _, tc := range []struct {
+		name       string
+		sent, asks twilio.Config
+	}{
+		{"NewFromNumber", byNumber, byOtherNumber},
+		{"FromNumberToService", byNumber, byService},
+		{"ServiceToFromNumber", byService, byNumber},
+		{"NewService", byService, byOtherService},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, apiURL := StartDouble(t)
+			tc.sent.APIURL, tc.asks.APIURL = apiURL, apiURL
+			sender, asker := MustNew(t, tc.sent), MustNew(t, tc.asks)
+			if sender.Sender() == asker.Sender() {
+				t.Fatalf("both notifiers name their sender %q", sender.Sender())
+			}
+			m := sms(testTo, "Parcel SHP-8: out for delivery")
+			var r ports.Receipt
+			since, until := window(func() {
+				var err error
+				if r, err = sender.Send(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			})
+			w := byText(m, since, until)
+			if got, err := asker.Reconcile(ctx, m, w); err != nil || got.Delivered {
+				t.Fatalf("asked about its own sender %q: %+v, %v; want not delivered", asker.Sender(), got, err)
+			}
+			w.Sender = sender.Sender()
+			if got, err := asker.Reconcile(ctx, m, w); err != nil || !got.Delivered || got.Receipt.ProviderID != r.ProviderID {
+				t.Fatalf("asked about the send's sender %q: %+v, %v; want delivered as %s", w.Sender, got, err, r.ProviderID)
+			}
+		})
+	}
+	t.Run("ErrUnknownSenderCannotTell", func(t *testing.T) {
+		_, apiURL := StartDouble(t)
+		byNumber.APIURL = apiURL
+		m := sms(testTo, "Parcel SHP-9: out for delivery")
+		w := byText(m, time.Now().Add(-time.Hour), time.Now().Add(-time.Minute))
+		w.Sender = "+15550001111"
+		if got, err := MustNew(t, byNumber).Reconcile(ctx, m, w); err == nil {
+			t.Fatalf("a sender of no known form: %+v, want cannot tell", got)
+		}
+	})
+}
+
 // TestUnknownOutcomesReconciled: of 8 sends whose answer never comes, the 4
 // Twilio accepted are found by Reconcile with the SID Twilio gave them, and
 // the 4 it dropped are not delivered.

@@ -16,7 +16,7 @@ var Settings = []ports.Setting{
 	{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},
 	{Name: "TWILIO_MESSAGING_SERVICE_SID", Meaning: "Twilio Messaging Service SID, the alternative to `TWILIO_FROM_NUMBER`."},
 	{Name: "TWILIO_API_URL", Default: "https://api.twilio.com", Meaning: "Absolute `http(s)` base URL of the Twilio API (a proxy, a test double), without user info, query or fragment."},
-	{Name: "TWILIO_LIST_LAG", Default: "1m", Meaning: "How long Twilio's Messages list may lag the messages Twilio accepted. Reconciling an SMS whose send outcome was unknown answers \"not delivered\" only once its attempt ended this long ago; before, a message not listed is \"cannot tell\" (docs/reconciliation.md)."},
+	{Name: "TWILIO_LIST_LAG", Default: "1m", Meaning: "How long Twilio's Messages list may lag the messages Twilio accepted. Reconciling an SMS whose send outcome was unknown answers \"not delivered\" only once its attempt ended this long ago; before, a message not listed is \"cannot tell\". Twilio is asked at once, then once this long after the send (docs/reconciliation.md)."},
 }
 
 // e164 is the E.164 format Twilio requires of a sender: "+", a country

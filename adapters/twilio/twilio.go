@@ -146,6 +146,7 @@ type Notifier struct {
 	sid, from string
 	token     string
 	msSID     string
+	sender    string // Sender's answer
 	apiURL    *url.URL
 	timeout   time.Duration
 	listLag   time.Duration
@@ -210,6 +211,7 @@ func New(cfg Config) (*Notifier, error) {
 		from:    cfg.From,
 		token:   cfg.AuthToken,
 		msSID:   cfg.MessagingServiceSID,
+		sender:  senderOf(cfg.From, cfg.MessagingServiceSID),
 		apiURL:  u,
 		timeout: cfg.Timeout,
 		listLag: cfg.ListLag,

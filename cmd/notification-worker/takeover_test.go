@@ -34,10 +34,15 @@ type takeoverRig struct {
 	api      *httptest.Server
 	listDown atomic.Bool  // the Messages list answers 503
 	listed   atomic.Int64 // list requests answered 503
-	topic    string
-	group    string
-	prefix   string
-	brokers  []string
+	// from, service and listLag configure the Twilio adapter of the
+	// workers started next: its sender (a From number, or a messaging
+	// service) and its TWILIO_LIST_LAG.
+	from, service string
+	listLag       time.Duration
+	topic         string
+	group         string
+	prefix        string
+	brokers       []string
 }
 
 const (
@@ -51,7 +56,7 @@ const (
 
 func startTakeoverRig(t *testing.T) *takeoverRig {
 	t.Helper()
-	r := &takeoverRig{redis: redistest.MustStart(t), twilio: double.New(rigSID, rigToken)}
+	r := &takeoverRig{redis: redistest.MustStart(t), twilio: double.New(rigSID, rigToken), from: rigFrom, listLag: 300 * time.Millisecond}
 	r.api = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/Messages.json") && r.listDown.Load() {
 			r.listed.Add(1)
@@ -93,8 +98,8 @@ func (r *takeoverRig) worker(t *testing.T, env map[string]string) (out *logtest.
 	}
 	cfg := MustLoadConfig(t, vars)
 	sms, err := twilio.New(twilio.Config{
-		AccountSID: rigSID, AuthToken: rigToken, From: rigFrom, APIURL: r.api.URL,
-		Timeout: cfg.SendTimeout, ListLag: 300 * time.Millisecond, ClockSkew: rigSkew,
+		AccountSID: rigSID, AuthToken: rigToken, From: r.from, MessagingServiceSID: r.service, APIURL: r.api.URL,
+		Timeout: cfg.SendTimeout, ListLag: r.listLag, ClockSkew: rigSkew,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +262,7 @@ func TestMain_AbandonedReadableClaimIsTakenOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	key := domain.NotificationKey(ev.EventID, ports.ChannelSMS)
-	if c, err := readable.Claim(ctx, key, "killed-worker", "", 50*time.Millisecond); err != nil || c.State != ports.Claimed {
+	if c, err := readable.Claim(ctx, key, "killed-worker", "", "", 50*time.Millisecond); err != nil || c.State != ports.Claimed {
 		t.Fatalf("readable claim: %v, %v", c.State, err)
 	}
 	time.Sleep(100 * time.Millisecond) // the lease passes: the claim is abandoned

@@ -126,7 +126,7 @@ func (n *notifier) Send(ctx context.Context, m ports.Message) (ports.Receipt, er
 // remembered. It is the floor the real stores are compared with.
 type passThrough struct{}
 
-func (passThrough) Claim(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+func (passThrough) Claim(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 	return ports.Claim{State: ports.Claimed}, nil
 }
 func (passThrough) Record(context.Context, string, ports.Receipt, time.Duration) error { return nil }
@@ -147,9 +147,9 @@ func add(ctx context.Context, since time.Time) {
 	}
 }
 
-func (s storeClock) Claim(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error) {
+func (s storeClock) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	defer add(ctx, time.Now())
-	return s.IdempotencyStore.Claim(ctx, key, token, digest, ttl)
+	return s.IdempotencyStore.Claim(ctx, key, token, digest, sender, ttl)
 }
 
 func (s storeClock) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {

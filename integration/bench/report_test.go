@@ -40,7 +40,7 @@ func loadAverage() string {
 }
 
 // results collects what the benchmarks measured, by name, for the table.
-var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}, startup: map[string]time.Duration{}, rates: map[string]rateRun{}}
+var results = &registry{runs: map[string]measurement{}, rss: map[string]rssRun{}, cpu: map[string]cpuRun{}, startup: map[string]time.Duration{}, rates: map[string]rateRun{}, brownouts: map[string]brownoutRun{}}
 
 type registry struct {
 	mu   sync.Mutex
@@ -52,6 +52,8 @@ type registry struct {
 	startup map[string]time.Duration
 	// rates are the SMS backlog runs at the provider's pace.
 	rates map[string]rateRun
+	// brownouts are the backlogs drained through a Twilio brownout.
+	brownouts map[string]brownoutRun
 	// cpuBase is the baseline's commit of the cpu/*/base runs.
 	cpuBase string
 	// loadBefore is the load average when the run started.
@@ -140,7 +142,7 @@ func outageRun(outage string) string { return "outage/" + outage + "/breaker" }
 
 func (r *registry) print(w io.Writer) {
 	r.mu.Lock()
-	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0 && len(r.startup) == 0 && len(r.rates) == 0
+	empty := len(r.runs) == 0 && len(r.keys) == 0 && len(r.rss) == 0 && len(r.cpu) == 0 && len(r.startup) == 0 && len(r.rates) == 0 && len(r.brownouts) == 0
 	r.mu.Unlock()
 	if empty {
 		return
@@ -166,6 +168,7 @@ func (r *registry) print(w io.Writer) {
 	r.printReplay(w)
 	r.printStartup(w)
 	r.printRateLimit(w)
+	r.printBrownout(w)
 	fmt.Fprintln(w)
 }
 

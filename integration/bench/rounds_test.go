@@ -52,7 +52,7 @@ func serialStoreTimes(b *testing.B, s ports.IdempotencyStore, n int) measurement
 	for i := range n {
 		key := fmt.Sprintf("sms:%s-%d", newUUID(), i)
 		t0 := time.Now()
-		c, err := s.Claim(ctx, key, "tok", "", time.Minute)
+		c, err := s.Claim(ctx, key, "tok", "", "", time.Minute)
 		if err != nil || c.State != ports.Claimed {
 			b.Fatalf("Claim %s: %v, %v", key, c.State, err)
 		}

@@ -43,7 +43,14 @@ func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, to
 // error.
 func MustClaimDigest(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token, digest string, ttl time.Duration) ports.Claim {
 	tb.Helper()
-	got, err := s.Claim(c, k, token, digest, ttl)
+	return MustClaimSent(tb, s, c, k, token, digest, "", ttl)
+}
+
+// MustClaimSent claims k to send the text digest from sender and fails
+// the test on error.
+func MustClaimSent(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token, digest, sender string, ttl time.Duration) ports.Claim {
+	tb.Helper()
+	got, err := s.Claim(c, k, token, digest, sender, ttl)
 	if err != nil {
 		tb.Fatalf("Claim(%q, %q): %v", k, token, err)
 	}
@@ -277,52 +284,60 @@ func leases(t *testing.T, h Harness) {
 	histories(t, h)
 }
 
-// histories checks that a claim's history (its first start and digest)
-// travels with it through every takeover, and starts afresh with a claim
-// of a free key.
+// histories checks that a claim's history (its first lease, digest and
+// sender) travels unchanged with it through every takeover, and starts
+// afresh with a claim of a free key.
 func histories(t *testing.T, h Harness) {
 	// sameMilli: a store keeps a claim's times to the millisecond.
 	sameMilli := func(a, b time.Time) bool { return a.Sub(b).Abs() < time.Millisecond }
+	// senderA holds the characters a store might use to separate fields.
+	const senderA, senderB = "from:Harbor.Light%2E:1", "service:MG0123456789abcdef"
 
 	t.Run("ClaimStartsAHistory", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", time.Minute)
-		got := MustClaimDigest(t, s, c, k, "tok-b", "dgst-B1", time.Minute)
-		if got.State != ports.InFlight || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, got.Lease.Start) || got.Lease.Start.IsZero() {
-			t.Fatalf("a fresh claim, found: %+v, want in_flight with digest dgst-A1 and First equal to Start", got)
+		MustClaimSent(t, s, c, k, "tok-a", "dgst-A1", senderA, time.Minute)
+		got := MustClaimSent(t, s, c, k, "tok-b", "dgst-B1", senderB, time.Minute)
+		l := got.Lease
+		if got.State != ports.InFlight || l.Digest != "dgst-A1" || l.Sender != senderA || l.Start.IsZero() ||
+			!sameMilli(l.First, l.Start) || !sameMilli(l.FirstUntil, l.Until) {
+			t.Fatalf("a fresh claim, found: %+v, want in_flight with digest dgst-A1, sender %q, and its own lease as the first", got, senderA)
 		}
 	})
 
-	t.Run("TakeoverKeepsFirstStart", func(t *testing.T) {
+	t.Run("TakeoverKeepsTheHistory", func(t *testing.T) {
 		// A claims and dies; B takes over and dies; C takes over and must
-		// see A's start and digest, not B's. A probe reads each lease
-		// while it holds, so it must come within the lease: a machine too
-		// slow for that gets the scenario again with a longer one.
+		// see A's lease, digest and sender, not B's. A probe reads each
+		// lease while it holds, so it must come within the lease: a
+		// machine too slow for that gets the scenario again with a longer
+		// one.
 		s := h.New(t, time.Hour)
 		withinLease(t, 50*time.Millisecond, func(lease time.Duration) bool {
 			c, k := ctx(t), key(t)
 			startA := time.Now()
-			MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", lease)
+			MustClaimSent(t, s, c, k, "tok-a", "dgst-A1", senderA, lease)
 			a, ok := probeLease(t, s, c, k, "tok-probe", "tok-a", lease, startA)
 			if !ok {
 				return false
 			}
+			ofA := func(l ports.Lease) bool {
+				return l.Digest == "dgst-A1" && l.Sender == senderA && sameMilli(l.First, a.Start) && sameMilli(l.FirstUntil, a.Until)
+			}
 			// A's lease passes: the scenario.
-			got, startB := waitStateDigest(t, s, c, k, "tok-b", "dgst-B1", lease, ports.TakenOver, "tok-a", 5*time.Second+lease)
-			if got.State != ports.TakenOver || got.Lease.Token != "tok-a" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
-				t.Fatalf("B's takeover: %+v, want taken_over from tok-a, first %v, digest dgst-A1", got, a.Start)
+			got, startB := waitStateSent(t, s, c, k, "tok-b", "dgst-B1", senderB, lease, ports.TakenOver, "tok-a", 5*time.Second+lease)
+			if got.State != ports.TakenOver || got.Lease.Token != "tok-a" || !ofA(got.Lease) {
+				t.Fatalf("B's takeover: %+v, want taken_over from tok-a, with A's lease %v as the first, digest dgst-A1, sender %q", got, a, senderA)
 			}
 			b, ok := probeLease(t, s, c, k, "tok-probe", "tok-b", lease, startB)
 			if !ok {
 				return false
 			}
-			if b.Token != "tok-b" || !b.Start.After(a.Start) || !sameMilli(b.First, a.Start) || b.Digest != "dgst-A1" {
-				t.Fatalf("B's claim: %+v, want tok-b's lease, started after A's, carrying A's first %v and digest dgst-A1", b, a.Start)
+			if b.Token != "tok-b" || !b.Start.After(a.Start) || !b.Until.After(a.Until) || !ofA(b) {
+				t.Fatalf("B's claim: %+v, want tok-b's lease, after A's, carrying A's history (%+v)", b, a)
 			}
 			// B's lease passes.
-			got, _ = waitStateDigest(t, s, c, k, "tok-c", "dgst-C1", time.Minute, ports.TakenOver, "tok-b", 5*time.Second+lease)
-			if got.State != ports.TakenOver || got.Lease.Token != "tok-b" || got.Lease.Digest != "dgst-A1" || !sameMilli(got.Lease.First, a.Start) {
-				t.Fatalf("C's takeover of B's claim: %+v, want taken_over from tok-b, first %v (A's), digest dgst-A1", got, a.Start)
+			got, _ = waitStateSent(t, s, c, k, "tok-c", "dgst-C1", "", time.Minute, ports.TakenOver, "tok-b", 5*time.Second+lease)
+			if got.State != ports.TakenOver || got.Lease.Token != "tok-b" || !ofA(got.Lease) {
+				t.Fatalf("C's takeover of B's claim: %+v, want taken_over from tok-b, carrying A's history (%+v)", got, a)
 			}
 			return true
 		})
@@ -330,18 +345,18 @@ func histories(t *testing.T, h Harness) {
 
 	t.Run("ReleaseEndsTheHistory", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		MustClaimDigest(t, s, c, k, "tok-a", "dgst-A1", 50*time.Millisecond)
+		MustClaimSent(t, s, c, k, "tok-a", "dgst-A1", senderA, 50*time.Millisecond)
 		time.Sleep(100 * time.Millisecond)
-		MustClaimDigest(t, s, c, k, "tok-b", "dgst-B1", time.Minute)
+		MustClaimSent(t, s, c, k, "tok-b", "dgst-B1", senderB, time.Minute)
 		if err := s.Release(c, k, "tok-b"); err != nil {
 			t.Fatal(err)
 		}
-		if got := MustClaimDigest(t, s, c, k, "tok-c", "dgst-C1", time.Minute); got.State != ports.Claimed {
+		if got := MustClaimSent(t, s, c, k, "tok-c", "dgst-C1", senderB, time.Minute); got.State != ports.Claimed {
 			t.Fatalf("claim after the release: %v, want claimed", got.State)
 		}
 		got := MustClaim(t, s, c, k, "tok-probe", time.Minute)
-		if got.Lease.Token != "tok-c" || got.Lease.Digest != "dgst-C1" || !sameMilli(got.Lease.First, got.Lease.Start) {
-			t.Fatalf("the new claim: %+v, want a history of its own (digest dgst-C1, First = Start)", got.Lease)
+		if l := got.Lease; l.Token != "tok-c" || l.Digest != "dgst-C1" || l.Sender != senderB || !sameMilli(l.First, l.Start) || !sameMilli(l.FirstUntil, l.Until) {
+			t.Fatalf("the new claim: %+v, want a history of its own (digest dgst-C1, sender %q, its own lease)", got.Lease, senderB)
 		}
 	})
 }
@@ -453,7 +468,7 @@ func races(t *testing.T, h Harness) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
+				got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", "", time.Minute)
 				if err != nil {
 					errs <- err
 					return
@@ -478,7 +493,7 @@ func races(t *testing.T, h Harness) {
 		s, k := h.New(t, time.Hour), key(t)
 		c, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := s.Claim(c, k, "tok", "", time.Minute); err == nil {
+		if _, err := s.Claim(c, k, "tok", "", "", time.Minute); err == nil {
 			t.Fatalf("Claim with a cancelled context: no error")
 		}
 	})
@@ -537,7 +552,7 @@ func claimConcurrently(t *testing.T, s ports.IdempotencyStore, c context.Context
 		go func() {
 			defer wg.Done()
 			<-start
-			got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", time.Minute)
+			got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", "", time.Minute)
 			if err != nil {
 				errs <- err
 				return
@@ -612,16 +627,16 @@ func probeLease(t *testing.T, s ports.IdempotencyStore, c context.Context, k, to
 	return l, false
 }
 
-// waitStateDigest claims k to send digest, with lease, until a claim
-// answers want; every claim before must answer in_flight owned by owner.
-// It returns the claim that answered want, and the time just before it
-// was made (when a claim it won began, at the latest).
-func waitStateDigest(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, digest string, lease time.Duration, want ports.ClaimState, owner string, within time.Duration) (ports.Claim, time.Time) {
+// waitStateSent claims k to send digest from sender, with lease, until a
+// claim answers want; every claim before must answer in_flight owned by
+// owner. It returns the claim that answered want, and the time just before
+// it was made (when a claim it won began, at the latest).
+func waitStateSent(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, digest, sender string, lease time.Duration, want ports.ClaimState, owner string, within time.Duration) (ports.Claim, time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		before := time.Now()
-		got := MustClaimDigest(t, s, c, k, token, digest, lease)
+		got := MustClaimSent(t, s, c, k, token, digest, sender, lease)
 		if got.State == want {
 			return got, before
 		}

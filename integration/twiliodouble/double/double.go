@@ -19,6 +19,8 @@
 //	POST   /faults    add a Fault (JSON body)
 //	DELETE /faults    remove every fault
 //	GET    /connections  {"accepted": n}: connections accepted so far
+//	GET    /list-requests  {"requests": n}: Messages list requests answered so far
+//	                    (?to=<number>: of those filtering by that To)
 //	PUT    /rate-limit  set the RateLimit (JSON body; per_second 0: off)
 //	GET    /rate-limit  the RateLimit and {"limited": n}: sends it refused
 //	GET    /healthz   200 once serving
@@ -145,6 +147,9 @@ type Double struct {
 	limit   RateLimit
 	paces   map[string]time.Time // sender -> when its pace reaches its next send
 	limited int64                // sends refused by the rate limit
+	// listed counts the list requests answered, by their To filter ("":
+	// none), since New or the last Reset.
+	listed map[string]int64
 }
 
 // RateLimit is the pace the double allows each sender; see the package
@@ -159,7 +164,7 @@ type RateLimit struct {
 // New returns a Double that accepts requests authenticated as accountSID
 // with authToken, the way Twilio's API does (HTTP basic auth).
 func New(accountSID, authToken string) *Double {
-	d := &Double{accountSID: accountSID, authToken: authToken, mux: http.NewServeMux(), now: time.Now, paces: make(map[string]time.Time)}
+	d := &Double{accountSID: accountSID, authToken: authToken, mux: http.NewServeMux(), now: time.Now, paces: make(map[string]time.Time), listed: make(map[string]int64)}
 	d.mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", d.createMessage)
 	d.mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages.json", d.listMessages)
 	d.mux.HandleFunc("GET /messages", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Messages()) })
@@ -169,6 +174,9 @@ func New(accountSID, authToken string) *Double {
 	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]int64{"accepted": d.Connections()})
+	})
+	d.mux.HandleFunc("GET /list-requests", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]int64{"requests": d.ListRequests(r.URL.Query().Get("to"))})
 	})
 	d.mux.HandleFunc("PUT /rate-limit", d.putRateLimit)
 	d.mux.HandleFunc("GET /rate-limit", func(w http.ResponseWriter, _ *http.Request) {
@@ -211,6 +219,23 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
+// ListRequests returns how many Messages list requests (GET
+// .../Messages.json) the double answered, whatever it answered, since New
+// or the last Reset: what a provider that rate-limits its list counts. A
+// non-empty to counts only those filtering by that To number.
+func (d *Double) ListRequests(to string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if to != "" {
+		return d.listed[to]
+	}
+	var n int64
+	for _, c := range d.listed {
+		n += c
+	}
+	return n
+}
+
 // Messages returns a copy of the accepted messages, oldest first.
 func (d *Double) Messages() []Message {
 	d.mu.Lock()
@@ -239,13 +264,14 @@ func (d *Double) ClearFaults() {
 	d.faults = nil
 }
 
-// Reset forgets messages, attempts, the senders' paces and the count of
-// sends the rate limit refused; faults and the rate limit stay.
+// Reset forgets messages, attempts, the senders' paces and the counts of
+// sends the rate limit refused and of list requests; faults and the rate
+// limit stay.
 func (d *Double) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.messages, d.attempts = nil, nil
-	d.paces, d.limited = make(map[string]time.Time), 0
+	d.paces, d.limited, d.listed = make(map[string]time.Time), 0, make(map[string]int64)
 }
 
 // LimitRate sets the pace each sender is allowed (see RateLimit); the zero
@@ -500,10 +526,13 @@ const (
 // listMessages answers GET .../Messages.json: the accepted messages
 // matching the filters, newest first, one page of them.
 func (d *Double) listMessages(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d.mu.Lock()
+	d.listed[q.Get("To")]++
+	d.mu.Unlock()
 	if !d.authorized(w, r) {
 		return
 	}
-	q := r.URL.Query()
 	size, page, invalid := pageOf(q)
 	if invalid != "" {
 		writeError(w, http.StatusBadRequest, 20001, invalid)

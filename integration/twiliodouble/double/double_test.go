@@ -367,3 +367,52 @@ func TestDoubleList(t *testing.T) {
 		}
 	})
 }
+
+// TestDoubleCountsListRequests: every list request is counted, a page a
+// request, in all and by its To filter, over the control API too; Reset
+// starts the counts afresh.
+func TestDoubleCountsListRequests(t *testing.T) {
+	const alice, bob = "+15550000001", "+15550000002"
+	d := double.New(sid, token)
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	rc := newTwilio(t, srv, sid, token)
+	for range 3 {
+		if _, err := send(rc, alice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two pages to alice (two messages, then one), one to bob, and a
+	// request refused: four.
+	if got, err := rc.Api.ListMessage((&openapi.ListMessageParams{}).SetTo(alice).SetPageSize(2)); err != nil || len(got) != 3 {
+		t.Fatalf("ListMessage: %d messages, %v", len(got), err)
+	}
+	if _, err := rc.Api.PageMessage((&openapi.ListMessageParams{}).SetTo(bob), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newTwilio(t, srv, sid, "wrong").Api.PageMessage(&openapi.ListMessageParams{}, "", ""); err == nil {
+		t.Fatal("a list with the wrong token: no error")
+	}
+	for _, c := range []struct {
+		to   string
+		want int64
+	}{{"", 4}, {alice, 2}, {bob, 1}, {"+15550000003", 0}} {
+		if got := d.ListRequests(c.to); got != c.want {
+			t.Errorf("ListRequests(%q) = %d, want %d", c.to, got, c.want)
+		}
+		resp, err := http.Get(srv.URL + "/list-requests?" + url.Values{"to": {c.to}}.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Requests int64 }
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || body.Requests != c.want {
+			t.Errorf("GET /list-requests?to=%s = %+v, %v; want %d", c.to, body, err, c.want)
+		}
+	}
+	d.Reset()
+	if got := d.ListRequests(""); got != 0 {
+		t.Fatalf("ListRequests = %d after Reset, want 0", got)
+	}
+}
