@@ -94,8 +94,9 @@
 // no record. Config.MinReplicas makes each claim and record wait for that
 // many replicas (WAIT on the same connection, right after the write; see
 // acked) and fail, rather than succeed silently, when they do not answer
-// in time. Config.SentinelAddrs and SentinelMaster find the primary
-// through Redis Sentinel, and follow its failovers.
+// in time. Sentinels named in Config.URL (master_set), or in SentinelAddrs
+// and SentinelMaster, find the primary through Redis Sentinel, and follow
+// its failovers.
 package redis
 
 import (
@@ -213,7 +214,9 @@ var releaseSHA = func() string {
 type Config struct {
 	// URL is redis:// or rediss:// (TLS), with optional user:password (ACL)
 	// and /db number, as rueidis.ParseURL reads it. Query parameters
-	// rueidis understands (addr, dial_timeout, write_timeout, ...) apply.
+	// rueidis understands (addr, dial_timeout, write_timeout, ...) apply;
+	// with master_set, the host and each addr are Sentinels that name the
+	// primary of that master set, as SentinelAddrs and SentinelMaster do.
 	URL string
 	// Format is how keys and sent records are written: Compact (the zero
 	// value) or Readable.
