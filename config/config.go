@@ -175,6 +175,7 @@ type Config struct {
 	ReconcileTimeout     time.Duration
 	UnknownOutcomePolicy string
 	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
+	StartupTimeout       time.Duration // STARTUP_TIMEOUT
 	TemplatesDir         string        // TEMPLATES_DIR; empty: embedded templates only
 	HTTPAddr             string        // HTTP_ADDR; empty (HTTP_ADDR=off) disables the HTTP server
 	// DebugAddr is DEBUG_ADDR with a missing host made 127.0.0.1; empty:
@@ -184,6 +185,12 @@ type Config struct {
 	Hostname  string
 	LogLevel  slog.Level // LOG_LEVEL
 	LogFormat string     // LOG_FORMAT: "json" or "text"
+
+	// UnknownVariables are the variables of the environment that start as
+	// a setting does (KAFKA_, REDIS_, ...) but name none, nor a Kubernetes
+	// service link: ignored, and logged at start (config_unknown_variable).
+	// Only LoadWorkerEnviron, which sees the environment's names, sets it.
+	UnknownVariables []string
 
 	// declared and values are the variables the providers given to
 	// LoadWorker declared, and their values (each printed masked, as a
@@ -310,6 +317,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("reconcile_timeout", c.ReconcileTimeout.String()),
 		slog.String("unknown_outcome_policy", c.UnknownOutcomePolicy),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
+		slog.String("startup_timeout", c.StartupTimeout.String()),
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("debug_addr", c.DebugAddr),

@@ -28,8 +28,10 @@ import (
 // A variable set to the empty string counts as unset: orchestrators often
 // render an absent value as "", and that must not switch a feature to a
 // broken empty setting. Surrounding white space is trimmed from every value
-// but a secret's, whose characters are all taken as given. Variables Load
-// does not know are ignored.
+// but a secret's, whose characters are all taken as given, and a
+// Kubernetes service link in a setting's variable (serviceLink) counts as
+// unset. Variables Load does not know are ignored (LoadWorkerEnviron
+// checks them).
 //
 // On invalid input Load returns a *Error listing every problem it found,
 // and a zero Config.
@@ -86,6 +88,7 @@ func load(lookup func(string) (string, bool), providers []ports.Provider) (*load
 	c.ReconcileTimeout = l.duration("RECONCILE_TIMEOUT", positive)
 	c.UnknownOutcomePolicy = l.oneOf("UNKNOWN_OUTCOME_POLICY", false, "resend", "dead_letter")
 	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
+	c.StartupTimeout = l.duration("STARTUP_TIMEOUT", time.Second)
 	c.TemplatesDir = l.str("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
 	c.DebugAddr = l.debugAddr("DEBUG_ADDR")
@@ -360,10 +363,12 @@ type loader struct {
 }
 
 // explicit returns the value the environment gives name, trimmed unless
-// secret; "" when unset.
+// secret; "" when unset, or when it holds a Kubernetes service link (a
+// Service named smtp puts SMTP_PORT=tcp://10.0.0.9:587 beside the
+// worker's settings; an operator's value would replace it).
 func (l *loader) explicit(name string) string {
 	v, ok := l.lookup(name)
-	if !ok {
+	if !ok || serviceLink(name, v) {
 		return ""
 	}
 	if l.varOf(name).Secret {

@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
+	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -26,8 +27,10 @@ import (
 // combine with the worker's (RECONCILE_TIMEOUT and TWILIO_LIST_LAG, clear
 // text to TWILIO_API_URL). The returned *Error lists every problem at once.
 //
-// Unlike Load it reads a file: KAFKA_TLS_CA_FILE, which must hold a PEM
-// certificate.
+// Unlike Load it reads files: KAFKA_TLS_CA_FILE, which must hold a PEM
+// certificate, and TEMPLATES_DIR, whose templates must load (for the
+// built-in channels; a provider's channel is checked when the worker
+// opens).
 //
 // The commands that run no worker (key, publish, the demo) call Load: they
 // need some of the settings, not a worker's whole set.
@@ -38,13 +41,27 @@ import (
 // settings through its Load, resolves the choice, and keeps the settings
 // for Config.Settings.
 func LoadWorker(lookup func(string) (string, bool), providers ...ports.Provider) (Config, error) {
+	return loadWorker(lookup, nil, providers)
+}
+
+// loadWorker is LoadWorker, which also checks the names of env when it is
+// not nil (LoadWorkerEnviron).
+func loadWorker(lookup func(string) (string, bool), env map[string]string, providers []ports.Provider) (Config, error) {
 	l, c := load(lookup, providers)
+	if env != nil {
+		c.UnknownVariables = l.names(env)
+	}
 	l.declaredProviders(&c, providers)
 	l.adapters(&c)
 	l.redisRing(&c)
 	if c.Kafka.TLS && c.Kafka.TLSCAFile != "" && !l.bad("KAFKA_TLS_CA_FILE") {
 		if _, err := c.kafkaTLS(); err != nil {
 			l.fail("KAFKA_TLS_CA_FILE", "want a readable PEM file of the CA: "+err.Error())
+		}
+	}
+	if c.TemplatesDir != "" {
+		if _, err := domain.LoadTemplates(c.TemplatesDir); err != nil {
+			l.fail("TEMPLATES_DIR", "want a readable directory of templates: "+err.Error())
 		}
 	}
 	if len(l.problems) > 0 {

@@ -22,9 +22,15 @@ var (
 func mustProblems(t *testing.T, kv map[string]string) map[string]config.Problem {
 	t.Helper()
 	_, err := config.LoadWorker(env(kv))
+	return mustNamed(t, err)
+}
+
+// mustNamed returns the problems of err, a *config.Error, by variable.
+func mustNamed(t *testing.T, err error) map[string]config.Problem {
+	t.Helper()
 	var cerr *config.Error
 	if !errors.As(err, &cerr) {
-		t.Fatalf("LoadWorker: got %v, want a *config.Error", err)
+		t.Fatalf("got %v, want a *config.Error", err)
 	}
 	named := map[string]config.Problem{}
 	for _, p := range cerr.Problems {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -406,29 +407,34 @@ func (s *Store) chooseReplicas(primaries []nodeInfo, log *slog.Logger) {
 const sentinelRefreshInterval = 5 * time.Second
 
 // sentinel points opt, parsed from c.URL, at the Sentinels when c names
-// them, and refuses a half-set Sentinel config or one mixed with a URL's
-// Cluster seeds or its own master_set.
+// them, in the URL (rueidis' own form: master_set, the host and each addr
+// being Sentinels) or in SentinelAddrs and SentinelMaster, and refuses a
+// half-set Sentinel config, both forms at once, or SentinelAddrs beside a
+// URL's Cluster seeds.
 func (c Config) sentinel(opt *rueidis.ClientOption) error {
-	if opt.Sentinel.MasterSet != "" {
-		return errors.New("redis: the URL's master_set is not used: give the Sentinels and master set in SentinelAddrs and SentinelMaster (REDIS_SENTINEL_ADDRS, REDIS_SENTINEL_MASTER)")
+	inURL := opt.Sentinel.MasterSet != ""
+	if inURL && (len(c.SentinelAddrs) > 0 || c.SentinelMaster != "") {
+		return errors.New("redis: the URL's master_set and SentinelAddrs, SentinelMaster (REDIS_SENTINEL_ADDRS, REDIS_SENTINEL_MASTER) both name Sentinels: give them one way")
 	}
 	if (len(c.SentinelAddrs) == 0) != (c.SentinelMaster == "") {
 		return errors.New("redis: SentinelAddrs and SentinelMaster (REDIS_SENTINEL_ADDRS, REDIS_SENTINEL_MASTER) must be set together")
 	}
-	if c.SentinelMaster == "" {
+	if !inURL && c.SentinelMaster == "" {
 		if c.SentinelUsername != "" || c.SentinelPassword != "" {
-			return errors.New("redis: SentinelUsername and SentinelPassword (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD) need SentinelAddrs and SentinelMaster")
+			return errors.New("redis: SentinelUsername and SentinelPassword (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD) need Sentinels: the URL's master_set, or SentinelAddrs and SentinelMaster")
 		}
 		return nil
 	}
-	if len(opt.InitAddress) > 1 {
-		return errors.New("redis: the URL names several addresses (Redis Cluster seeds, ?addr=); Sentinel (SentinelAddrs, SentinelMaster) finds one primary, and cannot be used with them")
+	if !inURL {
+		if len(opt.InitAddress) > 1 {
+			return errors.New("redis: the URL names several addresses (Redis Cluster seeds, ?addr=); Sentinel (SentinelAddrs, SentinelMaster) finds one primary, and cannot be used with them")
+		}
+		opt.InitAddress = append([]string(nil), c.SentinelAddrs...)
 	}
-	opt.InitAddress = append([]string(nil), c.SentinelAddrs...)
 	opt.Sentinel = rueidis.SentinelOption{
 		Dialer:                  opt.Dialer,
 		TLSConfig:               opt.TLSConfig,
-		MasterSet:               c.SentinelMaster,
+		MasterSet:               cmp.Or(c.SentinelMaster, opt.Sentinel.MasterSet),
 		Username:                c.SentinelUsername,
 		Password:                c.SentinelPassword,
 		TopologyRefreshInterval: sentinelRefreshInterval,

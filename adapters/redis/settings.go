@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/rueidis"
+
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -13,10 +15,10 @@ import (
 // The store's generic settings (IDEMPOTENCY_TTL, IDEMPOTENCY_TIMEOUT, the
 // breaker's, the failure mode) are the worker's, not these.
 var Settings = []ports.Setting{
-	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`).", Secret: true},
-	{Name: "REDIS_SENTINEL_ADDRS", Meaning: "Comma-separated `host:port` list of Redis Sentinels that name the idempotency store's primary and announce its failovers; set with `REDIS_SENTINEL_MASTER`, or neither. `REDIS_URL` stays required: its scheme (`rediss` is TLS, to the Sentinels too), user, password and database apply, its host is not dialled but is the TLS server name. Refused with Cluster seeds (`?addr=`) in `REDIS_URL`."},
+	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`). Behind Redis Sentinel, name the Sentinels here, as rueidis reads them: `redis://user:password@sentinel-1:26379/0?addr=sentinel-2:26379&addr=sentinel-3:26379&master_set=mymaster`: the host and each `addr` are Sentinels (more hosts in the host part, comma-separated, are refused), `master_set` is the name they watch (`sentinel monitor <name> ...`); user, password and database apply to the primary they name, `rediss` to the Sentinels and the primary, with the first host as the TLS server name.", Secret: true},
+	{Name: "REDIS_SENTINEL_ADDRS", Meaning: "The other way to name Sentinels (prefer `master_set` in `REDIS_URL`): a comma-separated `host:port` list, set with `REDIS_SENTINEL_MASTER` or neither, and not with `master_set`. `REDIS_URL` stays required: its scheme (`rediss` is TLS, to the Sentinels too), user, password and database apply, its host is not dialled but is the TLS server name. Refused with Cluster seeds (`?addr=`) in `REDIS_URL`."},
 	{Name: "REDIS_SENTINEL_MASTER", Meaning: "Name of the master set the Sentinels in `REDIS_SENTINEL_ADDRS` watch (`sentinel monitor <name> ...`)."},
-	{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any."},
+	{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any, whichever way they are named."},
 	{Name: "REDIS_SENTINEL_PASSWORD", Meaning: "Password the Sentinels themselves require (`requirepass` in sentinel.conf), if any.", Secret: true},
 	{Name: "IDEMPOTENCY_MIN_REPLICAS", Meaning: "Replicas that must acknowledge every claim and sent record (Redis `WAIT`, within `IDEMPOTENCY_TIMEOUT`) before the worker relies on it (0 to 100). Unset: 1 when, at start, the primary (on Redis Cluster, every primary) has a connected replica (`INFO replication`), else 0; the worker logs which, and why, as `idempotency_replicas`. 0: the primary's word is enough, and a failover that promotes a lagging replica loses the last records, whose replays are sent again. Short of the count the call fails and the failure mode applies; see docs/runbook.md for what it costs and when to change it."},
 	{Name: "IDEMPOTENCY_WAIT_AOF", Default: "false", Meaning: "Acknowledge with `WAITAOF 0 <IDEMPOTENCY_MIN_REPLICAS>` as well, after the `WAIT`: each replica has also fsynced the write to its AOF (`appendonly yes`; a replica without one never counts). Needs `IDEMPOTENCY_MIN_REPLICAS` above 0 and Redis 7.2 or later on every node: the worker refuses to start otherwise. A replica with `appendfsync always` acknowledges within milliseconds; with `everysec`, within 1 to 3 s, so `IDEMPOTENCY_TIMEOUT` must be above that."},
@@ -30,8 +32,8 @@ var Settings = []ports.Setting{
 // LoadSettings reads Settings through s into a Config, the one place their
 // rules are written: each variable is checked, and a bad one reported with
 // s.Fail (and left zero); so is a combination that cannot take effect
-// (WAITAOF without replicas, half a Sentinel setting, Sentinel beside
-// Cluster seeds). URL is empty when REDIS_URL is unset. It sets neither
+// (WAITAOF without replicas, half a Sentinel setting, Sentinels named two
+// ways, Sentinel beside Cluster seeds). URL is empty when REDIS_URL is unset. It sets neither
 // Timeout, KeepAbandoned, MaxUnanswered nor the Health watch's logger and
 // interval, which are the worker's.
 func LoadSettings(s ports.Settings) Config {
@@ -57,14 +59,26 @@ func LoadSettings(s ports.Settings) Config {
 }
 
 // sentinel reads the REDIS_SENTINEL_* variables: the Sentinels and their
-// master set come together, with REDIS_URL, and without Cluster seeds.
+// master set come together, with REDIS_URL, and without Cluster seeds or
+// Sentinels named in REDIS_URL (master_set).
 func sentinel(s ports.Settings, cfg *Config) {
 	cfg.SentinelAddrs = s.HostPorts("REDIS_SENTINEL_ADDRS")
 	cfg.SentinelMaster = s.String("REDIS_SENTINEL_MASTER")
 	cfg.SentinelUsername = s.String("REDIS_SENTINEL_USERNAME")
 	cfg.SentinelPassword = s.String("REDIS_SENTINEL_PASSWORD")
 	addrs, master := s.Set("REDIS_SENTINEL_ADDRS"), s.Set("REDIS_SENTINEL_MASTER")
+	opt, _ := rueidis.ParseURL(cfg.URL)
+	inURL := cfg.URL != "" && opt.Sentinel.MasterSet != ""
 	switch {
+	case inURL && (addrs || master):
+		for _, n := range []string{"REDIS_SENTINEL_ADDRS", "REDIS_SENTINEL_MASTER"} {
+			if s.Set(n) {
+				s.Fail(n, "cannot be used with master_set in REDIS_URL, which names the Sentinels already: name them one way")
+			}
+		}
+		return
+	case inURL:
+		return
 	case addrs && !master:
 		s.Fail("REDIS_SENTINEL_MASTER", "required with REDIS_SENTINEL_ADDRS: set both REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER, or neither")
 	case master && !addrs:
@@ -102,6 +116,9 @@ func redisURL(s ports.Settings, name string) string {
 		return ""
 	case u.Host == "":
 		s.Fail(name, "want a host: redis://[user:password@]host:port[/db]")
+		return ""
+	case strings.Contains(u.Host, ","):
+		s.Fail(name, "want one host: give more Sentinels (with master_set) or Cluster seeds as &addr=host:port")
 		return ""
 	}
 	if db := strings.TrimPrefix(u.Path, "/"); db != "" {

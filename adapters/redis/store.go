@@ -98,8 +98,9 @@
 // in time; by default (AutoMinReplicas) one, when the primary has a
 // replica. Concurrent calls share one WAIT, sent after all their writes (a
 // group commit): the acknowledgement costs about one replica round trip
-// per batch, not per call. Config.SentinelAddrs and SentinelMaster find
-// the primary through Redis Sentinel, and follow its failovers.
+// per batch, not per call. Sentinels named in Config.URL (master_set), or
+// in SentinelAddrs and SentinelMaster, find the primary through Redis
+// Sentinel, and follow its failovers.
 package redis
 
 import (
@@ -217,7 +218,9 @@ var releaseSHA = func() string {
 type Config struct {
 	// URL is redis:// or rediss:// (TLS), with optional user:password (ACL)
 	// and /db number, as rueidis.ParseURL reads it. Query parameters
-	// rueidis understands (addr, dial_timeout, write_timeout, ...) apply.
+	// rueidis understands (addr, dial_timeout, write_timeout, ...) apply;
+	// with master_set, the host and each addr are Sentinels that name the
+	// primary of that master set, as SentinelAddrs and SentinelMaster do.
 	URL string
 	// Format is how keys and sent records are written: Compact (the zero
 	// value) or Readable.

@@ -45,6 +45,11 @@ type choice struct {
 	// beside a shared store (redis, or a provider's that is Shared),
 	// explicitly: allowed, and logged at start.
 	consoleShared []string
+	// realBesideMemory lists the notifiers that reach customers beside a
+	// store that forgets on restart (memory, or a provider's that is not
+	// Shared), which config.LoadWorker allows only when it is asked for
+	// by name: logged at start.
+	realBesideMemory []string
 }
 
 const given = "given"
@@ -63,6 +68,7 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 	st, store := stores[c.Store]
 	resolved := source && (store || c.Store == given)
 	shared := c.Store == "redis" || st.provider != nil && st.provider.Shared
+	forgets := st.provider != nil && !st.provider.Shared
 	for _, ch := range active(cfg, d) {
 		name := cfg.Notifier(ch.Variable)
 		if d.Notifiers[ch.Name] != nil {
@@ -70,6 +76,9 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 		}
 		if shared && name == "console" {
 			c.consoleShared = append(c.consoleShared, ch.Variable)
+		}
+		if forgets && name != "console" && name != given {
+			c.realBesideMemory = append(c.realBesideMemory, name)
 		}
 		_, ok := ch.Notifiers[name]
 		resolved = resolved && (ok || name == given)
@@ -154,20 +163,20 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	rcfg.MaxUnanswered = maxUnanswered
 	rcfg.Health.Logger, rcfg.Health.Events = m.logger, m.metrics
 	rcfg.Health.Interval = redisHealthInterval
-	rs, err := redis.New(rcfg)
-	var evicting *redis.EvictionPolicyError
-	if errors.As(err, &evicting) {
-		// The operator's choice to make: a configuration error (exit 2).
-		return nil, &config.Error{Problems: []config.Problem{{
-			Var: "IDEMPOTENCY_ALLOW_EVICTION", Value: "false",
-			Reason: "the Redis primary " + evicting.Node + " has " + evicting.Reason(),
-		}}, LogFormat: m.Config.LogFormat}
-	}
-	if errors.Is(err, redis.ErrNoWaitAOF) {
-		return nil, &config.Error{Problems: []config.Problem{{
-			Var: "IDEMPOTENCY_WAIT_AOF", Value: "true", Reason: err.Error(),
-		}}, LogFormat: m.Config.LogFormat}
-	}
+	var rs *redis.Store
+	err = m.reach(ctx, "redis", func(context.Context) error {
+		var err error
+		rs, err = redis.New(rcfg)
+		var evicting *redis.EvictionPolicyError
+		switch {
+		case errors.As(err, &evicting):
+			// The operator's choice to make: a configuration error (exit 2).
+			return m.configError("IDEMPOTENCY_ALLOW_EVICTION", "false", "the Redis primary "+evicting.Node+" has "+evicting.Reason())
+		case errors.Is(err, redis.ErrNoWaitAOF):
+			return m.configError("IDEMPOTENCY_WAIT_AOF", "true", err.Error())
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

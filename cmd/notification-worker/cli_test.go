@@ -38,7 +38,7 @@ func TestCLI_HelpAndVersionNeedNoEnvironment(t *testing.T) {
 		}
 		// What build_info carries: the release, the VCS revision ("unknown"
 		// in a test binary, which is not stamped) and the Go version.
-		for _, want := range []string{"notification-worker " + version, "revision ", runtime.Version()} {
+		for _, want := range []string{"notification-worker " + release(), "revision ", runtime.Version()} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("version printed %q, want it to hold %q", stdout, want)
 			}
@@ -53,6 +53,9 @@ func TestCLI_CommandHelp(t *testing.T) {
 	}{
 		{"publish", []string{"-topic", "-sample"}},
 		{"key", []string{"-redis"}},
+		{"worker", nil},
+		{"demo", nil},
+		{"version", nil},
 	} {
 		t.Run(tt.cmd, func(t *testing.T) {
 			badEnv(t)
@@ -152,11 +155,23 @@ func TestCLI_KeyRedisDecodesWhatIsStored(t *testing.T) {
 	}
 }
 
-// key --redis needs REDIS_URL, and says so.
+// key --redis needs REDIS_URL, and says so, wherever the flag stands
+// among the event ids; after "--" it is an event id.
 func TestCLI_KeyRedisWithoutURL(t *testing.T) {
-	clearEnv(t)
-	code, _, stderr := runCmd(t, "", "key", "--redis", "evt-1")
-	if code != 2 || !strings.Contains(stderr, "REDIS_URL") {
-		t.Fatalf("exit %d, stderr %q; want 2 naming REDIS_URL", code, stderr)
+	for _, args := range [][]string{{"--redis", "evt-1"}, {"evt-1", "--redis"}, {"evt-1", "--redis", "evt-2"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			clearEnv(t)
+			code, stdout, stderr := runCmd(t, "", append([]string{"key"}, args...)...)
+			if code != 2 || !strings.Contains(stderr, "REDIS_URL") {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 2 naming REDIS_URL", code, stdout, stderr)
+			}
+		})
 	}
+	t.Run("AfterDoubleDash", func(t *testing.T) {
+		clearEnv(t)
+		code, stdout, stderr := runCmd(t, "", "key", "evt-1", "--", "-evt-2")
+		if code != 0 || !strings.Contains(stdout, "-evt-2") {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want 0 and the keys of -evt-2", code, stdout, stderr)
+		}
+	})
 }

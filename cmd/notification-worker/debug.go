@@ -29,7 +29,7 @@ func (m *Main) openDebug() error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return m.configError("DEBUG_ADDR", addr, err.Error())
 	}
 	// No WriteTimeout: a CPU profile or a trace answers after the seconds
 	// it was asked for.

@@ -142,20 +142,35 @@ func describe(f redis.Found, now time.Time) string {
 	return fmt.Sprintf("%s, leased from %s until %s (expired: abandoned, the next claim takes it over)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))
 }
 
-// parseFlags parses args into fs. On -h, -help or --help it prints the
+// parseFlags parses args into fs, flags before, between or after the
+// other arguments (key ID --redis), which fs.Args then returns in order;
+// those after "--" are never flags. On -h, -help or --help it prints the
 // command's synopsis and flags to stdout and returns flag.ErrHelp; a bad
 // flag is a *usageError.
 func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout io.Writer) error {
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, "usage: notification-worker %s\n", synopsis)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		return flag.ErrHelp
+	var positional []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "usage: notification-worker %s\n", synopsis)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return flag.ErrHelp
+		}
+		if err != nil {
+			return &usageError{fs.Name() + ": " + err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if stop := len(args) - len(rest) - 1; stop >= 0 && args[stop] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
 	}
-	if err != nil {
-		return &usageError{fs.Name() + ": " + err.Error()}
-	}
-	return nil
+	// Parsing "--" alone sets no flag and leaves fs.Args the positional.
+	return fs.Parse(append([]string{"--"}, positional...))
 }

@@ -286,6 +286,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			"IDEMPOTENCY_STORE":    "memory",
 			"HTTP_ADDR":            "off",
 			"LOG_FORMAT":           "json",
+			"STARTUP_TIMEOUT":      "1s",
 		}
 		for k, v := range env {
 			t.Setenv(k, v)
@@ -293,8 +294,8 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), waitWithin)
 		defer cancel()
 		var stdout, stderr bytes.Buffer
-		if code := run(ctx, []string{"worker"}, strings.NewReader(""), &stdout, &stderr); code != 1 {
-			t.Errorf("run = %d, want 1 (brokers unreachable); stderr: %s", code, &stderr)
+		if code := run(ctx, []string{"worker"}, strings.NewReader(""), &stdout, &stderr); code != 3 {
+			t.Errorf("run = %d, want 3 (brokers unreachable); stderr: %s", code, &stderr)
 		}
 		assertNoLeak(t, "stdout", stdout.String(), forbidden)
 		assertNoLeak(t, "stderr", stderr.String(), forbidden)

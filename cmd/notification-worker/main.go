@@ -28,9 +28,14 @@ import (
 )
 
 // version is the worker's release, set at link time
-// (-ldflags "-X main.version=..."; see the Makefile), "dev" otherwise. The
-// start-up line, notification_worker_build_info and the traces carry it.
-var version = "dev"
+// (-ldflags "-X main.version=..."; see the Makefile). Unset, release takes
+// what the Go toolchain stamped.
+var version string
+
+// release is the worker's release (buildinfo.Read): the start-up line,
+// notification_worker_build_info, the traces and the version command carry
+// it.
+func release() string { return buildinfo.Read(version).Version }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -38,9 +43,9 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// run returns the process exit code: 0 success, 1 a failure at run time,
-// 2 bad usage or configuration. Each command reads the configuration it
-// needs itself, after its arguments, so help and version need none.
+// run returns the process exit code (exitCodes). Each command reads the
+// configuration it needs itself, after its arguments, so help and version
+// need none.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	name := "worker"
 	if len(args) > 0 {
@@ -48,35 +53,40 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if name == "help" || name == "-h" || name == "--help" {
 		fmt.Fprintln(stdout, usage)
-		return 0
+		return exitOK
 	}
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "unknown command %q\n%s\n", name, usage)
-		return 2
+		return exitConfig
 	}
-	err := cmd(ctx, cmdIO{stdin: stdin, stdout: stdout, stderr: stderr, lookup: os.LookupEnv}, args)
+	err := cmd(ctx, cmdIO{stdin: stdin, stdout: stdout, stderr: stderr, lookup: os.LookupEnv, environ: os.Environ}, args)
 	var usageErr *usageError
 	var configErr *config.Error
+	var startErr *startError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
+		return exitOK
 	case errors.As(err, &usageErr):
 		fmt.Fprintf(stderr, "%v\n%s\n", err, usage)
-		return 2
+		return exitConfig
 	case errors.As(err, &configErr):
 		reportConfigError(stderr, configErr)
-		return 2
+		return exitConfig
+	case errors.As(err, &startErr):
+		startErr.report(stderr)
+		return startErr.exitCode()
 	}
 	fmt.Fprintln(stderr, "notification-worker:", err)
-	return 1
+	return exitFailure
 }
 
 // A command runs one subcommand on the arguments after its name. It reads
 // the configuration it needs through io.lookup. It returns flag.ErrHelp once
 // it has printed its help (exit 0), a *usageError for bad arguments or a
-// *config.Error for a bad environment (exit 2), any other error for a
-// failure at run time (exit 1).
+// *config.Error for a bad environment (exit 2), a *startError for a worker
+// that could not start (exit 3 or 1), any other error for a failure at run
+// time (exit 1).
 type command func(ctx context.Context, io cmdIO, args []string) error
 
 // cmdIO is what a command reads and writes besides its arguments.
@@ -84,6 +94,7 @@ type cmdIO struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	lookup         func(string) (string, bool) // os.LookupEnv
+	environ        func() []string             // os.Environ
 }
 
 // commands are the subcommands by name; "worker" is also what runs with
@@ -130,8 +141,8 @@ func reportConfigError(w io.Writer, err *config.Error) {
 
 // runVersion prints what notification_worker_build_info carries.
 func runVersion(_ context.Context, cio cmdIO, args []string) error {
-	if len(args) > 0 {
-		return &usageError{"version: takes no arguments"}
+	if err := noArguments("version", "version\n\nPrints the release, the VCS revision and the Go version.", args, cio.stdout); err != nil {
+		return err
 	}
 	bi := buildinfo.Read(version)
 	fmt.Fprintf(cio.stdout, "notification-worker %s\nrevision %s\n%s\n", bi.Version, bi.Revision, bi.GoVersion)
@@ -139,12 +150,12 @@ func runVersion(_ context.Context, cio cmdIO, args []string) error {
 }
 
 // runWorkerCommand runs the worker on the environment, checked whole
-// first (config.LoadWorker).
+// first, its names included (config.LoadWorkerEnviron).
 func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
-	if len(args) > 0 {
-		return &usageError{fmt.Sprintf("worker: takes no arguments (got %q); it is configured by environment", args)}
+	if err := noArguments("worker", "worker (the command run when none is named)\n\nRuns the worker, configured by environment only (the README's configuration table).", args, cio.stdout); err != nil {
+		return err
 	}
-	cfg, err := config.LoadWorker(cio.lookup, providers()...)
+	cfg, err := config.LoadWorkerEnviron(cio.environ(), providers()...)
 	if err != nil {
 		return err
 	}
@@ -154,8 +165,8 @@ func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
 // runDemoCommand runs the demo, which needs no broker nor store: it
 // checks the variables it reads (config.Load), not a worker's whole set.
 func runDemoCommand(ctx context.Context, cio cmdIO, args []string) error {
-	if len(args) > 0 {
-		return &usageError{"demo: takes no arguments"}
+	if err := noArguments("demo", "demo\n\nReplays the 2026-04-02 incident on an embedded broker, with the in-memory store and console notifiers.", args, cio.stdout); err != nil {
+		return err
 	}
 	cfg, err := config.Load(cio.lookup)
 	if err != nil {
@@ -170,11 +181,25 @@ func runWorker(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	limit := memlimit.Apply(memlimit.DefaultRatio)
 	m := &Main{Config: cfg, Stdout: stdout}
 	defer m.Close()
-	if err := m.Open(ctx); err != nil {
+	err := m.Open(ctx)
+	if err == nil {
+		logMemoryLimit(m.logger, limit, cfg.Kafka.MaxBufferedBytes)
+		err = m.Run(ctx)
+	}
+	return startFailure(ctx, err, cfg.LogFormat)
+}
+
+// noArguments parses args of a command that takes none but -h, whose help
+// is synopsis.
+func noArguments(name, synopsis string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if err := parseFlags(fs, synopsis, args, stdout); err != nil {
 		return err
 	}
-	logMemoryLimit(m.logger, limit, cfg.Kafka.MaxBufferedBytes)
-	return m.Run(ctx)
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("%s: takes no arguments (got %q)", name, fs.Args())}
+	}
+	return nil
 }
 
 // logMemoryLimit says which soft memory limit the Go runtime runs with and

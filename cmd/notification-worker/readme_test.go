@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -50,4 +51,24 @@ func TestREADMEConfigReference(t *testing.T) {
 		Path: readmePath, Begin: beginMarker, End: endMarker,
 		What: "the configuration table", From: "config.Reference and the providers' settings", Hint: updateHint,
 	}.Check(t, renderReference(), *update)
+}
+
+// renderExitCodes renders exitCodes as the README's list, inside the
+// bullet that holds it.
+func renderExitCodes() string {
+	var b strings.Builder
+	for _, c := range exitCodes {
+		fmt.Fprintf(&b, "  - `%d`: %s\n", c.code, c.meaning)
+	}
+	return b.String() + "  "
+}
+
+// TestREADMEExitCodes fails when the README's exit codes are not the ones
+// run returns (exitCodes), so a code cannot change or appear without the
+// README saying so. With -update it rewrites that list, and only it.
+func TestREADMEExitCodes(t *testing.T) {
+	docsection.Section{
+		Path: readmePath, Begin: "<!-- exit-codes:begin -->", End: "<!-- exit-codes:end -->",
+		What: "the exit codes", From: "exitCodes", Hint: "go test ./cmd/notification-worker -run TestREADMEExitCodes -update",
+	}.Check(t, renderExitCodes(), *update)
 }

@@ -74,6 +74,9 @@ func TestRun_BadEnvironmentExits2NamingEveryVariable(t *testing.T) {
 		{"KafkaCAFileWithoutACertificate",
 			map[string]string{"KAFKA_BROKERS": "127.0.0.1:1", "KAFKA_TLS": "true", "KAFKA_TLS_CA_FILE": "startup_test.go"},
 			[]string{"KAFKA_TLS_CA_FILE"}},
+		{"MissingTemplatesDirAndAMisspeltSetting",
+			map[string]string{"EVENT_SOURCE": "embedded", "TEMPLATES_DIR": "/nonexistent/templates", "IDEMPOTENCY_FAILUR_MODE": "closed"},
+			[]string{"TEMPLATES_DIR", "IDEMPOTENCY_FAILUR_MODE", "IDEMPOTENCY_FAILURE_MODE"}},
 		{"UnboundedRedisQueueAndABadValue",
 			merged(providersEnv, map[string]string{
 				"KAFKA_BROKERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1?write_timeout=72h",

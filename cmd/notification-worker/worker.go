@@ -67,6 +67,7 @@ type Main struct {
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
 	consumer *kafka.Consumer
+	kafka    kafka.Config // the consumer's, for Run to reach the brokers with
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
 	debug    string          // the debug server's address; "" when DEBUG_ADDR is empty
@@ -76,7 +77,10 @@ type Main struct {
 	// stopping is when Run's context was done (SIGTERM): the start of the
 	// shutdown SHUTDOWN_TIMEOUT bounds. Zero until then.
 	stopping atomic.Pointer[time.Time]
-	closers  []func()
+	// startBy is when STARTUP_TIMEOUT from Open's start ends: reach gives
+	// up on a dependency then.
+	startBy time.Time
+	closers []func()
 }
 
 // Deps are what a caller gives Main instead of having Open build it from
@@ -111,13 +115,18 @@ type Deps struct {
 // Config.HTTPAddr (unless it is empty), and net/http/pprof on
 // Config.DebugAddr (only when it is set). /readyz answers 503 until Run has
 // joined the group. It refuses a Config whose settings do not combine
-// (config.Config.Check: a *config.Error, as from LoadWorker). On error,
-// what was built so far is closed by Close; a port in use is such an error.
+// (config.Config.Check: a *config.Error, as from LoadWorker), and returns
+// a *config.Error too for what it finds misconfigured only now (a port in
+// use, templates that lack a provider channel's text, a Redis that evicts).
+// It tries Redis until it answers, for up to STARTUP_TIMEOUT (reach: a
+// *startError when it does not); Kafka is Run's. On error, what was built
+// so far is closed by Close.
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
 	if err := cfg.Check(); err != nil {
 		return err
 	}
+	m.startBy = time.Now().Add(cfg.StartupTimeout)
 	m.logger = cmp.Or(m.Deps.Logger, newLogger(m.Stdout, cfg.LogLevel, cfg.LogFormat))
 	m.metrics = m.Deps.Metrics
 	if m.metrics == nil {
@@ -126,7 +135,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.metrics.KnowTopic(cfg.Kafka.Topic)
 	m.channels = active(cfg, m.Deps)
 	m.metrics.KnowChannels(channelNames(m.channels)...)
-	m.metrics.SetVersion(version)
+	m.metrics.SetVersion(release())
 	m.adapters = map[string]string{}
 	chosen, err := choose(cfg, m.Deps)
 	if err != nil {
@@ -164,7 +173,15 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := m.openDebug(); err != nil {
 		return err
 	}
-	m.logger.Info("worker_starting", slog.String("version", version), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
+	m.logger.Info("worker_starting", slog.String("version", release()), slog.Any("config", cfg), slog.Any("adapters", m.adapters))
+	for _, name := range cfg.UnknownVariables {
+		m.logger.Warn("config_unknown_variable", slog.String("variable", name),
+			slog.String("reason", "no setting has this name, and it is ignored (the README's configuration table lists them)"))
+	}
+	if len(chosen.realBesideMemory) > 0 {
+		m.logger.Warn("memory_store_with_real_providers", slog.String("store", chosen.Store), slog.Any("notifiers", chosen.realBesideMemory),
+			slog.String("reason", "IDEMPOTENCY_STORE="+chosen.Store+" beside real providers: every sent record is forgotten at a restart, and a replay after it sends each notification again; for a test lab only"))
+	}
 	for _, name := range chosen.consoleShared {
 		m.logger.Warn("console_notifier_shared_store", slog.String("variable", name),
 			slog.String("reason", name+"=console with the "+chosen.Store+" store: this channel's notifications go to the console and their sent records into the shared store, where they suppress the real ones for IDEMPOTENCY_TTL; for a test lab only"))
@@ -224,6 +241,10 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
 	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels(m.channels)...)
+	if err != nil && cfg.TemplatesDir != "" {
+		// LoadWorker checked them for the built-in channels only.
+		return nil, m.configError("TEMPLATES_DIR", cfg.TemplatesDir, err.Error())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +294,7 @@ func (m *Main) openConsumer(brokers []string, h ports.Handler, stallAfter time.D
 	if m.consumer, err = kafka.NewConsumer(kcfg); err != nil {
 		return err
 	}
-	m.handler = h
+	m.kafka, m.handler = kcfg, h
 	m.policy, err = m.recordPolicy(m.consumer.DeadLetterSink())
 	return err
 }
@@ -290,7 +311,7 @@ func (m *Main) openTracing(ctx context.Context) (*otel.Tracer, error) {
 		return otel.New(m.Deps.TracerProvider), nil
 	case url != "":
 		tp, err := otel.NewProvider(ctx, otel.ExportConfig{
-			URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: version, Logger: m.logger,
+			URL: url, ServiceName: m.Config.Tracing.ServiceName, ServiceVersion: release(), Logger: m.logger,
 		})
 		if err != nil {
 			return nil, err
@@ -317,7 +338,7 @@ func (m *Main) openHTTP() error {
 	h := httpapi.Handler(httpapi.Config{Ready: m.Ready, Live: m.Live, Status: m.status, Metrics: m.metrics.Handler()})
 	srv, err := httpapi.Listen(m.Config.HTTPAddr, h, m.logger)
 	if err != nil {
-		return err
+		return m.configError("HTTP_ADDR", m.Config.HTTPAddr, err.Error())
 	}
 	m.http = srv
 	m.closers = append(m.closers, func() {
@@ -366,22 +387,42 @@ func (m *Main) status() map[string]string {
 	return map[string]string{"consumer": consumer, "store": store, "lag": strconv.FormatInt(lag, 10)}
 }
 
-// Run consumes until ctx is done, then returns once the consumer has
-// committed what was handled.
+// Run tries the brokers until they answer, for what is left of
+// STARTUP_TIMEOUT from Open's start (reach), then consumes until ctx is
+// done, and returns once the consumer has committed what was handled. It
+// fails only when the consumer cannot connect to the brokers: a
+// *startError.
 func (m *Main) Run(ctx context.Context) error {
 	if m.consumer == nil {
 		return errors.New("worker: Run before Open")
 	}
 	m.running.Store(true)
+	defer m.running.Store(false)
 	stopWatch := context.AfterFunc(ctx, func() {
 		now := time.Now()
 		m.stopping.Store(&now)
 	})
 	defer stopWatch()
-	err := m.consumer.RunPolicy(ctx, m.handler, m.policy...)
-	m.running.Store(false)
+	err := m.reach(ctx, "kafka", func(ctx context.Context) error { return kafka.Reach(ctx, m.kafka) })
+	if err == nil {
+		err = m.consumer.RunPolicy(ctx, m.handler, m.policy...)
+	}
+	var se *startError
+	switch {
+	case ctx.Err() != nil:
+	case errors.As(err, &se):
+		return err
+	case err != nil:
+		return &startError{Dependency: "kafka", Err: err, Attempts: 1}
+	}
 	m.logger.Info("worker_stopped")
-	return err
+	return nil
+}
+
+// configError is a setting found wrong once the worker used it: as bad
+// configuration, with the problem against name, whose value was value.
+func (m *Main) configError(name, value, reason string) *config.Error {
+	return &config.Error{Problems: []config.Problem{{Var: name, Value: value, Reason: reason}}, LogFormat: m.Config.LogFormat}
 }
 
 // shutdownDeadline is when SHUTDOWN_TIMEOUT ends: counted from when Run's
