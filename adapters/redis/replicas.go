@@ -31,6 +31,12 @@ var ErrNotReplicated = errors.New("redis: write not acknowledged by enough repli
 // does not know WAITAOF (Redis before 7.2).
 var ErrNoWaitAOF = errors.New("redis: the server has no WAITAOF (needs Redis >= 7.2)")
 
+// ErrAckRefused is wrapped by New when replicas must acknowledge writes
+// (Config.MinReplicas above 0, or AutoMinReplicas beside a replica) and a
+// server refuses the user WAIT or WAITAOF (NOPERM: its ACL): every claim
+// and record would fail.
+var ErrAckRefused = errors.New("redis: the ACL refuses the acknowledgement command")
+
 // waitReplyShare is the part of a call's remaining budget the server may
 // take to answer a WAIT, and serverTick how late it may answer past the
 // WAIT's timeout: Redis times blocked commands out from its event loop,
@@ -50,6 +56,15 @@ const (
 // else 0. New logs the choice (idempotency_replicas). It is what an unset
 // IDEMPOTENCY_MIN_REPLICAS means.
 const AutoMinReplicas = -1
+
+// MinReplicasSetting is IDEMPOTENCY_MIN_REPLICAS as it reads in c: "unset"
+// for AutoMinReplicas, else the count. For logs and errors.
+func (c Config) MinReplicasSetting() string {
+	if c.MinReplicas == AutoMinReplicas {
+		return "unset"
+	}
+	return strconv.Itoa(c.MinReplicas)
+}
 
 // minReplicas reads IDEMPOTENCY_MIN_REPLICAS: AutoMinReplicas when unset.
 func minReplicas(s ports.Settings) int {
@@ -340,6 +355,9 @@ func (s *Store) checkAcks(ctx context.Context) error {
 			case isRedis && name == "WAITAOF" && strings.Contains(strings.ToLower(re.Error()), "unknown command"):
 				return fmt.Errorf("%w: %s answered %v; unset IDEMPOTENCY_WAIT_AOF, or upgrade every node", ErrNoWaitAOF, addr, err)
 			case isRedis && strings.Contains(strings.ToLower(re.Error()), "replica"):
+			case isRedis && strings.HasPrefix(re.Error(), "NOPERM"):
+				return fmt.Errorf("%w: %s on %s, to acknowledge every write by %d replicas (IDEMPOTENCY_MIN_REPLICAS; the ACL must allow +%s, or set IDEMPOTENCY_MIN_REPLICAS=0 to take the primary's word alone): %v",
+					ErrAckRefused, name, addr, s.cfg.MinReplicas, strings.ToLower(name), err)
 			default:
 				return fmt.Errorf("%s on %s, to acknowledge every write by %d replicas (IDEMPOTENCY_MIN_REPLICAS; the ACL must allow +%s, or set IDEMPOTENCY_MIN_REPLICAS=0 to take the primary's word alone): %w",
 					name, addr, s.cfg.MinReplicas, strings.ToLower(name), err)

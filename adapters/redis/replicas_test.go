@@ -717,7 +717,7 @@ func TestMinReplicas_ACLWithoutWait(t *testing.T) {
 	if s, err := redis.New(cfg); err == nil {
 		s.Close()
 		t.Fatalf("New unset beside a replica, as a user without +wait: no error")
-	} else if !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "+wait") || !strings.Contains(err.Error(), "IDEMPOTENCY_MIN_REPLICAS=0") {
+	} else if !errors.Is(err, redis.ErrAckRefused) || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "+wait") || !strings.Contains(err.Error(), "IDEMPOTENCY_MIN_REPLICAS=0") {
 		t.Fatalf("New: %v, want WAIT's NOPERM, the +wait the ACL needs, and IDEMPOTENCY_MIN_REPLICAS=0", err)
 	}
 

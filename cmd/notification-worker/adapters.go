@@ -174,6 +174,8 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 			return m.configError("IDEMPOTENCY_ALLOW_EVICTION", "false", "the Redis primary "+evicting.Node+" has "+evicting.Reason())
 		case errors.Is(err, redis.ErrNoWaitAOF):
 			return m.configError("IDEMPOTENCY_WAIT_AOF", "true", err.Error())
+		case errors.Is(err, redis.ErrAckRefused):
+			return m.configError("IDEMPOTENCY_MIN_REPLICAS", rcfg.MinReplicasSetting(), err.Error())
 		}
 		return err
 	})
