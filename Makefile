@@ -36,9 +36,9 @@ UNIT_FIRST    := $(if $(filter ./...,$(PKGS)),./cmd/notification-worker)
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
 	$(GO) test -race -count=1 -p $(UNIT_PARALLEL) -timeout 10m $(UNIT_FIRST) $(PKGS)
 
-test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
+test-rules: ## the alert rules (deploy/prometheus) and the dashboard's queries (deploy/grafana) against their promtool tests
 	promtool check rules deploy/prometheus/rules.yaml
-	promtool test rules deploy/prometheus/rules_test.yaml
+	promtool test rules deploy/prometheus/rules_test.yaml deploy/grafana/dashboard_test.yaml
 
 # The scenarios mostly wait on their peers, so four run at once on two
 # cores (go test's default is one per core); the ones that must not share
