@@ -74,7 +74,7 @@ fuzz: ## every fuzz target for FUZZTIME each (default 15s), on top of its seed c
 bench: ## throughput and capacity, as ratios against baselines measured in the same run
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 35m ./integration/bench/
 
-check-deploy: ## deploy/compose.yaml and deploy/k8s validated offline
+check-deploy: ## deploy/compose.yaml, deploy/k8s and the Helm chart (deploy/helm) linted, rendered and validated offline
 	scripts/check-deploy.sh
 
 clean:
