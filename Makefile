@@ -36,9 +36,9 @@ UNIT_FIRST    := $(if $(filter ./...,$(PKGS)),./cmd/notification-worker)
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
 	$(GO) test -race -count=1 -p $(UNIT_PARALLEL) -timeout 10m $(UNIT_FIRST) $(PKGS)
 
-test-rules: ## the alert rules (deploy/prometheus) against their promtool tests
+test-rules: ## the alert rules (deploy/prometheus) and the dashboard's queries (deploy/grafana) against their promtool tests
 	promtool check rules deploy/prometheus/rules.yaml
-	promtool test rules deploy/prometheus/rules_test.yaml
+	promtool test rules deploy/prometheus/rules_test.yaml deploy/grafana/dashboard_test.yaml
 
 # The scenarios mostly wait on their peers, so four run at once on two
 # cores (go test's default is one per core); the ones that must not share
@@ -74,7 +74,7 @@ fuzz: ## every fuzz target for FUZZTIME each (default 15s), on top of its seed c
 bench: ## throughput and capacity, as ratios against baselines measured in the same run
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 35m ./integration/bench/
 
-check-deploy: ## deploy/compose.yaml and deploy/k8s validated offline
+check-deploy: ## deploy/compose.yaml, deploy/k8s and the Helm chart (deploy/helm) linted, rendered and validated offline
 	scripts/check-deploy.sh
 
 clean:

@@ -11,16 +11,28 @@
 #      OpenAPI document: kubeconform would otherwise download its schemas,
 #      and these machines reach no network but the package registries. The
 #      document comes with the k8s.io/kubernetes Go module (fetched by `go mod
-#      download`, into the module cache, outside this module's go.mod);
+#      download`, into the module cache, outside any go.mod);
 #      scripts/checkdeploy turns it into kubeconform's schema files.
-#      deploy/k8s/monitoring (ServiceMonitor, PrometheusRule) is validated
-#      against the Prometheus Operator's CRDs, which its Go module ships
-#      (fetched the same way), made strict by scripts/checkdeploy too.
-#   3. deploy/k8s/kustomization.yaml: lists every manifest but the example
-#      Secret and the optional KEDA ScaledObject, and `kubectl kustomize` output validates too (when kubectl is
-#      installed; it is optional).
-#   4. terminationGracePeriodSeconds exceeds SHUTDOWN_TIMEOUT, and the
-#      NetworkPolicy lets the worker reach configmap.yaml's SMTP_PORT.
+#      ServiceMonitor and PrometheusRule are validated against the
+#      Prometheus Operator's CRDs, ScaledObject against KEDA's, which their
+#      Go modules ship (fetched the same way), made strict by
+#      scripts/checkdeploy too.
+#   3. deploy/k8s/kustomization.yaml lists every manifest but the example
+#      Secret and the optional KEDA ScaledObject; deploy/k8s and
+#      deploy/k8s/monitoring, built with kustomize's own code, validate too,
+#      and pass scripts/checkdeploy's checks of what no schema sees: the
+#      grace period exceeds SHUTDOWN_TIMEOUT, the pods get no service links,
+#      the NetworkPolicy opens SMTP_PORT.
+#   4. The Helm chart (deploy/helm/notification-worker), with Helm's own
+#      code: linted as `helm lint --strict` does and rendered as `helm
+#      template` does, with its defaults and with each values file of its
+#      ci/ folder; each rendering validates as in 2 and passes the checks
+#      of 3. Then scripts/checkdeploy's tests: the chart's defaults render
+#      the objects of deploy/k8s, its monitoring toggles those of
+#      deploy/k8s/monitoring, its KEDA toggle the example ScaledObject.
+#      scripts/checkdeploy is a Go module of its own: Helm and kustomize
+#      (and the k8s.io modules they bring) are never built into, or
+#      downloaded for, the worker's module.
 #   5. The worker builds for linux/arm64 as well as linux/amd64 (the
 #      Dockerfile copies the binary of the platform it builds for), and the
 #      Dockerfile hard-codes no architecture.
@@ -35,17 +47,21 @@
 #                         against (default v1.37.2, the k8s.io/kubernetes
 #                         module version)
 #   PROMETHEUS_OPERATOR_VERSION  the Prometheus Operator whose CRDs
-#                         deploy/k8s/monitoring is checked against (default v0.89.0)
+#                         ServiceMonitor and PrometheusRule are checked
+#                         against (default v0.89.0)
+#   KEDA_VERSION          KEDA whose CRD ScaledObject is checked against
+#                         (default v2.20.2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kubeconform_version=${KUBECONFORM_VERSION:-v0.8.0}
 k8s_version=${K8S_VERSION:-v1.37.2}
 operator_version=${PROMETHEUS_OPERATOR_VERSION:-v0.89.0}
+keda_version=${KEDA_VERSION:-v2.20.2}
 # The kinds deploy/k8s uses; a new kind needs its entry here.
 kinds=(StatefulSet.apps/v1 ConfigMap.v1 Service.v1 PodDisruptionBudget.policy/v1 Secret.v1 NetworkPolicy.networking.k8s.io/v1)
 
-say() { printf 'check-deploy: %s\n' "$*" >&2; }
+say() { printf 'check-deploy: [%4ss] %s\n' "$SECONDS" "$*" >&2; }
 die() { say "$*"; exit 1; }
 
 command -v go >/dev/null 2>&1 || die "go is not installed"
@@ -100,13 +116,17 @@ if [ ! -x "$kubeconform" ] || [ "$(installed_version)" != "$kubeconform_version"
   (cd "$work" && GOBIN=$gobin GOFLAGS= go install "github.com/yannh/kubeconform/cmd/kubeconform@$kubeconform_version")
 fi
 
+say "building scripts/checkdeploy (Helm, kustomize)"
+checkdeploy=$work/checkdeploy
+(cd scripts/checkdeploy && go build -o "$checkdeploy" .)
+
 say "schemas: Kubernetes $k8s_version OpenAPI document, kinds ${kinds[*]}"
 k8s_dir=$(cd "$work" && GOFLAGS= go mod download -json "k8s.io/kubernetes@$k8s_version" |
   sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 swagger=$k8s_dir/api/openapi-spec/swagger.json
 [ -f "$swagger" ] || die "k8s.io/kubernetes@$k8s_version has no $swagger"
 schemas=$work/schemas
-go run ./scripts/checkdeploy -swagger "$swagger" -out "$schemas" "${kinds[@]}"
+"$checkdeploy" -swagger "$swagger" -out "$schemas" "${kinds[@]}"
 
 say "schemas: Prometheus Operator $operator_version CRDs (ServiceMonitor, PrometheusRule)"
 operator_dir=$(cd "$work" && GOFLAGS= go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" |
@@ -114,8 +134,15 @@ operator_dir=$(cd "$work" && GOFLAGS= go mod download -json "github.com/promethe
 for crd in servicemonitors prometheusrules; do
   f=$operator_dir/jsonnet/prometheus-operator/$crd-crd.json
   [ -f "$f" ] || die "prometheus-operator@$operator_version has no $f"
-  go run ./scripts/checkdeploy -crd "$f" -out "$schemas"
+  "$checkdeploy" -crd "$f" -out "$schemas"
 done
+
+say "schemas: KEDA $keda_version CRD (ScaledObject)"
+keda_dir=$(cd "$work" && GOFLAGS= go mod download -json "github.com/kedacore/keda/v2@$keda_version" |
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+f=$keda_dir/config/crd/bases/keda.sh_scaledobjects.yaml
+[ -f "$f" ] || die "keda@$keda_version has no $f"
+"$checkdeploy" -crd "$f" -out "$schemas"
 
 validate() {
   # -strict: unknown fields and duplicate keys fail. The schemas are strict
@@ -142,35 +169,21 @@ for f in deploy/k8s/*.yaml; do
   case $b in kustomization.yaml | secret.example.yaml | keda-scaledobject.yaml) continue ;; esac
   grep -qx "$b" <<<"$listed" || die "deploy/k8s/$b is not listed in kustomization.yaml: it would never be applied"
 done
-if command -v kubectl >/dev/null 2>&1; then
-  say "kubectl kustomize deploy/k8s | kubeconform"
-  kubectl kustomize deploy/k8s >"$work/built.yaml" || die "kubectl kustomize deploy/k8s failed"
-  validate "$work/built.yaml" || die "the kustomize build of deploy/k8s is invalid"
-else
-  say "kubectl not installed: kustomize build not checked (the file list was)"
-fi
+for dir in deploy/k8s deploy/k8s/monitoring; do
+  say "kustomize build $dir | checks | kubeconform"
+  built=$work/$(echo "$dir" | tr / -).yaml
+  "$checkdeploy" -kustomize "$dir" -out "$built" || die "$dir: the kustomize build fails or its objects fail the checks"
+  validate "$built" || die "the kustomize build of $dir is invalid"
+done
 
-# --- 4. shutdown budget --------------------------------------------------------
+# --- 4. the Helm chart ---------------------------------------------------------
 
-seconds() { # 30s, 2m, 1m30s -> seconds
-  local v=$1 total=0
-  [[ $v =~ ^([0-9]+m)?([0-9]+s)?$ ]] || return 1
-  [ -n "${BASH_REMATCH[1]}" ] && total=$((total + ${BASH_REMATCH[1]%m} * 60))
-  [ -n "${BASH_REMATCH[2]}" ] && total=$((total + ${BASH_REMATCH[2]%s}))
-  echo "$total"
-}
-shutdown=$(sed -n 's/^[[:space:]]*SHUTDOWN_TIMEOUT:[[:space:]]*"\{0,1\}\([^"]*\)"\{0,1\}[[:space:]]*$/\1/p' deploy/k8s/configmap.yaml)
-grace=$(sed -n 's/^[[:space:]]*terminationGracePeriodSeconds:[[:space:]]*\([0-9]*\)[[:space:]]*$/\1/p' deploy/k8s/statefulset.yaml)
-shutdown_s=$(seconds "${shutdown:-30s}") || die "SHUTDOWN_TIMEOUT=$shutdown in configmap.yaml: cannot read it as a duration"
-[ -n "$grace" ] || die "statefulset.yaml sets no terminationGracePeriodSeconds (the default 30 s does not exceed SHUTDOWN_TIMEOUT's default)"
-[ "$grace" -gt "$shutdown_s" ] ||
-  die "terminationGracePeriodSeconds ($grace) must exceed SHUTDOWN_TIMEOUT (${shutdown_s}s), or in-flight sends are killed before they are committed"
-
-smtp_port=$(sed -n 's/^[[:space:]]*SMTP_PORT:[[:space:]]*"\{0,1\}\([0-9]*\)"\{0,1\}[[:space:]]*$/\1/p' deploy/k8s/configmap.yaml)
-if [ -n "$smtp_port" ]; then
-  grep -Eq "^[[:space:]]*- port: $smtp_port$" deploy/k8s/networkpolicy.yaml ||
-    die "networkpolicy.yaml allows no egress to SMTP_PORT ($smtp_port in configmap.yaml): every email would time out"
-fi
+chart=deploy/helm/notification-worker
+say "helm lint, helm template: $chart, defaults and ci/*.yaml"
+"$checkdeploy" -chart "$chart" -out "$work/chart" || die "$chart: lint, render or checks failed"
+validate "$work"/chart/*.yaml || die "$chart renders an invalid manifest"
+say "go test scripts/checkdeploy: the chart against deploy/k8s"
+(cd scripts/checkdeploy && go test -count=1 ./...) || die "$chart and deploy/k8s differ"
 
 # --- 5. both architectures -------------------------------------------------------
 

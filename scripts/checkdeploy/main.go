@@ -1,28 +1,39 @@
-// Command checkdeploy turns the Kubernetes OpenAPI v2 document (swagger.json,
-// as the k8s.io/kubernetes module ships it under api/openapi-spec/) into
+// Command checkdeploy checks deploy/ offline, for scripts/check-deploy.sh,
+// with the Kubernetes ecosystem's own code: Helm's chart loader, engine and
+// lint, kustomize's build, and the Kubernetes OpenAPI document. It is a Go
+// module of its own, so that the worker's module neither builds nor
+// downloads any of it.
+//
+//	checkdeploy -swagger swagger.json -out DIR Deployment.apps/v1 ConfigMap.v1 ...
+//	checkdeploy -crd servicemonitors-crd.json -out DIR
+//	checkdeploy -kustomize deploy/k8s -out built.yaml
+//	checkdeploy -chart deploy/helm/notification-worker -out DIR
+//
+// -swagger turns the Kubernetes OpenAPI v2 document (swagger.json, as the
+// k8s.io/kubernetes module ships it under api/openapi-spec/) into
 // standalone, strict JSON schemas that kubeconform reads from a local
-// directory. kubeconform normally downloads its schemas; the machines this
-// project builds on reach no network but the package registries, so
-// scripts/check-deploy.sh generates them here instead.
-//
-//	go run ./scripts/checkdeploy -swagger swagger.json -out DIR Deployment.apps/v1 ConfigMap.v1 ...
-//	go run ./scripts/checkdeploy -crd servicemonitors-crd.json -out DIR
-//
-// With -crd (a CustomResourceDefinition as JSON, such as those the
-// Prometheus Operator's module ships under jsonnet/prometheus-operator/),
-// it writes the schema of each version of that custom kind instead, made
-// strict the same way.
-//
+// directory: kubeconform normally downloads its schemas, and the machines
+// this project builds on reach no network but the package registries.
 // Each argument is Kind.version for the core group or Kind.group/version
 // otherwise. The files are named as kubeconform's default location names
 // them ({{ .ResourceKind }}{{ .KindSuffix }}.json, lower case):
 // deployment-apps-v1.json, configmap-v1.json, poddisruptionbudget-policy-v1.json.
+//
+// -crd (a CustomResourceDefinition, JSON or YAML, such as those the
+// Prometheus Operator's and KEDA's modules ship) writes the schema of each
+// version of that custom kind instead, made strict the same way.
 //
 // "Strict" follows openapi2jsonschema --strict, the tool that produces
 // kubeconform's usual schemas: every $ref is inlined, an object with declared
 // properties rejects any other property (a typo such as `readinessprobe`
 // fails instead of being dropped by the API server), an int-or-string accepts
 // both, and a quantity accepts a string or a number (`cpu: 1`).
+//
+// -kustomize builds a kustomization as `kubectl kustomize` does, writes the
+// objects to -out, and checks them (checkObjects). -chart lints a Helm
+// chart as `helm lint --strict` does and renders it as `helm template`
+// does, with its defaults and with each values file of its ci/ folder,
+// checks each rendering the same way, and writes it to -out/NAME.yaml.
 package main
 
 import (
@@ -33,29 +44,43 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 func main() {
 	swagger := flag.String("swagger", "", "path of the Kubernetes swagger.json (OpenAPI v2)")
-	crd := flag.String("crd", "", "path of a CustomResourceDefinition, as JSON")
-	out := flag.String("out", "", "directory the schemas are written to")
+	crd := flag.String("crd", "", "path of a CustomResourceDefinition, as JSON or YAML")
+	kustomization := flag.String("kustomize", "", "directory of a kustomization to build and check")
+	chart := flag.String("chart", "", "directory of a Helm chart to lint, render and check")
+	out := flag.String("out", "", "where the schemas, or the objects built, are written")
 	flag.Parse()
-	if *crd != "" && *out != "" {
-		if err := runCRD(*crd, *out); err != nil {
-			fmt.Fprintln(os.Stderr, "checkdeploy:", err)
-			os.Exit(1)
-		}
-		return
+	var err error
+	switch {
+	case *out == "":
+		err = errUsage
+	case *crd != "":
+		err = runCRD(*crd, *out)
+	case *kustomization != "":
+		err = checkKustomization(*kustomization, *out)
+	case *chart != "":
+		err = checkChart(*chart, *out)
+	case *swagger != "" && flag.NArg() > 0:
+		err = run(*swagger, *out, flag.Args())
+	default:
+		err = errUsage
 	}
-	if *swagger == "" || *out == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: checkdeploy -swagger swagger.json -out DIR Kind.group/version ...")
+	if errors.Is(err, errUsage) {
+		fmt.Fprintln(os.Stderr, "usage: checkdeploy -out PATH (-swagger swagger.json Kind.group/version ... | -crd FILE | -kustomize DIR | -chart DIR)")
 		os.Exit(2)
 	}
-	if err := run(*swagger, *out, flag.Args()); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "checkdeploy:", err)
 		os.Exit(1)
 	}
 }
+
+var errUsage = errors.New("usage")
 
 func run(swaggerPath, out string, kinds []string) error {
 	raw, err := os.ReadFile(swaggerPath)
@@ -114,6 +139,9 @@ func runCRD(path, out string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
+	}
+	if raw, err = yaml.YAMLToJSON(raw); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	var crd struct {
 		Kind string `json:"kind"`
