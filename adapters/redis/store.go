@@ -762,15 +762,15 @@ func held(k string, res rueidis.RedisResult) (c ports.Claim, v string, err error
 // reports, and our claim is released, so that nothing of ours stands
 // while a worker of the other format sends, and nothing outlives the
 // notification once it recorded. An abandoned claim there, when our key
-// was free, is taken over (see takeOverOther); under our earlier claim,
-// it is left to whoever finds it free of ours. An error, or a value that
+// was free, is taken over (see takeOverOther); when it held our earlier
+// claim, c stands. An error, or a value that
 // is not ours, is Claim's error (our claim is released first): the store
 // could not tell whether the notification was sent.
 func (s *Store) other(ctx context.Context, key, other string, theirs found, c ports.Claim, mine claimValue, px time.Duration) (ports.Claim, error) {
 	switch {
 	case theirs.err == nil && theirs.c.State == 0:
 		return c, nil
-	case theirs.abandoned(mine.start):
+	case theirs.abandoned(mine.start): // mine.start is Claim's now
 		if c.State == ports.Claimed {
 			return s.takeOverOther(ctx, key, s.cfg.key(key), other, theirs.v, theirs.c.Lease, mine, px)
 		}
