@@ -133,10 +133,7 @@ func describe(f redis.Found, now time.Time) string {
 	}
 	l := c.Lease
 	s := "claim, token " + l.Token
-	switch {
-	case l.Until.IsZero():
-		return s + ", lease without an end (a release before leases: live while the key lives)"
-	case !l.Passed(now):
+	if !l.Passed(now) {
 		return fmt.Sprintf("%s, leased from %s until %s (live)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("%s, leased from %s until %s (expired: abandoned, the next claim takes it over)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))

@@ -130,14 +130,6 @@ func redriveConfig(cfg config.Config, since, from, reason string, now time.Time)
 		}
 		rcfg.From = offsets
 	}
-	if k.GroupID != "" {
-		// Where versions before markers kept what they redrove: a group
-		// for unfiltered runs, and one per kind for -reason.
-		rcfg.EarlierGroups = map[string]string{"": k.GroupID + ".redrive"}
-		for _, kind := range kafka.RedriveKinds {
-			rcfg.EarlierGroups[kind] = k.GroupID + ".redrive." + kind
-		}
-	}
 	if len(bad) > 0 {
 		return kafka.RedriveConfig{}, &usageError{"redrive: " + strings.Join(bad, "; ")}
 	}

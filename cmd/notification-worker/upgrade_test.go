@@ -17,14 +17,14 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// TestMain_ReadableRecordsFromTheReleaseBefore is a rolling upgrade from a
-// release that wrote readable keys: records it left in Redis, in each of
-// its value forms, are replayed to a worker on the defaults (compact keys,
+// TestMain_UpgradeToCompactHonoursReadableRecords is the rolling deploy from
+// readable keys to compact ones: records the workers writing readable keys
+// left in Redis are replayed to a worker on the defaults (compact keys,
 // reading both formats). None of them may reach the provider again, each is
 // logged duplicate_suppressed, and the events it has no record of are sent
 // once and recorded compact, under the keys `notification-worker key`
 // prints for them.
-func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
+func TestMain_UpgradeToCompactHonoursReadableRecords(t *testing.T) {
 	const sentBefore, fresh = 12, 8
 	redisSrv := redistest.MustStart(t)
 	raw := redisSrv.MustClient(t, 0)
@@ -44,15 +44,13 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 	}
 	cfg := MustLoadConfig(t, env)
 	events := smsEvents(sentBefore + fresh)
-	// The forms the release before wrote: without a fingerprint, with one,
-	// and an opted-out recipient's record.
-	forms := []string{"sent:%d:SM%032d", "sent:%d:~Zx9_k2ab:SM%032d", "sent:%d:~Zx9_k2ab:opted-out:21610%.0d"}
+	// What a worker writing readable keys records: a provider id, or an
+	// opted-out recipient's record.
+	forms := []string{"sent:%d:~Zx9_k2ab:SM%032d", "sent:%d:~Zx9_k2ab:opted-out:21610%.0d"}
 	for i, ev := range events[:sentBefore] {
 		v := fmt.Sprintf(forms[i%len(forms)], time.Now().Add(-time.Hour).UnixMilli(), i)
-		if strings.Contains(v, "~Zx9_k2ab") {
-			// The fingerprint of what was sent: the same event.
-			v = strings.Replace(v, "Zx9_k2ab", fingerprintOf(t, ev), 1)
-		}
+		// The fingerprint of what was sent: the same event.
+		v = strings.Replace(v, "Zx9_k2ab", fingerprintOf(t, ev), 1)
 		MustSetRaw(t, raw, prefix+domain.NotificationKey(ev.EventID, ports.ChannelSMS), v)
 	}
 
