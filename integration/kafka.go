@@ -17,10 +17,9 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 )
 
 // DefaultPartitions is the partition count of topics the broker creates on
@@ -201,26 +200,12 @@ func (k *Kafka) connect(t testing.TB) {
 
 func startKfakeInProcess(t testing.TB) ([]string, *groupTrace) {
 	t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		// Without this, groups need sessions of 6 s or more and every
-		// rebalance test waits that long.
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(DefaultPartitions),
-	)
+	b, err := devbroker.Start(DefaultPartitions, nil)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}
-	t.Cleanup(c.Close)
-	// kfake alone drops a group member that waits in JoinGroup past its
-	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
-	stop, err := kafka.KeepWaitingMembers(c)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(stop)
-	return c.ListenAddrs(), traceGroups(c)
+	t.Cleanup(b.Close)
+	return b.Brokers(), traceGroups(b.Cluster())
 }
 
 func startKfakeContainer(t testing.TB, img string) []string {

@@ -44,12 +44,15 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 		},
 	}))
 
-	emb, err := kafka.StartEmbedded(embeddedPartitions, cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
+	if embeddedBroker == nil {
+		return errNoEmbeddedBroker
+	}
+	brokers, stop, err := embeddedBroker(cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
 	if err != nil {
 		return err
 	}
-	defer emb.Close()
-	cfg.Kafka.Brokers = emb.Brokers()
+	defer stop()
+	cfg.Kafka.Brokers = brokers
 	// The demo's workers serve no probes: two of them run in turn, and the
 	// default :8080 may be taken on a developer's machine.
 	cfg.HTTPAddr = ""

@@ -1,5 +1,6 @@
-// Command kfakebroker runs franz-go's kfake, an in-memory Kafka broker that
-// speaks the real protocol, as a standalone process. The integration suite
+// Command kfakebroker runs the embedded broker (internal/devbroker:
+// franz-go's kfake, an in-memory Kafka broker that speaks the real
+// protocol) as a standalone process. The integration suite
 // runs it as a container when no Kafka image can be pulled: it starts in
 // milliseconds and honours consumer groups, commits and rebalances the way
 // the worker relies on.
@@ -18,18 +19,17 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
+	"unicode"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 )
 
 func main() {
@@ -49,37 +49,19 @@ func run(args []string) error {
 		return err
 	}
 
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(*port),
-		// Without this kfake rejects sessions under 6 s, and tests that
-		// exercise rebalances would spend most of their time waiting.
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-		// The worker's dead letter topic and per-test topics appear on first
-		// use, as they would on a broker with auto-creation enabled.
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(*partitions),
-	}
-	if ts := splitList(*topics); len(ts) > 0 {
-		opts = append(opts, kfake.SeedTopics(int32(*partitions), ts...))
-	}
+	opts := []kfake.Opt{kfake.Ports(*port)}
 	if *dataDir != "" {
 		opts = append(opts, kfake.DataDir(*dataDir))
 	}
-
-	c, err := kfake.NewCluster(opts...)
+	// Topics are comma-separated; spaces around the commas are no part of
+	// a name.
+	seeded := strings.FieldsFunc(*topics, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	b, err := devbroker.Start(int32(*partitions), seeded, opts...)
 	if err != nil {
-		return fmt.Errorf("start cluster: %w", err)
-	}
-	// kfake alone drops a group member that waits in JoinGroup past its
-	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
-	stopKeeping, err := kafka.KeepWaitingMembers(c)
-	if err != nil {
-		c.Close()
-		return fmt.Errorf("start cluster: %w", err)
+		return err
 	}
 	// The harness waits for this exact line.
-	log.Printf("kfake listening on %s", strings.Join(c.ListenAddrs(), ","))
+	log.Printf("kfake listening on %s", strings.Join(b.Brokers(), ","))
 
 	// As PID 1 in a container, the kernel installs no default handlers: a
 	// SIGTERM is ignored unless we catch it, and `docker stop` would wait for
@@ -88,8 +70,7 @@ func run(args []string) error {
 	defer stop()
 	<-ctx.Done()
 	log.Printf("kfake shutting down")
-	stopKeeping()
-	c.Close()
+	b.Close()
 	return nil
 }
 
@@ -105,14 +86,4 @@ func envInt(name string, def int) int {
 		log.Fatalf("kfakebroker: %s=%q: %v", name, s, err)
 	}
 	return v
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

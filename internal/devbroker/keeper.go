@@ -1,4 +1,4 @@
-package kafka
+package devbroker
 
 import (
 	"context"
@@ -13,103 +13,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Embedded is an in-process Kafka broker speaking the real protocol
-// (franz-go's kfake), for `make run`, a worker started without brokers, and
-// tests. It keeps everything in memory and listens on 127.0.0.1 only.
-type Embedded struct {
-	cluster  *kfake.Cluster
-	stopKeep func()
-}
-
-// StartEmbedded starts a one-broker cluster on a random 127.0.0.1 port with
-// topics created with the given number of partitions. Topics it does not
-// know (the dead letter topic, say) are created on first use with the same
-// partition count. Groups accept session timeouts down to 100ms, so tests
-// can rebalance quickly. A member waiting in JoinGroup or SyncGroup stays
-// in its group as on Apache Kafka (see KeepWaitingMembers).
-func StartEmbedded(partitions int32, topics ...string) (*Embedded, error) {
-	if partitions < 1 {
-		return nil, fmt.Errorf("kafka: embedded broker needs at least 1 partition, got %d", partitions)
-	}
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(int(partitions)),
-	}
-	if len(topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(partitions, topics...))
-	}
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
-	}
-	stop, err := KeepWaitingMembers(c)
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
-	}
-	return &Embedded{cluster: c, stopKeep: stop}, nil
-}
-
-// Brokers returns the broker addresses, for Config.Brokers.
-func (e *Embedded) Brokers() []string { return e.cluster.ListenAddrs() }
-
-// Close stops the broker; its data is gone.
-func (e *Embedded) Close() {
-	e.stopKeep()
-	e.cluster.Close()
-}
-
-// KeepWaitingMembers makes c treat a consumer group member that waits in
-// JoinGroup or SyncGroup as Apache Kafka does, in the three ways kfake
-// alone does not:
+// keepWaitingMembers makes c keep a consumer group member that waits in
+// JoinGroup or SyncGroup for as long as it waits, and start its session
+// when the wait ends, as Apache Kafka does. kfake alone removes a known
+// member waiting in either at its session timeout without answering it
+// (and, for one waiting in SyncGroup, then waits out the next rebalance's
+// timeout), and keeps a new member that died in its first JoinGroup for
+// good; under membership churn each stalls whole groups
+// (docs/kafka-brokers.md, "kfake's JoinGroup and SyncGroup").
 //
-//   - kfake keeps the session timer of a known member waiting in JoinGroup
-//     running, and when it fires removes the member without answering its
-//     JoinGroup. A rebalance that waits longer than a session timeout for
-//     a member slow to rejoin (one finishing the records of its revoked
-//     partitions) so drops every member already waiting: each waits out
-//     its client's read timeout, joins again and starts another
-//     rebalance.
-//   - kfake stops the session timer of a new member when it joins, and
-//     starts it again only once an answer reaches the member. A new member
-//     that dies waiting in its first JoinGroup therefore stays in the
-//     group for ever: every later rebalance waits for it until the
-//     rebalance timeout, which each member joining meanwhile restarts.
-//   - kfake keeps the session timer of a member waiting in SyncGroup for
-//     its leader running too, and when it fires removes the member
-//     without answering its SyncGroup; the removal also counts that
-//     SyncGroup as a JoinGroup taken back, so the next rebalance waits
-//     until its rebalance timeout though every member rejoined. A leader
-//     that dies after the JoinGroups were answered keeps the others
-//     waiting in SyncGroup until its own session ends, and any of them
-//     whose session ends first is dropped. And when the leader syncs, an
-//     answer that does not reach a dead member starts no session for it.
+// It heartbeats for the waiting member from outside kfake:
 //
-// Kafka keeps a member awaiting join or sync for as long as it waits, and
-// starts every member's session when the wait ends. Under membership
-// churn each of these stalls whole groups (docs/kafka-brokers.md).
+//   - After a JoinGroup that carries a member id: every third of its
+//     session timeout under the group's generation at the join, while the
+//     broker answers REBALANCE_IN_PROGRESS; then once under the next
+//     generation (or a later one a member has sent since), which starts
+//     the member's session there.
+//   - After a SyncGroup: under the sync's generation, every third of the
+//     session timeout its last JoinGroup named, while DescribeGroups says
+//     CompletingRebalance (the leader has not synced); the first
+//     heartbeat after the group left that state is the last.
 //
-// For a JoinGroup that carries a member id, it heartbeats for the member
-// every third of its session timeout under the group's generation at the
-// join, while the broker answers REBALANCE_IN_PROGRESS (the member waits,
-// and is kept). Once the broker answers otherwise, the rebalance has moved
-// the group to the next generation; one heartbeat under it (or under a
-// later one a member has sent since) starts the member's session timer
-// there. For a SyncGroup, it heartbeats for the member under the sync's
-// generation every third of the session timeout its last JoinGroup named,
-// while the group completes that rebalance (DescribeGroups says
-// CompletingRebalance: the leader has not synced); the first heartbeat
-// after the group left that state is its last, and starts the member's
-// session wherever the group went. Either way, a member that died is
-// then removed at its session timeout, one alive heartbeats for itself,
-// and no member is heartbeated into a rebalance it did not join (which
-// would make that rebalance wait for it until the rebalance timeout).
-// The group's generation is the highest a member sent in a SyncGroup or
-// heartbeat. Call it once, before clients connect, and call stop before
-// closing c.
-func KeepWaitingMembers(c *kfake.Cluster) (stop func(), err error) {
+// A member that died is then removed at its session timeout, one alive
+// heartbeats for itself, and no member is heartbeated into a rebalance it
+// did not join (which would make that rebalance wait for it until the
+// rebalance timeout). The group's generation is the highest a member sent
+// in a SyncGroup or heartbeat. Call it once, before clients connect, and
+// close the keeper before closing c.
+func keepWaitingMembers(c *kfake.Cluster) (*waitKeeper, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		return nil, err
@@ -147,7 +78,7 @@ func KeepWaitingMembers(c *kfake.Cluster) (stop func(), err error) {
 		}
 		return nil, nil, false
 	})
-	return k.close, nil
+	return k, nil
 }
 
 type memberKey struct{ group, member string }
@@ -161,7 +92,7 @@ type keptWait struct {
 }
 
 // waitKeeper heartbeats for members waiting in JoinGroup or SyncGroup;
-// see KeepWaitingMembers.
+// see keepWaitingMembers.
 type waitKeeper struct {
 	cl     *kgo.Client
 	ctx    context.Context
@@ -220,7 +151,7 @@ func (k *waitKeeper) tick(d time.Duration) bool {
 }
 
 // keepJoining heartbeats for m, which sent a JoinGroup naming session;
-// see KeepWaitingMembers.
+// see keepWaitingMembers.
 func (k *waitKeeper) keepJoining(m memberKey, session time.Duration) {
 	k.mu.Lock()
 	k.sessions[m] = session
@@ -246,7 +177,7 @@ func (k *waitKeeper) keepJoining(m memberKey, session time.Duration) {
 }
 
 // keepSyncing heartbeats for m, which sent a SyncGroup under gen; see
-// KeepWaitingMembers. Only a member the keeper saw send a JoinGroup
+// keepWaitingMembers. Only a member the keeper saw send a JoinGroup
 // naming its id is kept (that JoinGroup gives its session timeout). Every
 // dynamic member does before it syncs; a static member's first SyncGroup,
 // after a join that named no id, is not kept.
