@@ -8,12 +8,12 @@
 // It listens on 127.0.0.1 only (kfake binds loopback), so its container must
 // use host networking.
 //
-// Flags (each also read from the environment variable named in brackets):
+// Flags:
 //
-//	-port        [KFAKE_PORT]        listen port (default 9092)
-//	-partitions  [KFAKE_PARTITIONS]  partitions of seeded and auto-created topics (default 4)
-//	-topics      [KFAKE_TOPICS]      comma-separated topics to create at start
-//	-data-dir    [KFAKE_DATA_DIR]    keep topics and offsets on disk across restarts
+//	-port        listen port (default 9092)
+//	-partitions  partitions of seeded and auto-created topics (default 4)
+//	-topics      comma-separated topics to create at start
+//	-data-dir    keep topics and offsets on disk across restarts
 package main
 
 import (
@@ -22,7 +22,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"unicode"
@@ -41,10 +40,10 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("kfakebroker", flag.ContinueOnError)
-	port := fs.Int("port", envInt("KFAKE_PORT", 9092), "listen port on 127.0.0.1")
-	partitions := fs.Int("partitions", envInt("KFAKE_PARTITIONS", 4), "partitions per topic")
-	topics := fs.String("topics", os.Getenv("KFAKE_TOPICS"), "comma-separated topics to create at start")
-	dataDir := fs.String("data-dir", os.Getenv("KFAKE_DATA_DIR"), "persist state here across restarts")
+	port := fs.Int("port", 9092, "listen port on 127.0.0.1")
+	partitions := fs.Int("partitions", 4, "partitions per topic")
+	topics := fs.String("topics", "", "comma-separated topics to create at start")
+	dataDir := fs.String("data-dir", "", "persist state here across restarts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,18 +71,4 @@ func run(args []string) error {
 	log.Printf("kfake shutting down")
 	b.Close()
 	return nil
-}
-
-// envInt reads an integer default from the environment. A value that does
-// not parse stops the broker: a typo must not silently become port 9092.
-func envInt(name string, def int) int {
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		log.Fatalf("kfakebroker: %s=%q: %v", name, s, err)
-	}
-	return v
 }
