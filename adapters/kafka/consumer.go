@@ -216,7 +216,9 @@ func (c *Consumer) connect(log *slog.Logger, revoked *revocations) (*peers, erro
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
 	}
-	dlq, err := newDeadLetterProducer(cfg, c.dlqHealth.unreadyAfter)
+	// Idempotent, its retries spanning the time a failing dead letter
+	// takes to make the consumer not Ready (see deadLetterConfig).
+	dlq, err := newProducer(cfg.Brokers, cfg.deadLetterConfig(c.dlqHealth.unreadyAfter))
 	if err != nil {
 		_ = group.Close()
 		return nil, fmt.Errorf("kafka: dead letter producer: %w", err)
