@@ -205,7 +205,9 @@ func startKfakeInProcess(t testing.TB) ([]string, *groupTrace) {
 		t.Fatalf("kfake: %v", err)
 	}
 	t.Cleanup(b.Close)
-	return b.Brokers(), traceGroups(b.Cluster())
+	tr := &groupTrace{began: time.Now()}
+	b.TraceGroups(tr.add)
+	return b.Brokers(), tr
 }
 
 func startKfakeContainer(t testing.TB, img string) []string {

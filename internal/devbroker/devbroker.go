@@ -59,6 +59,12 @@ func (b *Broker) Brokers() []string { return b.cluster.ListenAddrs() }
 // requests (ControlKey).
 func (b *Broker) Cluster() *kfake.Cluster { return b.cluster }
 
+// TraceGroups calls trace with a line for each JoinGroup, SyncGroup,
+// Heartbeat and LeaveGroup the broker receives from now on, as it arrives
+// (kfake logs nothing of its classic groups): what a test reports when a
+// group stalls. trace must be safe for concurrent use.
+func (b *Broker) TraceGroups(trace func(line string)) { b.keeper.trace.Store(&trace) }
+
 // Close stops the broker; what it held in memory is gone.
 func (b *Broker) Close() {
 	b.keeper.close()

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,12 +53,14 @@ func keepWaitingMembers(c *kfake.Cluster) (*waitKeeper, error) {
 	c.ControlKey(int16(kmsg.Heartbeat), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.HeartbeatRequest)
+		k.note("Heartbeat v%d %s member=%q gen=%d", req.Version, req.Group, req.MemberID, req.Generation)
 		k.generation(req.Group, req.Generation)
 		return nil, nil, false
 	})
 	c.ControlKey(int16(kmsg.SyncGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.SyncGroupRequest)
+		k.note("SyncGroup %s member=%q gen=%d assignments=%d", req.Group, req.MemberID, req.Generation, len(req.GroupAssignment))
 		k.generation(req.Group, req.Generation)
 		k.keepSyncing(memberKey{req.Group, req.MemberID}, req.Generation)
 		return nil, nil, false
@@ -64,6 +68,7 @@ func keepWaitingMembers(c *kfake.Cluster) (*waitKeeper, error) {
 	c.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.JoinGroupRequest)
+		k.note("JoinGroup v%d %s member=%q session=%dms rebalance=%dms", req.Version, req.Group, req.MemberID, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis)
 		if req.MemberID != "" {
 			k.keepJoining(memberKey{req.Group, req.MemberID}, time.Duration(req.SessionTimeoutMillis)*time.Millisecond)
 		}
@@ -72,9 +77,13 @@ func keepWaitingMembers(c *kfake.Cluster) (*waitKeeper, error) {
 	c.ControlKey(int16(kmsg.LeaveGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.LeaveGroupRequest)
-		k.left(memberKey{req.Group, req.MemberID})
+		ids := []string{req.MemberID}
 		for _, m := range req.Members {
-			k.left(memberKey{req.Group, m.MemberID})
+			ids = append(ids, m.MemberID)
+		}
+		k.note("LeaveGroup %s members=%q", req.Group, ids)
+		for _, id := range ids {
+			k.left(memberKey{req.Group, id})
 		}
 		return nil, nil, false
 	})
@@ -99,10 +108,19 @@ type waitKeeper struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	trace atomic.Pointer[func(line string)] // see Broker.TraceGroups
+
 	mu       sync.Mutex
 	gens     map[string]int32            // each group's generation, the highest seen
 	sessions map[memberKey]time.Duration // each member's session timeout, from its last JoinGroup, until it leaves
 	keeping  map[keptWait]bool           // members heartbeated for now
+}
+
+// note passes a line to the trace, if there is one.
+func (k *waitKeeper) note(format string, args ...any) {
+	if trace := k.trace.Load(); trace != nil {
+		(*trace)(fmt.Sprintf(format, args...))
+	}
 }
 
 // generation records that a member of group sent gen.
@@ -193,7 +211,7 @@ func (k *waitKeeper) keepSyncing(m memberKey, gen int32) {
 		for k.tick(every) {
 			// A state that cannot be had ends the keeping as a state
 			// left does: the member's session runs, as kfake's own.
-			state, _ := k.groupState(m.group)
+			state := k.groupState(m.group)
 			// Under gen only: a later generation's rebalance is one the
 			// member must join itself.
 			err := k.heartbeat(m, gen)
@@ -208,21 +226,11 @@ func (k *waitKeeper) keepSyncing(m memberKey, gen int32) {
 // members were answered their JoinGroups and whose leader has not synced.
 const completingRebalance = "CompletingRebalance"
 
-// groupState returns group's state as DescribeGroups names it.
-func (k *waitKeeper) groupState(group string) (string, error) {
-	req := kmsg.NewPtrDescribeGroupsRequest()
-	req.Groups = []string{group}
-	resp, err := req.RequestWith(k.ctx, k.cl)
-	if err != nil {
-		return "", err
-	}
-	if len(resp.Groups) != 1 {
-		return "", fmt.Errorf("describe %s: %d groups in the answer", group, len(resp.Groups))
-	}
-	if err := kerr.ErrorForCode(resp.Groups[0].ErrorCode); err != nil {
-		return "", err
-	}
-	return resp.Groups[0].State, nil
+// groupState returns group's state as DescribeGroups names it, or "" when
+// it cannot be had.
+func (k *waitKeeper) groupState(group string) string {
+	described, _ := kadm.NewClient(k.cl).DescribeGroups(k.ctx, group)
+	return described[group].State
 }
 
 // heartbeat sends a heartbeat for m under gen and returns the broker's
