@@ -335,13 +335,7 @@ func heldBytes(msg *sarama.ConsumerMessage) int64 {
 // fetch: a held record that shared it would keep the whole response alive,
 // and the byte budget would count a fraction of what memory holds.
 func detach(msg *sarama.ConsumerMessage) *sarama.ConsumerMessage {
-	size := len(msg.Key) + len(msg.Value)
-	for _, h := range msg.Headers {
-		if h != nil {
-			size += len(h.Key) + len(h.Value)
-		}
-	}
-	buf := make([]byte, 0, size)
+	buf := make([]byte, 0, heldBytes(msg)-recordOverhead)
 	clone := func(b []byte) []byte {
 		if b == nil {
 			return nil
