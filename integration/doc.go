@@ -24,6 +24,6 @@
 // and says which image it used in the test log. Kafka is Apache Kafka
 // (KAFKA_IMAGE, default notification-worker/kafka:4.4.0, assembled from
 // Maven Central's jars by scripts/build-images.sh kafka); without that image
-// the harness falls back to kfake (in a container, or in-process when even
-// that image is missing) and every test's "broker:" line says so.
+// the harness falls back to kfake in the test process (KAFKA_IMAGE=kfake
+// asks for it) and every test's "broker:" line says so.
 package integration

@@ -17,10 +17,9 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 )
 
 // DefaultPartitions is the partition count of topics the broker creates on
@@ -34,7 +33,6 @@ const DefaultPartitions = 4
 const (
 	KafkaVersion = "4.4.0"
 	KafkaImage   = "notification-worker/kafka:" + KafkaVersion
-	kfakeImage   = "notification-worker/kfake:dev"
 )
 
 // Kafka is a Kafka cluster for one test: Apache Kafka in KRaft mode (one
@@ -44,8 +42,8 @@ const (
 type Kafka struct {
 	// Brokers are "127.0.0.1:port" seed addresses.
 	Brokers []string
-	// Impl says what runs: "Apache Kafka 4.4.0 (image)", the kfake image, or
-	// "kfake (in-process)".
+	// Impl says what runs: "Apache Kafka 4.4.0 (image)" or "kfake
+	// (in-process)".
 	Impl string
 	// Apache is true when Impl is Apache Kafka, false for kfake.
 	Apache bool
@@ -72,13 +70,11 @@ type kafkaNode struct {
 
 // StartKafka starts a one-node broker and waits until it answers. The image
 // is KAFKA_IMAGE, by default KafkaImage (Apache Kafka, built by
-// scripts/build-images.sh kafka). When that image is missing it falls back
-// to the local kfake image, and when that is missing too, to kfake in the
-// test process, and says so loudly: such a run proves nothing about a real
-// broker. Every test logs the broker it ran on ("broker: ...").
-//
-// An image whose name contains "kfake" is run as the kfake broker; any other
-// as Apache Kafka through the entry program of integration/kafkanode.
+// scripts/build-images.sh kafka), run through the entry program of
+// integration/kafkanode. When that image is missing it falls back to kfake
+// in the test process (devbroker), and says so loudly: such a run proves
+// nothing about a real broker. KAFKA_IMAGE=kfake asks for kfake. Every
+// test logs the broker it ran on ("broker: ...").
 func StartKafka(t testing.TB) *Kafka {
 	t.Helper()
 	return StartKafkaWithSettings(t, nil)
@@ -92,13 +88,9 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 	t.Helper()
 	k := &Kafka{replication: 1, settings: settings}
 	img, fallback := kafkaImage(t)
-	switch {
-	case img == "":
-		k.Brokers, k.trace = startKfakeInProcess(t)
-		k.Impl = "kfake (in-process)"
-	case strings.Contains(img, "kfake"):
-		k.Brokers, k.Impl = startKfakeContainer(t, img), img
-	default:
+	if img == "" {
+		k.startKfake(t)
+	} else {
 		k.startApache(t, img, 1)
 	}
 	k.connect(t)
@@ -115,8 +107,8 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 // brokers and need no Docker engine on this one.
 func StartKfake(t testing.TB) *Kafka {
 	t.Helper()
-	k := &Kafka{replication: 1, Impl: "kfake (in-process)"}
-	k.Brokers, k.trace = startKfakeInProcess(t)
+	k := &Kafka{replication: 1}
+	k.startKfake(t)
 	k.connect(t)
 	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	return k
@@ -129,9 +121,9 @@ func StartKfake(t testing.TB) *Kafka {
 // only kfake can be had: kfake has no replicas to fail over.
 func StartKafkaCluster(t testing.TB, n int) *Kafka {
 	t.Helper()
-	img, fallback := kafkaImage(t)
-	if fallback || strings.Contains(img, "kfake") {
-		t.Skipf("broker: WARNING: SKIPPED, a %d-node cluster needs the Apache Kafka image %s (run scripts/build-images.sh kafka); have %q", n, KafkaImage, img)
+	img, _ := kafkaImage(t)
+	if img == "" {
+		t.Skipf("broker: WARNING: SKIPPED, a %d-node cluster needs the Apache Kafka image %s (run scripts/build-images.sh kafka); have kfake only", n, KafkaImage)
 	}
 	k := &Kafka{replication: int16(n)}
 	k.startApache(t, img, n)
@@ -152,19 +144,18 @@ func StartKafkaCluster(t testing.TB, n int) *Kafka {
 	return k
 }
 
-// kafkaImage picks the broker image: KAFKA_IMAGE if set, else KafkaImage,
-// else the kfake image, else "" (kfake in the test process). fallback is
-// true when it is not Apache Kafka for want of the image.
+// kafkaImage picks the Apache Kafka image: KAFKA_IMAGE if set, else
+// KafkaImage; "" is kfake in the test process (KAFKA_IMAGE=kfake, or
+// KafkaImage missing: fallback).
 func kafkaImage(t testing.TB) (img string, fallback bool) {
 	t.Helper()
-	if v := os.Getenv("KAFKA_IMAGE"); v != "" {
+	switch v := os.Getenv("KAFKA_IMAGE"); {
+	case v == "kfake":
+		return "", false
+	case v != "":
 		return v, false
-	}
-	if imagePresent(t, KafkaImage) {
+	case imagePresent(t, KafkaImage):
 		return KafkaImage, false
-	}
-	if imagePresent(t, kfakeImage) {
-		return kfakeImage, true
 	}
 	return "", true
 }
@@ -199,43 +190,17 @@ func (k *Kafka) connect(t testing.TB) {
 	}
 }
 
-func startKfakeInProcess(t testing.TB) ([]string, *groupTrace) {
+// startKfake starts kfake in the test process (devbroker), tracing its
+// group requests, closed when t ends.
+func (k *Kafka) startKfake(t testing.TB) {
 	t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		// Without this, groups need sessions of 6 s or more and every
-		// rebalance test waits that long.
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(DefaultPartitions),
-	)
+	b, err := devbroker.Start(DefaultPartitions, nil)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}
-	t.Cleanup(c.Close)
-	// kfake alone drops a group member that waits in JoinGroup past its
-	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
-	stop, err := kafka.KeepWaitingMembers(c)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(stop)
-	return c.ListenAddrs(), traceGroups(c)
-}
-
-func startKfakeContainer(t testing.TB, img string) []string {
-	t.Helper()
-	port := strconv.Itoa(FreePort(t))
-	addr := "127.0.0.1:" + port
-	c := startContainer(t, testcontainers.ContainerRequest{
-		Image:        img,
-		Cmd:          []string{"-port", port, "-partitions", strconv.Itoa(DefaultPartitions), "-data-dir", "/data"},
-		ExposedPorts: []string{port + "/tcp"},
-	})
-	if err := waitUntil(context.Background(), c, startTimeout, dialCheck(addr)); err != nil {
-		t.Fatalf("kafka %s: %v", img, err)
-	}
-	return []string{addr}
+	t.Cleanup(b.Close)
+	k.Brokers, k.Impl, k.trace = b.Brokers(), "kfake (in-process)", &groupTrace{began: time.Now()}
+	b.TraceGroups(k.trace.add)
 }
 
 // apacheStarts lets one Apache Kafka cluster of this process start at a

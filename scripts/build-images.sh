@@ -7,11 +7,10 @@
 #   notification-worker/mailpit:v1.33.1     mailpit built from source, static
 #   notification-worker/kafka:4.4.0         Apache Kafka from Maven Central (scripts/kafka-jars.sh),
 #                                           this machine's JRE, integration/kafkanode as entry
-#   notification-worker/kfake:dev           integration/kfakebroker (Kafka protocol, in memory)
 #   notification-worker/twilio-double:dev   integration/twiliodouble
 #   notification-worker:dev                 the worker, from ./Dockerfile (if ./cmd/notification-worker exists)
 #
-# Usage: scripts/build-images.sh [redis|mailpit|kafka|kfake|twilio-double|worker ...]
+# Usage: scripts/build-images.sh [redis|mailpit|kafka|twilio-double|worker ...]
 # (no argument: all of them). Needs a Docker engine (scripts/docker-up.sh).
 #
 # Every image is FROM scratch, so nothing is pulled. Each carries a label with
@@ -151,10 +150,10 @@ EOF
 }
 
 # build_go_tool TAG PKG NAME: a static Go command of this module as the
-# image's only file (plus /tmp and /data for a data dir).
+# image's only file (plus /tmp).
 build_go_tool() {
   local tag=$1 pkg=$2 name=$3 dir=$work/$3
-  mkdir -p "$dir/rootfs/tmp" "$dir/rootfs/data"
+  mkdir -p "$dir/rootfs/tmp"
   chmod 1777 "$dir/rootfs/tmp"
   go_static "$dir/rootfs/$name" "$pkg"
   cat >"$dir/Dockerfile" <<EOF
@@ -259,7 +258,7 @@ build_worker() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka kfake twilio-double worker)
+[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka twilio-double worker)
 for t in "${targets[@]}"; do
   start=$SECONDS
   case $t in
@@ -276,10 +275,9 @@ for t in "${targets[@]}"; do
         say "WARNING: without one the integration suite falls back to kfake, and each test's log says so"
       fi
       ;;
-    kfake) build_go_tool notification-worker/kfake:dev ./integration/kfakebroker kfakebroker ;;
     twilio-double) build_go_tool notification-worker/twilio-double:dev ./integration/twiliodouble twiliodouble ;;
     worker) build_worker ;;
-    *) say "unknown image $t (want redis, mailpit, kafka, kfake, twilio-double or worker)"; exit 2 ;;
+    *) say "unknown image $t (want redis, mailpit, kafka, twilio-double or worker)"; exit 2 ;;
   esac
   say "$t: $((SECONDS - start))s"
 done

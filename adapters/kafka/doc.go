@@ -1,9 +1,8 @@
 // Package kafka is the Kafka side of the worker: a Sarama consumer group that
 // implements ports.EventSource (key-ordered concurrent handling, offsets
 // committed only up to the lowest unfinished record), the
-// ports.DeadLetterSink on a dead letter topic, a Publisher for the demo and
-// tests, and an embedded in-process broker (franz-go's kfake) for runs
-// without infrastructure. What a failed record means (retry, dead letter,
+// ports.DeadLetterSink on a dead letter topic, and a Publisher for the demo
+// and tests. What a failed record means (retry, dead letter,
 // panic recovery) is not decided here: the handler Run is given decides,
 // and the worker gives it the policy package's chain.
 //

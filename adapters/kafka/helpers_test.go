@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
@@ -31,14 +32,14 @@ func uniqueName(tb testing.TB, prefix string) string {
 }
 
 // MustStartEmbedded starts an embedded broker, closed when the test ends.
-func MustStartEmbedded(tb testing.TB, partitions int32, topics ...string) *kafka.Embedded {
+func MustStartEmbedded(tb testing.TB, partitions int32, topics ...string) *devbroker.Broker {
 	tb.Helper()
-	e, err := kafka.StartEmbedded(partitions, topics...)
+	b, err := devbroker.Start(partitions, topics)
 	if err != nil {
-		tb.Fatalf("StartEmbedded: %v", err)
+		tb.Fatalf("devbroker.Start: %v", err)
 	}
-	tb.Cleanup(e.Close)
-	return e
+	tb.Cleanup(b.Close)
+	return b
 }
 
 // commitObserver sees every OffsetCommit request the broker receives, so a
@@ -82,24 +83,17 @@ func (o *commitObserver) snapshot(partition int32) (commits int, maxOff, last in
 	return o.commits, maxOff, last
 }
 
-// MustStartCluster starts a kfake cluster like StartEmbedded's, with extra
-// options (SASL, say), for tests that reach into the broker (ControlKey).
-// It is closed when tb ends.
+// MustStartCluster starts an embedded broker with extra kfake options
+// (SASL, say) and returns its cluster, for tests that reach into the
+// broker (ControlKey). It is closed when tb ends.
 func MustStartCluster(tb testing.TB, partitions int32, topics []string, extra ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
-	opts := append([]kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(partitions, topics...),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(int(partitions)),
-	}, extra...)
-	c, err := kfake.NewCluster(opts...)
+	b, err := devbroker.Start(partitions, topics, extra...)
 	if err != nil {
-		tb.Fatalf("kfake: %v", err)
+		tb.Fatalf("devbroker.Start: %v", err)
 	}
-	tb.Cleanup(c.Close)
-	return c
+	tb.Cleanup(b.Close)
+	return b.Cluster()
 }
 
 // MustStartObservedBroker starts a cluster with a commitObserver on it.

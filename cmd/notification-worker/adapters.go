@@ -8,7 +8,6 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/console"
-	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
@@ -121,15 +120,30 @@ func providedStore(p ports.Provider) store {
 	}}
 }
 
+// embeddedBroker starts the in-process broker with topics and returns its
+// addresses and what stops it. Only a development build links one
+// (devbroker.go, built with -tags devbroker: `make run`); in the production
+// binary it is nil, and EVENT_SOURCE=embedded and the demo refuse
+// (errNoEmbeddedBroker).
+var embeddedBroker func(topics ...string) (brokers []string, stop func(), err error)
+
+// errNoEmbeddedBroker is what EVENT_SOURCE=embedded and the demo get from a
+// binary without the in-process broker.
+var errNoEmbeddedBroker = errors.New("this binary has no embedded broker: only a development build has one (go build -tags devbroker; `make run` runs the demo on it)")
+
 // startEmbedded starts the in-process broker, with the topic and the dead
-// letter topic, and returns its address.
+// letter topic, and returns its address; in the production binary it
+// refuses EVENT_SOURCE=embedded as bad configuration.
 func (m *Main) startEmbedded() ([]string, error) {
-	emb, err := kafka.StartEmbedded(embeddedPartitions, m.Config.Kafka.Topic, m.Config.Kafka.DLQTopic)
+	if embeddedBroker == nil {
+		return nil, m.configError("EVENT_SOURCE", "embedded", errNoEmbeddedBroker.Error()+"; set EVENT_SOURCE=kafka and KAFKA_BROKERS")
+	}
+	brokers, stop, err := embeddedBroker(m.Config.Kafka.Topic, m.Config.Kafka.DLQTopic)
 	if err != nil {
 		return nil, err
 	}
-	m.closers = append(m.closers, emb.Close)
-	return emb.Brokers(), nil
+	m.closers = append(m.closers, stop)
+	return brokers, nil
 }
 
 // openRedis returns the Redis store behind the circuit breaker, the one

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 )
 
 // TestMain_ReadyzSpare: two workers on a one-partition topic. The one the
@@ -15,7 +15,7 @@ import (
 // as down.
 func TestMain_ReadyzSpare(t *testing.T) {
 	topic, group := uniqueName("spare"), uniqueName("group")
-	emb, err := kafka.StartEmbedded(1, topic, topic+".dlq")
+	emb, err := devbroker.Start(1, []string{topic, topic + ".dlq"})
 	if err != nil {
 		t.Fatal(err)
 	}

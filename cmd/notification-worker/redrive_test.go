@@ -14,6 +14,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/internal/logtest"
 )
 
@@ -116,7 +117,7 @@ func TestRedriveCommand(t *testing.T) {
 // startRedriveBroker starts an embedded broker with a topic named after
 // prefix and its dead letter topic, and sets the environment to them
 // alone, with a group of its own.
-func startRedriveBroker(t *testing.T, prefix string) (emb *kafka.Embedded, topic, group string) {
+func startRedriveBroker(t *testing.T, prefix string) (emb *devbroker.Broker, topic, group string) {
 	t.Helper()
 	clearEnv(t)
 	topic, group = uniqueName(prefix), uniqueName("group")

@@ -99,10 +99,8 @@ type Deps struct {
 	// Metrics replaces a fresh set. Tests pass one to two workers in turn,
 	// as they pass one Store, to read counts that span a restart.
 	Metrics *prometheus.Metrics
-	// Observer and RecordMetrics are told what the domain, and the
-	// consumer and the record policy, report, besides Metrics.
-	Observer      ports.Observer
-	RecordMetrics RecordMetrics
+	// Observer is told how each notification ended, besides Metrics.
+	Observer ports.Observer
 	// TracerProvider replaces the tracing the configuration asks for (OTLP
 	// export when OTEL_EXPORTER_OTLP_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none). Tests pass one
@@ -469,7 +467,7 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, erro
 		RetryInitialBackoff: k.RetryInitialBackoff,
 		RetryMaxBackoff:     k.RetryMaxBackoff,
 		Logger:              m.logger,
-		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
+		Metrics:             m.metrics,
 	}
 	if err := pcfg.Validate(); err != nil {
 		return nil, err
@@ -512,7 +510,7 @@ func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
 		GroupInstanceID:     k.GroupInstanceID,
 		SessionTimeout:      k.SessionTimeout,
 		Logger:              m.logger,
-		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
+		Metrics:             m.metrics,
 	}
 	tlsCfg, err := kafkaTLS(m.Config)
 	if err != nil {
@@ -545,15 +543,6 @@ func (all multiObserver) Observe(ch ports.Channel, o ports.Outcome) {
 	}
 }
 
-// RecordMetrics is what the consumer and the record policy report.
-type RecordMetrics interface {
-	kafka.Metrics
-	policy.Metrics
-}
-
-// consumerMetrics returns RecordMetrics telling each non-nil one in turn.
-func consumerMetrics(ms ...RecordMetrics) RecordMetrics { return multiMetrics(nonNil(ms)) }
-
 // nonNil returns the elements of xs that are not nil interfaces.
 func nonNil[T comparable](xs []T) []T {
 	var zero T
@@ -564,36 +553,4 @@ func nonNil[T comparable](xs []T) []T {
 		}
 	}
 	return out
-}
-
-type multiMetrics []RecordMetrics
-
-func (all multiMetrics) RecordDeadLettered(topic string, kind ports.Kind) {
-	for _, m := range all {
-		m.RecordDeadLettered(topic, kind)
-	}
-}
-
-func (all multiMetrics) HandlerPanicked(topic string) {
-	for _, m := range all {
-		m.HandlerPanicked(topic)
-	}
-}
-
-func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
-	for _, m := range all {
-		m.ConsumerLag(topic, partition, lag)
-	}
-}
-
-func (all multiMetrics) HandlersAbandoned(delta int) {
-	for _, m := range all {
-		m.HandlersAbandoned(delta)
-	}
-}
-
-func (all multiMetrics) RecordRetried(topic string, kind ports.Kind) {
-	for _, m := range all {
-		m.RecordRetried(topic, kind)
-	}
 }
