@@ -1,6 +1,7 @@
-// Package storetest is the contract every ports.IdempotencyStore must pass.
-// One suite, run against every implementation: the memory store and the
-// Redis store answer the same questions the same way.
+// Package storetest is the contract every ports.IdempotencyStore must pass
+// (Run), one suite run against every implementation: the memory store and
+// the Redis store answer the same questions the same way. Its Fake is the
+// store for tests of what uses one, answering as each test chooses.
 package storetest
 
 import (
