@@ -3,10 +3,13 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	mathrand "math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -197,6 +200,34 @@ func waitUntil(ctx context.Context, c testcontainers.Container, timeout time.Dur
 	}
 }
 
+// signalContainer sends signal to the main process of c.
+func signalContainer(ctx context.Context, c testcontainers.Container, signal string) error {
+	cli, err := dockerAPI()
+	if err != nil {
+		return err
+	}
+	_, err = cli.ContainerKill(ctx, c.GetContainerID(), client.ContainerKillOptions{Signal: signal})
+	return err
+}
+
+// killContainer sends SIGKILL to c and returns once c is no longer running
+// (the signal's delivery is not its death).
+func killContainer(ctx context.Context, c testcontainers.Container) error {
+	if err := signalContainer(ctx, c, "KILL"); err != nil {
+		return err
+	}
+	for {
+		if st, err := c.State(ctx); err == nil && !st.Running && !st.Restarting {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // dialCheck is a readiness check: addr accepts TCP connections.
 func dialCheck(addr string) func(context.Context) error {
 	return func(ctx context.Context) error {
@@ -209,6 +240,38 @@ func dialCheck(addr string) func(context.Context) error {
 		}
 		return conn.Close()
 	}
+}
+
+// callJSON sends method u with body, if any, as JSON, and decodes a 2xx
+// answer into out, if any.
+func callJSON(ctx context.Context, method, u string, body, out any) error {
+	rd := io.Reader(http.NoBody)
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s %s: decode: %w", method, u, err)
+		}
+	}
+	return nil
 }
 
 // containerOutput returns everything container id wrote to stdout and

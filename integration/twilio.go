@@ -1,11 +1,7 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -115,32 +111,7 @@ func (tw *Twilio) ClearFaults(ctx context.Context) error {
 	return tw.do(ctx, http.MethodDelete, "/faults", nil, nil)
 }
 
-// do calls the double's control API: body (if any) is sent as JSON, a 2xx
-// answer is decoded into out (if any).
+// do calls the double's control API; see callJSON.
 func (tw *Twilio) do(ctx context.Context, method, path string, body, out any) error {
-	rd := io.Reader(http.NoBody)
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, tw.URL+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if out != nil {
-		return json.NewDecoder(resp.Body).Decode(out)
-	}
-	return nil
+	return callJSON(ctx, method, tw.URL+path, body, out)
 }

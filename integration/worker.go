@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/harborlight/notification-worker/internal/logtest"
@@ -103,26 +102,7 @@ func (r *containerRunner) stop(ctx context.Context, grace time.Duration) error {
 	return r.c.Stop(ctx, &grace)
 }
 
-func (r *containerRunner) kill(ctx context.Context) error {
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if _, err := cli.ContainerKill(ctx, r.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return err
-	}
-	// ContainerKill returns once the signal is sent; wait until it took.
-	for {
-		if _, exited := r.exitCode(ctx); exited {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
+func (r *containerRunner) kill(ctx context.Context) error { return killContainer(ctx, r.c) }
 
 func (r *containerRunner) exitCode(ctx context.Context) (int, bool) {
 	st, err := r.c.State(ctx)
