@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/ports"
@@ -123,6 +124,7 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 		m := newMetrics()
 		want := ports.Claim{State: ports.AlreadySent, Receipt: ports.Receipt{ProviderID: "SM1"}}
 		s := m.InstrumentStore(&storetest.Fake{
+			Store: memory.New(nil), // Record and Release succeed
 			ClaimFunc: func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 				return want, nil
 			},

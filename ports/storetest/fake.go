@@ -9,10 +9,9 @@ import (
 )
 
 // Fake is a ports.IdempotencyStore whose answers a test chooses, method by
-// method. A method whose func is nil passes the call on to Store or, with
-// no Store, succeeds (Claim answers Claimed). It is safe for concurrent
-// use when its funcs and Store are; set them before the first call, except
-// Store, which a test may swap while no call is made.
+// method: a method whose func is nil passes the call on to Store. It is
+// safe for concurrent use when its funcs and Store are; set them before the
+// first call, except Store, which a test may swap while no call is made.
 type Fake struct {
 	Store       ports.IdempotencyStore
 	ClaimFunc   func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error)
@@ -28,35 +27,26 @@ func (f *Fake) Calls() int64 { return f.calls.Load() }
 // Claim implements ports.IdempotencyStore.
 func (f *Fake) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
 	f.calls.Add(1)
-	switch {
-	case f.ClaimFunc != nil:
+	if f.ClaimFunc != nil {
 		return f.ClaimFunc(ctx, key, token, digest, sender, ttl)
-	case f.Store != nil:
-		return f.Store.Claim(ctx, key, token, digest, sender, ttl)
 	}
-	return ports.Claim{State: ports.Claimed}, nil
+	return f.Store.Claim(ctx, key, token, digest, sender, ttl)
 }
 
 // Record implements ports.IdempotencyStore.
 func (f *Fake) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 	f.calls.Add(1)
-	switch {
-	case f.RecordFunc != nil:
+	if f.RecordFunc != nil {
 		return f.RecordFunc(ctx, key, r, ttl)
-	case f.Store != nil:
-		return f.Store.Record(ctx, key, r, ttl)
 	}
-	return nil
+	return f.Store.Record(ctx, key, r, ttl)
 }
 
 // Release implements ports.IdempotencyStore.
 func (f *Fake) Release(ctx context.Context, key, token string) error {
 	f.calls.Add(1)
-	switch {
-	case f.ReleaseFunc != nil:
+	if f.ReleaseFunc != nil {
 		return f.ReleaseFunc(ctx, key, token)
-	case f.Store != nil:
-		return f.Store.Release(ctx, key, token)
 	}
-	return nil
+	return f.Store.Release(ctx, key, token)
 }
