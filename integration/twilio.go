@@ -4,10 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"strconv"
 	"testing"
-
-	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 )
@@ -20,55 +17,29 @@ const (
 	twilioFrom       = "+15550000000"
 )
 
-// Twilio is the Twilio double (package double), in a container or, when its
-// image is missing, in the test process. Both are driven over HTTP, so tests
-// read the same either way.
+// Twilio is the Twilio double (package double), served in the test
+// process on a loopback port and driven over HTTP, as the worker drives it.
 type Twilio struct {
 	// URL is the base URL to give the worker as TWILIO_API_URL.
 	URL        string
 	AccountSID string
 	AuthToken  string
 	From       string
-	// Image is the image it runs, or "" when it runs in-process.
-	Image string
 }
 
-// StartTwilioDouble starts the double (TWILIO_DOUBLE_IMAGE, default
-// notification-worker/twilio-double:dev; in-process when that image is not
-// present) and waits until it answers.
+// StartTwilioDouble serves the double until the test ends.
 func StartTwilioDouble(t testing.TB) *Twilio {
 	t.Helper()
 	tw := &Twilio{AccountSID: twilioAccountSID, AuthToken: twilioAuthToken, From: twilioFrom}
-	const local = "notification-worker/twilio-double:dev"
-	img, ok := pickImage(t, "TWILIO_DOUBLE_IMAGE", local, "")
-	if !ok {
-		t.Logf("TWILIO_DOUBLE_IMAGE: %s is not present locally; running the double in-process", local)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := double.New(tw.AccountSID, tw.AuthToken)
-		srv := &http.Server{Handler: d}
-		go func() { _ = srv.Serve(d.Listener(ln)) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		tw.URL = "http://" + ln.Addr().String()
-		return tw
-	}
-
-	port := strconv.Itoa(FreePort(t))
-	addr := "127.0.0.1:" + port
-	tw.URL, tw.Image = "http://"+addr, img
-	c := startContainer(t, testcontainers.ContainerRequest{
-		Image:        img,
-		Cmd:          []string{"-addr", addr, "-account-sid", tw.AccountSID, "-auth-token", tw.AuthToken},
-		ExposedPorts: []string{port + "/tcp"},
-	})
-	err := waitUntil(context.Background(), c, startTimeout, func(ctx context.Context) error {
-		return tw.do(ctx, http.MethodGet, "/healthz", nil, nil)
-	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("twilio double %s: %v", img, err)
+		t.Fatal(err)
 	}
+	d := double.New(tw.AccountSID, tw.AuthToken)
+	srv := &http.Server{Handler: d}
+	go func() { _ = srv.Serve(d.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tw.URL = "http://" + ln.Addr().String()
 	return tw
 }
 

@@ -8,10 +8,9 @@
 #   notification-worker/kafka:4.4.0         Apache Kafka from Maven Central (scripts/kafka-jars.sh),
 #                                           this machine's JRE, integration/kafkanode as entry
 #   notification-worker/kfake:dev           integration/kfakebroker (Kafka protocol, in memory)
-#   notification-worker/twilio-double:dev   integration/twiliodouble
 #   notification-worker:dev                 the worker, from ./Dockerfile (if ./cmd/notification-worker exists)
 #
-# Usage: scripts/build-images.sh [redis|mailpit|kafka|kfake|twilio-double|worker ...]
+# Usage: scripts/build-images.sh [redis|mailpit|kafka|kfake|worker ...]
 # (no argument: all of them). Needs a Docker engine (scripts/docker-up.sh).
 #
 # Every image is FROM scratch, so nothing is pulled. Each carries a label with
@@ -259,7 +258,7 @@ build_worker() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka kfake twilio-double worker)
+[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka kfake worker)
 for t in "${targets[@]}"; do
   start=$SECONDS
   case $t in
@@ -277,9 +276,8 @@ for t in "${targets[@]}"; do
       fi
       ;;
     kfake) build_go_tool notification-worker/kfake:dev ./integration/kfakebroker kfakebroker ;;
-    twilio-double) build_go_tool notification-worker/twilio-double:dev ./integration/twiliodouble twiliodouble ;;
     worker) build_worker ;;
-    *) say "unknown image $t (want redis, mailpit, kafka, kfake, twilio-double or worker)"; exit 2 ;;
+    *) say "unknown image $t (want redis, mailpit, kafka, kfake or worker)"; exit 2 ;;
   esac
   say "$t: $((SECONDS - start))s"
 done

@@ -1,9 +1,8 @@
 // Package double is an HTTP test double of the Twilio resource the worker
 // calls, /2010-04-01/Accounts/{sid}/Messages.json (POST sends a message, GET
 // lists them), with a read-back API and scriptable provider failures. Tests
-// use it in-process (httptest.NewServer(double.New(sid, token))) or as the
-// twilio-double container (integration/twiliodouble), over the same HTTP
-// surface.
+// serve it in-process (httptest.NewServer(double.New(sid, token))) and
+// drive it over HTTP, as the worker does.
 //
 // The list answers as Twilio's does: newest first, filtered by To, From and
 // DateSent (a day; "DateSent<" and "DateSent>" bound it, inclusive), PageSize
