@@ -114,7 +114,14 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	t.Helper()
 	c := newChurn(t, k, opts.withDefaults())
 	defer c.cancel()
-	c.startMembers()
+	for range c.opts.Members {
+		c.start()
+	}
+	for _, w := range c.running {
+		if err := w.WaitReady(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var ids []string
 	var pubErr error
 	stopPublisher := c.background(func(ctx context.Context) { ids, pubErr = c.publish(ctx) })
@@ -219,18 +226,6 @@ func (c *churn) sendPath() map[string]string {
 		"SEND_TIMEOUT":          "3s",
 		"TWILIO_LIST_LAG":       "1s",
 		"RECONCILE_TIMEOUT":     "30s",
-	}
-}
-
-// startMembers starts opts.Members members and waits until each is ready.
-func (c *churn) startMembers() {
-	for range c.opts.Members {
-		c.start()
-	}
-	for _, w := range c.running {
-		if err := w.WaitReady(60 * time.Second); err != nil {
-			c.t.Fatal(err)
-		}
 	}
 }
 

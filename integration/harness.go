@@ -79,36 +79,26 @@ func imagePresent(t testing.TB, img string) bool {
 	return err == nil
 }
 
-// pickImage chooses the image for one peer: the one named by envVar if set
-// (the developer's explicit choice, used as is), else public if present
-// locally, else local (built by scripts/build-images.sh) if present. ok is
-// false when none of them is available. The choice is logged, because a
+// mustPickImage chooses the image for one peer: the one named by envVar
+// if set (the developer's explicit choice, used as is), else public if
+// present locally, else local (built by scripts/build-images.sh) if
+// present; it fails t when neither is. The choice is logged, because a
 // fallback changes what a test proves.
-func pickImage(t testing.TB, envVar, public, local string) (img string, ok bool) {
-	t.Helper()
-	if v := os.Getenv(envVar); v != "" {
-		t.Logf("%s=%s (from the environment)", envVar, v)
-		return v, true
-	}
-	if imagePresent(t, public) {
-		t.Logf("%s: using %s", envVar, public)
-		return public, true
-	}
-	if local != "" && imagePresent(t, local) {
-		t.Logf("%s: %s is not present locally (no pull possible); using the local build %s", envVar, public, local)
-		return local, true
-	}
-	return "", false
-}
-
-// mustPickImage is pickImage for peers without an in-process fallback.
 func mustPickImage(t testing.TB, envVar, public, local string) string {
 	t.Helper()
-	img, ok := pickImage(t, envVar, public, local)
-	if !ok {
-		t.Fatalf("%s: neither %s nor %s is present locally; run scripts/build-images.sh (or set %s)", envVar, public, local, envVar)
+	switch {
+	case os.Getenv(envVar) != "":
+		t.Logf("%s=%s (from the environment)", envVar, os.Getenv(envVar))
+		return os.Getenv(envVar)
+	case imagePresent(t, public):
+		t.Logf("%s: using %s", envVar, public)
+		return public
+	case local != "" && imagePresent(t, local):
+		t.Logf("%s: %s is not present locally (no pull possible); using the local build %s", envVar, public, local)
+		return local
 	}
-	return img
+	t.Fatalf("%s: neither %s nor %s is present locally; run scripts/build-images.sh (or set %s)", envVar, public, local, envVar)
+	return ""
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Every

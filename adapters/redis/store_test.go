@@ -246,7 +246,7 @@ func TestKeyFormat(t *testing.T) {
 		oldStart := time.Now().Add(-2 * time.Minute).UnixMilli()
 		old := fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.%d.%d", oldStart, oldStart+60000)
 		MustSet(t, raw, "fmt:"+k, old)
-		got := storetest.MustClaimDigest(t, s, ctx, k, "tok-b", "DgB", time.Minute)
+		got := storetest.MustClaimSent(t, s, ctx, k, "tok-b", "DgB", "", time.Minute)
 		if got.State != ports.TakenOver || got.Lease.Token != "0a1b2c3d4e5f60718293a4b5" || got.Lease.First.UnixMilli() != oldStart || got.Lease.Digest != "" {
 			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, First its start %d, no digest", got, oldStart)
 		}

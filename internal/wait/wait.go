@@ -5,7 +5,6 @@
 package wait
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -25,10 +24,9 @@ const Every = 10 * time.Millisecond
 // and cond's last word (tb.Fatalf: call For from the test's goroutine).
 func For[C Cond](tb testing.TB, within time.Duration, what string, cond C) time.Time {
 	tb.Helper()
-	check := judge(cond)
 	deadline := time.Now().Add(within)
 	for {
-		ok, last := check()
+		ok, last := holds(cond)
 		if ok {
 			return time.Now()
 		}
@@ -42,21 +40,17 @@ func For[C Cond](tb testing.TB, within time.Duration, what string, cond C) time.
 	}
 }
 
-// judge turns any Cond into one that reports whether it holds and, when
-// not, its last word.
-func judge[C Cond](cond C) func() (bool, string) {
+// holds calls cond once, and reports whether it held and, if not, its
+// last word.
+func holds[C Cond](cond C) (bool, string) {
 	switch c := any(cond).(type) {
 	case func() bool:
-		return func() (bool, string) { return c(), "" }
+		return c(), ""
 	case func() error:
-		return func() (bool, string) {
-			if err := c(); err != nil {
-				return false, err.Error()
-			}
-			return true, ""
+		if err := c(); err != nil {
+			return false, err.Error()
 		}
-	case func() (bool, string):
-		return c
+		return true, ""
 	}
-	panic(fmt.Sprintf("wait: condition of type %T", cond))
+	return any(cond).(func() (bool, string))()
 }

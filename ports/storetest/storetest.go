@@ -37,14 +37,7 @@ func ctx(t *testing.T) context.Context { return contract.Ctx(t, 10*time.Second) 
 // MustClaim claims k without a digest and fails the test on error.
 func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token string, ttl time.Duration) ports.Claim {
 	tb.Helper()
-	return MustClaimDigest(tb, s, c, k, token, "", ttl)
-}
-
-// MustClaimDigest claims k to send the text digest and fails the test on
-// error.
-func MustClaimDigest(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token, digest string, ttl time.Duration) ports.Claim {
-	tb.Helper()
-	return MustClaimSent(tb, s, c, k, token, digest, "", ttl)
+	return MustClaimSent(tb, s, c, k, token, "", "", ttl)
 }
 
 // MustClaimSent claims k to send the text digest from sender and fails
