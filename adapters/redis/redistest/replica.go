@@ -269,12 +269,19 @@ func (ss *Sentinels) MustWaitPrimary(tb testing.TB, want *Server, within time.Du
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
+	agreed := false
+	defer func() {
+		if !agreed { // what they saw and decided, after wait.For's failure
+			tb.Logf("redistest: the Sentinels' logs:%s", ss.logs())
+		}
+	}()
 	for _, s := range ss.Nodes {
 		c := s.MustClient(tb, 0)
 		wait.For(tb, within, fmt.Sprintf("redistest: sentinel %s names %s as %s's primary", s.Addr(), want.Addr(), ss.Master), func() (bool, string) {
 			addr, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(ss.Master).Build()).AsStrSlice()
-			return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(want.Port), fmt.Sprintf("names %v (%v)%s", addr, err, ss.logs())
+			return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(want.Port), fmt.Sprintf("names %v (%v)", addr, err)
 		})
 	}
+	agreed = true
 	wait.For(tb, within, "redistest: "+want.Addr()+" a primary", want.replicationSays(tb, "role:master"))
 }
