@@ -232,8 +232,8 @@ func dialCheck(addr string) func(context.Context) error {
 	}
 }
 
-// callJSON sends method u with body, if any, as JSON, and decodes a 2xx
-// answer into out, if any.
+// callJSON sends method u with body, if any, as JSON, and reads a 2xx
+// answer into out, if any: as text into a *string, else as JSON.
 func callJSON(ctx context.Context, method, u string, body, out any) error {
 	rd := io.Reader(http.NoBody)
 	if body != nil {
@@ -255,6 +255,11 @@ func callJSON(ctx context.Context, method, u string, body, out any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
+	}
+	if text, ok := out.(*string); ok {
+		b, err := io.ReadAll(resp.Body)
+		*text = string(b)
+		return err
 	}
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {

@@ -56,13 +56,15 @@ func (tw *Twilio) Env() map[string]string {
 // Messages returns the SMS the double accepted, oldest first.
 func (tw *Twilio) Messages(ctx context.Context) ([]double.Message, error) {
 	var ms []double.Message
-	return ms, tw.do(ctx, http.MethodGet, "/messages", nil, &ms)
+	err := callJSON(ctx, http.MethodGet, tw.URL+"/messages", nil, &ms)
+	return ms, err
 }
 
 // Attempts returns every send request, accepted or failed, oldest first.
 func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
 	var as []double.Attempt
-	return as, tw.do(ctx, http.MethodGet, "/attempts", nil, &as)
+	err := callJSON(ctx, http.MethodGet, tw.URL+"/attempts", nil, &as)
+	return as, err
 }
 
 // Fail scripts a provider failure; see double.Fault. For example, the next
@@ -74,15 +76,10 @@ func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
 //
 //	tw.Fail(ctx, double.Fault{To: "+15550001111", Status: 400, Code: 21211})
 func (tw *Twilio) Fail(ctx context.Context, f double.Fault) error {
-	return tw.do(ctx, http.MethodPost, "/faults", f, nil)
+	return callJSON(ctx, http.MethodPost, tw.URL+"/faults", f, nil)
 }
 
 // ClearFaults makes every send succeed again.
 func (tw *Twilio) ClearFaults(ctx context.Context) error {
-	return tw.do(ctx, http.MethodDelete, "/faults", nil, nil)
-}
-
-// do calls the double's control API; see callJSON.
-func (tw *Twilio) do(ctx context.Context, method, path string, body, out any) error {
-	return callJSON(ctx, method, tw.URL+path, body, out)
+	return callJSON(ctx, http.MethodDelete, tw.URL+"/faults", nil, nil)
 }

@@ -317,23 +317,9 @@ func (w *Worker) poll(timeout, interval time.Duration, check func() (done bool, 
 
 // Metrics returns the Prometheus text exposition from GET /metrics.
 func (w *Worker) Metrics(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.HTTPAddr+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return string(b), nil
+	var text string
+	err := callJSON(ctx, http.MethodGet, "http://"+w.HTTPAddr+"/metrics", nil, &text)
+	return text, err
 }
 
 // PID returns the worker's process id on this host, or 0 when it runs in
