@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/harborlight/notification-worker/internal/devbroker"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // DefaultPartitions is the partition count of topics the broker creates on
@@ -128,18 +128,12 @@ func StartKafkaCluster(t testing.TB, n int) *Kafka {
 	k := &Kafka{replication: int16(n)}
 	k.startApache(t, img, n)
 	k.connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	for {
+	wait.For(t, startTimeout, fmt.Sprintf("kafka cluster: %d brokers registered", n), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		bs, err := k.admin.ListBrokers(ctx)
-		if err == nil && len(bs) == n {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("kafka cluster: %d of %d brokers registered after %v: %v", len(bs), n, startTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && len(bs) == n, fmt.Sprintf("%d registered (%v)", len(bs), err)
+	})
 	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	return k
 }
@@ -176,18 +170,11 @@ func (k *Kafka) connect(t testing.TB) {
 	t.Cleanup(cl.Close)
 	k.client, k.admin = cl, kadm.NewClient(cl)
 
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	for {
-		err := cl.Ping(ctx)
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("kafka %s not ready after %v: %v", k.Impl, startTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, startTimeout, "kafka "+k.Impl+" ready", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return cl.Ping(ctx)
+	})
 }
 
 // startKfake starts kfake in the test process (devbroker), tracing its
@@ -280,41 +267,18 @@ func newClusterID() string {
 // KillNode sends SIGKILL to the node with node.id id (1-based) and returns
 // once it is dead: no orderly shutdown, no leadership handed over.
 func (k *Kafka) KillNode(ctx context.Context, id int32) error {
-	n, err := k.node(id)
-	if err != nil {
-		return err
-	}
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if _, err := cli.ContainerKill(ctx, n.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return fmt.Errorf("kill kafka node %d: %w", id, err)
-	}
-	for {
-		st, err := n.c.State(ctx)
-		if err == nil && !st.Running && !st.Restarting {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kill kafka node %d: %w", id, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return k.onNode(id, "kill", func(c testcontainers.Container) error { return killContainer(ctx, c) })
 }
 
 // StartNode starts a killed or stopped node again on its data (its topics,
 // offsets and quorum state) and ports, and waits until it accepts clients.
 func (k *Kafka) StartNode(ctx context.Context, id int32) error {
-	n, err := k.node(id)
-	if err != nil {
-		return err
-	}
-	if err := n.c.Start(ctx); err != nil {
-		return fmt.Errorf("start kafka node %d: %w", id, err)
-	}
-	return waitUntil(ctx, n.c, startTimeout, dialCheck(n.addr))
+	return k.onNode(id, "start", func(c testcontainers.Container) error {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		return waitUntil(ctx, c, startTimeout, dialCheck(k.nodes[id-1].addr))
+	})
 }
 
 // PauseNode stops the node with node.id id where it stands: its JVM (the
@@ -324,45 +288,24 @@ func (k *Kafka) StartNode(ctx context.Context, id int32) error {
 // freezer of docker pause: the freezer is not there, or fails to freeze,
 // on some Docker hosts, and one process stopped is the same stall.
 func (k *Kafka) PauseNode(ctx context.Context, id int32) error {
-	return k.signalNode(ctx, id, "pause", "SIGSTOP")
+	return k.onNode(id, "pause", func(c testcontainers.Container) error { return signalContainer(ctx, c, "SIGSTOP") })
 }
 
 // UnpauseNode lets a node stopped by PauseNode go on (SIGCONT).
 func (k *Kafka) UnpauseNode(ctx context.Context, id int32) error {
-	return k.signalNode(ctx, id, "unpause", "SIGCONT")
+	return k.onNode(id, "unpause", func(c testcontainers.Container) error { return signalContainer(ctx, c, "SIGCONT") })
 }
 
-// signalNode sends signal to the main process of the node with node.id id;
-// what names the step in its error.
-func (k *Kafka) signalNode(ctx context.Context, id int32, what, signal string) error {
-	return k.onContainer(id, what, func(cli *testcontainers.DockerClient, c string) error {
-		_, err := cli.ContainerKill(ctx, c, client.ContainerKillOptions{Signal: signal})
-		return err
-	})
-}
-
-// onContainer runs op on the Docker API for the container of the node
-// with node.id id; what names op in its error.
-func (k *Kafka) onContainer(id int32, what string, op func(cli *testcontainers.DockerClient, container string) error) error {
-	n, err := k.node(id)
-	if err != nil {
-		return err
+// onNode runs op on the container of the node with node.id id; what names
+// op in its error.
+func (k *Kafka) onNode(id int32, what string, op func(c testcontainers.Container) error) error {
+	if id < 1 || int(id) > len(k.nodes) {
+		return fmt.Errorf("kafka node %d: the cluster has %d Apache Kafka node(s)", id, len(k.nodes))
 	}
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if err := op(cli, n.c.GetContainerID()); err != nil {
+	if err := op(k.nodes[id-1].c); err != nil {
 		return fmt.Errorf("%s kafka node %d: %w", what, id, err)
 	}
 	return nil
-}
-
-func (k *Kafka) node(id int32) (*kafkaNode, error) {
-	if id < 1 || int(id) > len(k.nodes) {
-		return nil, fmt.Errorf("kafka node %d: the cluster has %d Apache Kafka node(s)", id, len(k.nodes))
-	}
-	return k.nodes[id-1], nil
 }
 
 // Leader returns the node id leading topic's partition, and its in-sync

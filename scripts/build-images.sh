@@ -7,10 +7,9 @@
 #   notification-worker/mailpit:v1.33.1     mailpit built from source, static
 #   notification-worker/kafka:4.4.0         Apache Kafka from Maven Central (scripts/kafka-jars.sh),
 #                                           this machine's JRE, integration/kafkanode as entry
-#   notification-worker/twilio-double:dev   integration/twiliodouble
 #   notification-worker:dev                 the worker, from ./Dockerfile (if ./cmd/notification-worker exists)
 #
-# Usage: scripts/build-images.sh [redis|mailpit|kafka|twilio-double|worker ...]
+# Usage: scripts/build-images.sh [redis|mailpit|kafka|worker ...]
 # (no argument: all of them). Needs a Docker engine (scripts/docker-up.sh).
 #
 # Every image is FROM scratch, so nothing is pulled. Each carries a label with
@@ -149,21 +148,6 @@ EOF
   docker_build --label "$LABEL=$MAILPIT_VERSION" -t "$tag" "$dir"
 }
 
-# build_go_tool TAG PKG NAME: a static Go command of this module as the
-# image's only file (plus /tmp).
-build_go_tool() {
-  local tag=$1 pkg=$2 name=$3 dir=$work/$3
-  mkdir -p "$dir/rootfs/tmp"
-  chmod 1777 "$dir/rootfs/tmp"
-  go_static "$dir/rootfs/$name" "$pkg"
-  cat >"$dir/Dockerfile" <<EOF
-FROM scratch
-COPY rootfs/ /
-ENTRYPOINT ["/$name"]
-EOF
-  build_scratch "$tag" "$dir"
-}
-
 # copy_libs ROOT FILE...: the libraries ldd lists for each FILE (already in
 # ROOT) and the loader, copied into ROOT at their own paths, so FILE runs in
 # an empty image. Libraries ldd finds inside ROOT itself (through $ORIGIN)
@@ -258,7 +242,7 @@ build_worker() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka twilio-double worker)
+[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka worker)
 for t in "${targets[@]}"; do
   start=$SECONDS
   case $t in
@@ -275,9 +259,8 @@ for t in "${targets[@]}"; do
         say "WARNING: without one the integration suite falls back to kfake, and each test's log says so"
       fi
       ;;
-    twilio-double) build_go_tool notification-worker/twilio-double:dev ./integration/twiliodouble twiliodouble ;;
     worker) build_worker ;;
-    *) say "unknown image $t (want redis, mailpit, kafka, twilio-double or worker)"; exit 2 ;;
+    *) say "unknown image $t (want redis, mailpit, kafka or worker)"; exit 2 ;;
   esac
   say "$t: $((SECONDS - start))s"
 done

@@ -18,6 +18,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -300,18 +301,6 @@ func (rc *runningConsumer) MustStop(tb testing.TB, timeout time.Duration) {
 	}
 }
 
-// waitFor polls cond every 10ms until it holds or timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // committedOffsets reads the group's committed offsets back from the broker
 // (-1: none committed).
 func committedOffsets(tb testing.TB, brokers []string, group, topic string, partitions int32) map[int32]int64 {
@@ -346,7 +335,7 @@ func committedOffsets(tb testing.TB, brokers []string, group, topic string, part
 func waitCommitted(tb testing.TB, brokers []string, group, topic string, want map[int32]int64) {
 	tb.Helper()
 	var got map[int32]int64
-	waitFor(tb, 10*time.Second, fmt.Sprintf("committed offsets %v", want), func() bool {
+	wait.For(tb, 10*time.Second, fmt.Sprintf("committed offsets %v", want), func() bool {
 		got = committedOffsets(tb, brokers, group, topic, int32(len(want)))
 		for p, w := range want {
 			if got[p] != w {

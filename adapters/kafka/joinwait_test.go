@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // joinWaitSession and joinWaitRebalance are the group timeouts of the
@@ -79,7 +81,7 @@ func startJoinWait(t *testing.T, brokers []string) *joinWait {
 		}
 		w.aAnswer <- resp
 	}()
-	waitFor(t, 20*time.Second, "A's rejoin to start a rebalance", func() bool {
+	wait.For(t, 20*time.Second, "A's rejoin to start a rebalance", func() bool {
 		return errors.Is(w.heartbeat(w.s, w.idS, w.gen), kerr.RebalanceInProgress)
 	})
 	w.rejoined = time.Now()
@@ -105,7 +107,7 @@ func formGroupOfTwo(t *testing.T, brokers []string, prefix string) (w *joinWait,
 		resp, _ := w.join(ctx, w.s, w.idS)
 		sJoined <- resp
 	}()
-	waitFor(t, 20*time.Second, "S's join to start a rebalance", func() bool {
+	wait.For(t, 20*time.Second, "S's join to start a rebalance", func() bool {
 		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
 	})
 	both := w.mustJoin(w.a, w.idA)
@@ -249,7 +251,7 @@ func TestKfake_RemovesAMemberWaitingInJoinGroupAtItsSessionTimeout(t *testing.T)
 	w := startJoinWait(t, kfakeAlone(t))
 
 	var gone time.Duration
-	waitFor(t, 20*time.Second, "kfake to remove A, waiting in JoinGroup, from the group", func() bool {
+	wait.For(t, 20*time.Second, "kfake to remove A, waiting in JoinGroup, from the group", func() bool {
 		w.heartbeatS()
 		gone = time.Since(w.rejoined)
 		return !slices.Contains(w.members(), w.idA)
@@ -362,7 +364,7 @@ func newMemberDiesInFirstJoin(t *testing.T, brokers []string) (w *joinWait, idN 
 		defer close(nDone)
 		_, _ = w.join(nCtx, n, idN)
 	}()
-	waitFor(t, 20*time.Second, "N's join to start a rebalance", func() bool {
+	wait.For(t, 20*time.Second, "N's join to start a rebalance", func() bool {
 		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
 	})
 	// N dies: its connections close with its JoinGroup unanswered.
@@ -423,7 +425,7 @@ func TestKfake_KeepsANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
 func TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
 	w, idN, gen := newMemberDiesInFirstJoin(t, testBrokers(t, 1, "join-death"))
 	synced := time.Now()
-	waitFor(t, 20*joinWaitSession, "N to be removed and the group to rebalance", func() bool {
+	wait.For(t, 20*joinWaitSession, "N to be removed and the group to rebalance", func() bool {
 		err := w.heartbeat(w.a, w.idA, gen)
 		if err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
 			t.Fatalf("A's heartbeat: %v", err)

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // syncWait is the joinWait scene one step on: A and S both rejoined and
@@ -111,7 +113,7 @@ func TestKfake_RemovesAMemberWaitingInSyncGroupAtItsSessionTimeout(t *testing.T)
 	w := startSyncWait(t, kfakeAlone(t))
 
 	var gone time.Duration
-	waitFor(t, 20*time.Second, "kfake to remove S, waiting in SyncGroup, from the group", func() bool {
+	wait.For(t, 20*time.Second, "kfake to remove S, waiting in SyncGroup, from the group", func() bool {
 		gone = time.Since(w.syncing)
 		if err := w.heartbeat(w.a, w.idA, w.gen); err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
 			t.Fatalf("A's heartbeat: %v", err)
@@ -203,7 +205,7 @@ func TestBroker_RemovesAMemberThatDiedInSyncGroup(t *testing.T) {
 		t.Fatalf("A's SyncGroup: %v", err)
 	}
 	synced := time.Now()
-	waitFor(t, 20*joinWaitSession, "S to be removed and the group to rebalance", func() bool {
+	wait.For(t, 20*joinWaitSession, "S to be removed and the group to rebalance", func() bool {
 		err := w.heartbeat(w.a, w.idA, w.gen)
 		if err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
 			t.Fatalf("A's heartbeat: %v", err)
@@ -246,7 +248,7 @@ func TestKfake_TellsEveryMemberItLeadsOnceItsLeaderLeft(t *testing.T) {
 		resp, _ := w.join(w.ctx, n, idN)
 		nAnswer <- resp
 	}()
-	waitFor(t, 20*time.Second, "N to join the group", func() bool { return slices.Contains(w.members(), idN) })
+	wait.For(t, 20*time.Second, "N to join the group", func() bool { return slices.Contains(w.members(), idN) })
 	s := w.mustJoin(w.s, w.idS)
 	var nJoined *kmsg.JoinGroupResponse
 	select {

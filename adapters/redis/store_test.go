@@ -15,6 +15,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/harborlight/notification-worker/ports/storetest"
 )
@@ -81,22 +82,6 @@ func MustSet(tb testing.TB, c rueidis.Client, key, value string) {
 	tb.Helper()
 	if err := c.Do(testCtx(tb), c.B().Set().Key(key).Value(value).Build()).Error(); err != nil {
 		tb.Fatalf("SET %s: %v", key, err)
-	}
-}
-
-// waitFor calls f until it returns nil or within passes.
-func waitFor(tb testing.TB, within time.Duration, what string, f func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %v: last error: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -338,7 +323,7 @@ func TestOutage(t *testing.T) {
 	mustRecover := func(t *testing.T, srv *redistest.Server, s *redis.Store) {
 		t.Helper()
 		k := uniqueKey(t)
-		waitFor(t, 5*time.Second, "store answers after the outage", func() error {
+		wait.For(t, 5*time.Second, "store answers after the outage", func() error {
 			_, err := s.Claim(context.Background(), k, "tok-after", "", "", time.Minute)
 			return err
 		})

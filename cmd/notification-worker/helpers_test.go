@@ -119,23 +119,6 @@ func MustRun(tb testing.TB, m *Main) (stop func() error) {
 	return stop
 }
 
-// waitFor polls cond until it holds, failing the test with cond's last
-// word after waitWithin.
-func waitFor(tb testing.TB, what string, cond func() (bool, string)) {
-	tb.Helper()
-	deadline := time.Now().Add(waitWithin)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %v; last: %s", what, waitWithin, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 // httpGet returns the status and body of GET url, or the error.

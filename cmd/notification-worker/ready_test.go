@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/harborlight/notification-worker/internal/devbroker"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestMain_ReadyzSpare: two workers on a one-partition topic. The one the
@@ -34,7 +35,7 @@ func TestMain_ReadyzSpare(t *testing.T) {
 		MustOpen(t, workers[i])
 		MustRun(t, workers[i])
 	}
-	waitFor(t, "one worker assigned, the other a ready spare", func() (bool, string) {
+	wait.For(t, waitWithin, "one worker assigned, the other a ready spare", func() (bool, string) {
 		var got []string
 		assigned, spare := 0, 0
 		for _, w := range workers {

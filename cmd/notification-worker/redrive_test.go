@@ -16,6 +16,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 func TestRedriveCommand(t *testing.T) {
@@ -65,7 +66,7 @@ func TestRedriveCommand(t *testing.T) {
 		m := &Main{Config: cfg, Stdout: &out, Deps: Deps{Store: memory.New(nil), Metrics: prometheus.New()}}
 		MustOpen(t, m)
 		stop := MustRun(t, m)
-		waitFor(t, "the poison record dead-lettered", func() (bool, string) {
+		wait.For(t, waitWithin, "the poison record dead-lettered", func() (bool, string) {
 			dl := sumOf(scrape(t, m), "notification_worker_records_dead_lettered_total{")
 			return dl == 1, fmt.Sprintf("dead-lettered %v of 1", dl)
 		})
@@ -174,7 +175,7 @@ func TestRedrive_PartlySentEventSendsOnlyWhatFailed(t *testing.T) {
 		return nil
 	}}, nil, map[string]string{"RETRY_MAX_ATTEMPTS": "3"})
 	p.publishSMSAndEmail(t)
-	waitFor(t, "the event dead-lettered as retryable", func() (bool, string) {
+	wait.For(t, waitWithin, "the event dead-lettered as retryable", func() (bool, string) {
 		dl := sumOf(scrape(t, p.m), "notification_worker_records_dead_lettered_total{", `kind="retryable"`)
 		return dl == 1, fmt.Sprintf("dead-lettered retryable %v of 1", dl)
 	})
@@ -190,7 +191,7 @@ func TestRedrive_PartlySentEventSendsOnlyWhatFailed(t *testing.T) {
 		t.Fatalf("redrive: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	p.waitEmailSent(t)
-	waitFor(t, "the SMS of the redriven record suppressed", func() (bool, string) {
+	wait.For(t, waitWithin, "the SMS of the redriven record suppressed", func() (bool, string) {
 		dup := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="duplicate"`)
 		return dup == 1, fmt.Sprintf("SMS counted duplicate: %v", dup)
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/redis/rueidis"
 )
@@ -63,7 +64,7 @@ func TestMain_UpgradeToCompactHonoursReadableRecords(t *testing.T) {
 	MustRun(t, m)
 	MustPublish(t, emb.Brokers(), topic, eventMessages(events)...)
 
-	waitFor(t, "every event handled", func() (bool, string) {
+	wait.For(t, waitWithin, "every event handled", func() (bool, string) {
 		sent, _ := sms.counts()
 		suppressed := len(out.Events(t, "duplicate_suppressed"))
 		return sent+suppressed >= len(events), fmt.Sprintf("%d sent, %d suppressed", sent, suppressed)
@@ -99,7 +100,7 @@ func TestMain_UpgradeToCompactHonoursReadableRecords(t *testing.T) {
 			printed[f[0]] = f[2]
 		}
 	}
-	waitFor(t, "the fresh sends recorded compact", func() (bool, string) {
+	wait.For(t, waitWithin, "the fresh sends recorded compact", func() (bool, string) {
 		for _, id := range ids {
 			v, ok := MustGetRaw(t, raw, printed[id])
 			if !ok || !isSentRecord(v) || strings.HasPrefix(v, "sent:") {

@@ -1,9 +1,8 @@
 // Package double is an HTTP test double of the Twilio resource the worker
 // calls, /2010-04-01/Accounts/{sid}/Messages.json (POST sends a message, GET
 // lists them), with a read-back API and scriptable provider failures. Tests
-// use it in-process (httptest.NewServer(double.New(sid, token))) or as the
-// twilio-double container (integration/twiliodouble), over the same HTTP
-// surface.
+// serve it in-process (httptest.NewServer(double.New(sid, token))) and
+// drive it over HTTP, as the worker does.
 //
 // The list answers as Twilio's does: newest first, filtered by To, From and
 // DateSent (a day; "DateSent<" and "DateSent>" bound it, inclusive), PageSize
@@ -422,37 +421,8 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f := d.takeFault(m.To)
-	if f != nil && f.Accept {
-		d.accept(&m)
-	}
-	if f != nil {
-		if f.Delay > 0 {
-			select {
-			case <-time.After(time.Duration(f.Delay)):
-			case <-r.Context().Done():
-				// The client gave up; record what it saw: nothing.
-				d.record(Attempt{Message: m, Status: 0})
-				return
-			}
-		}
-		if f.Drop {
-			d.record(Attempt{Message: m, Status: 0})
-			drop(w)
-			return
-		}
-		if f.Status >= 300 {
-			code := f.Code
-			if code == 0 {
-				code = 20000 + f.Status
-			}
-			msg := f.Message
-			if msg == "" {
-				msg = defaultMessage(code, m.To)
-			}
-			d.answer(w, m, f.Status, code, msg)
-			return
-		}
+	if f := d.takeFault(m.To); f != nil && d.fault(w, r, &m, f) {
+		return
 	}
 
 	if m.SID == "" {
@@ -463,6 +433,43 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 	created := resource(m)
 	created["status"], created["date_sent"] = "queued", nil
 	writeJSON(w, http.StatusCreated, created)
+}
+
+// fault plays f on the send of m: it accepts m first when f says so,
+// waits f's delay (answering nothing if the client gives up meanwhile),
+// then drops the connection or answers f's error. It reports whether it
+// answered; if not, the send goes on as a success.
+func (d *Double) fault(w http.ResponseWriter, r *http.Request, m *Message, f *Fault) (answered bool) {
+	if f.Accept {
+		d.accept(m)
+	}
+	if f.Delay > 0 {
+		select {
+		case <-time.After(time.Duration(f.Delay)):
+		case <-r.Context().Done():
+			// The client gave up; record what it saw: nothing.
+			d.record(Attempt{Message: *m, Status: 0})
+			return true
+		}
+	}
+	if f.Drop {
+		d.record(Attempt{Message: *m, Status: 0})
+		drop(w)
+		return true
+	}
+	if f.Status >= 300 {
+		code := f.Code
+		if code == 0 {
+			code = 20000 + f.Status
+		}
+		msg := f.Message
+		if msg == "" {
+			msg = defaultMessage(code, m.To)
+		}
+		d.answer(w, *m, f.Status, code, msg)
+		return true
+	}
+	return false
 }
 
 // accept gives m a SID and stores it as accepted.
