@@ -3,8 +3,6 @@ package domain
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -27,59 +25,6 @@ const (
 
 // errNoReconciler is the answer of a channel whose provider cannot be asked.
 var errNoReconciler = errors.New("the channel's provider cannot be asked what it accepted")
-
-// reconcile asks the provider whether n.unknown, the send that may have
-// gone out under n's key and the claim n holds, went out in its window,
-// when its next ask is due (see nextAsk), and moves n on: ended delivered
-// (the send recorded) when the provider has it; claiming afresh when it
-// has not, or when nobody can tell and the policy resends; kept unknown,
-// waiting for its next ask, while that is not due or the provider cannot
-// tell yet; failedPermanent when nobody can tell and the policy
-// dead-letters.
-func (s *Service) reconcile(ctx context.Context, n *notification) {
-	m, log := n.m, n.log
-	key, since := m.IdempotencyKey, n.unknown.Since
-	n.pending, n.reconciled = false, true
-	rc := s.cfg.Reconcilers[m.Channel]
-	if rc == nil {
-		s.nobodyCanTell(ctx, n, errNoReconciler)
-		return
-	}
-	now := s.cfg.Now()
-	switch at, ok := s.nextAsk(n.unknown, rc.Lag()); {
-	case !ok:
-		s.nobodyCanTell(ctx, n, fmt.Errorf("not told by %v after the send", s.cfg.ReconcileFor))
-		return
-	case at.After(now):
-		s.await(n, at, fmt.Errorf("asked next at %v, once the provider's list may show the send", at.Format(time.RFC3339Nano)))
-		return
-	}
-	r, err := s.askProvider(ctx, rc, m, n.unknown)
-	n.unknown.Asked = now
-	switch {
-	case err == nil && r.Delivered:
-		s.cfg.Reconciled(m.Channel, ports.ReconciledDelivered)
-		log.Info("reconciled_delivered", slog.String("provider_id", r.Receipt.ProviderID), slog.Time("since", since))
-		s.recordDelivery(ctx, n, r.Receipt)
-		n.state = stateDuplicate
-		if n.ours {
-			n.state = stateSent
-		}
-		return
-	case err == nil:
-		s.cfg.Reconciled(m.Channel, ports.ReconciledNotDelivered)
-		log.Info("reconciled_not_delivered", slog.Time("since", since))
-		s.journal.forgetUnknown(key, n.delivery)
-		s.claimAfresh(ctx, n)
-		return
-	}
-	s.cfg.Reconciled(m.Channel, ports.ReconcileCannotTell)
-	if at, ok := s.nextAsk(n.unknown, rc.Lag()); ok {
-		s.await(n, at, err)
-		return
-	}
-	s.nobodyCanTell(ctx, n, err)
-}
 
 // nextAsk returns when the provider is next asked about w, a send of
 // unknown outcome, given its lag (ports.Reconciler.Lag), or false once
@@ -111,50 +56,6 @@ func (s *Service) nextAsk(w unknownSend, lag time.Duration) (time.Time, bool) {
 		return last, true
 	}
 	return time.Time{}, false
-}
-
-// await ends n as a send of unknown outcome waiting for its next ask, at,
-// for why: the claim is kept (the send's own, or the one that took it
-// over), what is known of the send is entered in the journal for the
-// record's next attempt, and the record waits as Paced, due again at at:
-// it spends no retry budget, fires no outage alert, and holds no handler
-// while it waits. A send found unknown in this attempt is reported
-// unknown; one an earlier attempt left is not reported again.
-func (s *Service) await(n *notification, at time.Time, why error) {
-	s.journal.setUnknown(n.m.IdempotencyKey, n.delivery, n.unknown)
-	n.state = stateUnknown
-	if n.resumed {
-		n.state = stateStillUnknown
-	}
-	n.err = ports.MarkPacedFor(fmt.Errorf("reconcile %s: %w", n.m.IdempotencyKey, why), at.Sub(s.cfg.Now()))
-}
-
-// nobodyCanTell applies the policy to n's send of unknown outcome, which
-// nobody can tell (err says why): it is resent under a fresh claim, or
-// given up to the dead letter topic.
-func (s *Service) nobodyCanTell(ctx context.Context, n *notification, err error) {
-	log, key := n.log, n.m.IdempotencyKey
-	s.journal.forgetUnknown(key, n.delivery)
-	if s.cfg.UnknownPolicy == PolicyDeadLetter {
-		s.release(ctx, log, key, n.unknown.Token)
-		log.Error("unknown_outcome_dead_lettered", slog.String("policy", string(s.cfg.UnknownPolicy)), slog.String("error", err.Error()))
-		n.state = stateFailedPermanent
-		n.err = ports.MarkPermanent(fmt.Errorf("send %s: outcome unknown, and %v", key, err))
-		return
-	}
-	log.Warn("unknown_outcome_resent", slog.Bool("resent", true), slog.Time("since", n.unknown.Since), slog.String("error", err.Error()))
-	s.claimAfresh(ctx, n)
-}
-
-// claimAfresh gives back the claim a reconciliation held (a send under it
-// did not go out, or is given up on) and moves n on to claim the key under
-// a new token, with a full lease of its own.
-func (s *Service) claimAfresh(ctx context.Context, n *notification) {
-	if n.held {
-		s.release(ctx, n.log, n.m.IdempotencyKey, n.token)
-	}
-	n.token, n.held = newToken(), false
-	n.state = stateClaiming
 }
 
 // askProvider calls rc, the channel's Reconciler, for w's window, sender

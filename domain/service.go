@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,29 +16,23 @@ import (
 // Service is "send unless already sent". It implements ports.Handler and is
 // safe for concurrent use.
 //
-// Besides the store, it remembers what it delivered in its journal, so
-// that its own retries never send a notification twice: what a delivery of
-// a record (ports.Record.DeliveryID) delivered, for that delivery's further
-// attempts, and the deliveries whose sent record the store has not
-// confirmed, for any record this process handles; kept at most Config.TTL.
-// Owed records are written from the journal when the store answers again;
-// once Config.LedgerSize are owed, Handle takes no new record until the
-// store has taken some.
+// Besides the store, it keeps a ledger of its sends (see ledger), so that
+// its own retries never send a notification twice: what each delivery of a
+// record (ports.Record.DeliveryID) delivered, for that delivery's further
+// attempts, and the sent records the store has not taken, for any record
+// this process handles; kept at most Config.TTL. Owed records are written
+// in the background once the store answers again, and a last time by
+// CloseBy; once Config.LedgerSize are owed, Handle takes no new record
+// until the store has taken some.
 type Service struct {
 	cfg       Config
-	journal   *journal
+	ledger    *ledger
+	rateWait  time.Duration  // rateWaitMax of cfg
 	draining  atomic.Bool    // a drain goroutine runs
 	drains    sync.WaitGroup // the drain goroutine, for Close
 	closed    chan struct{}  // closed by Close
 	closeOnce sync.Once
-	// tally keeps CloseBy's count of the records lost with the process
-	// whole: the sends in progress when it counts, and the records owed
-	// after it by sends that were not (see CloseBy).
-	tally struct {
-		sync.Mutex
-		done    bool                       // CloseBy has counted
-		sending map[*notification]struct{} // sends under way, their delivery not yet entered
-	}
+
 	refused     atomic.Int64 // attempts refused for a full ledger
 	unavailable *ports.LogLimit
 	recordFail  *ports.LogLimit
@@ -62,14 +57,14 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg:         cfg,
-		journal:     newJournal(cfg.LedgerSize, cfg.TTL, cfg.Now),
+		ledger:      newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
+		rateWait:    rateWaitMax(&cfg),
 		closed:      make(chan struct{}),
 		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
 		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
 		throttled:   &ports.LogLimit{Every: cfg.LogEvery},
 		ledgerFull:  &ports.LogLimit{Every: cfg.LogEvery},
 	}
-	s.tally.sending = map[*notification]struct{}{}
 	return s, nil
 }
 
@@ -83,15 +78,14 @@ func NewService(cfg Config) (*Service, error) {
 // is not waiting on anything the service bounds: a notifier ignoring its
 // context, or a bug.
 func (s *Service) LongestHandle() time.Duration {
-	pace := 2*max(rateWaitMax(&s.cfg), 0) + s.cfg.StoreTimeout
+	pace := 2*max(s.rateWait, 0) + s.cfg.StoreTimeout
 	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout + pace)
 }
 
-// Owed returns how many deliveries the journal holds whose sent record is
-// still owed to the store, and how many attempts at a record Handle refused
+// Owed returns how many sent records the ledger owes the store, and how many attempts at a record Handle refused
 // because Config.LedgerSize records were owed.
 func (s *Service) Owed() (owed int, refused int64) {
-	return s.journal.owedCount(), s.refused.Load()
+	return s.ledger.owedCount(), s.refused.Load()
 }
 
 // Handle decodes rec and delivers each of its notifications. It returns nil
@@ -142,38 +136,25 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	if stale, err := s.stale(ctx, attrs[:5], ev, rec); err != nil || stale {
 		return err
 	}
-
-	// Render everything first: an event that cannot render on one channel
-	// is poison as a whole, and nothing of it should go out half-formed.
-	msgs := make([]ports.Message, 0, len(ev.Channels))
-	for _, ch := range ev.Channels {
-		if s.cfg.Notifiers[ch] == nil {
-			return ports.MarkPermanent(fmt.Errorf("event %s: no notifier is configured for channel %q", ev.EventID, ch))
-		}
-		m, err := s.cfg.Templates.Render(ev, ch)
-		if err != nil {
-			return ports.MarkPermanent(fmt.Errorf("event %s: %w", ev.EventID, err))
-		}
-		m.Fingerprint = Fingerprint(ev, ch)
-		msgs = append(msgs, m)
+	msgs, err := s.render(ev)
+	if err != nil {
+		return err
 	}
-
-	if !s.journal.admits(rec.DeliveryID, msgs) {
+	if !s.ledger.admits(rec.DeliveryID, msgs) {
 		s.refused.Add(1)
-		owed := s.journal.owedCount()
+		owed := s.ledger.owedCount()
 		s.logLimited(ctx, s.ledgerFull, with(ctx, s.cfg.Logger, attrs[:5]...), slog.LevelWarn, "ledger_full",
 			slog.Int("owed", owed), slog.Int("ledger_size", s.cfg.LedgerSize))
 		return ports.MarkUnavailable(fmt.Errorf("event %s: ledger full: %d sent records are owed to the idempotency store, at least the ledger size %d; the record waits until the store takes them", ev.EventID, owed, s.cfg.LedgerSize))
 	}
-	// What the delivery leaves in the journal goes when its record is
+	// What the delivery leaves in the ledger goes when its record is
 	// finished (below), or else when its source ends it (a panic included).
 	finished := false
 	defer func() {
 		if !finished {
-			s.journal.watch(rec.DeliveryID, msgs, ports.DeliveryOf(ctx).Ended)
+			s.ledger.watch(rec.DeliveryID, msgs, ports.DeliveryOf(ctx).Ended)
 		}
 	}()
-
 	var failed []error
 	worst := ports.Permanent
 	for _, m := range msgs {
@@ -183,21 +164,20 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		if o, ok := n.state.outcome(); ok {
 			s.cfg.Observer.Observe(m.Channel, o)
 		}
-		if n.err == nil {
-			continue
-		}
-		failed = append(failed, fmt.Errorf("%s: %w", m.Channel, n.err))
-		// One retryable channel makes the record worth retrying: the sent
-		// channels are skipped then, and a permanent one fails again.
-		if k := ports.KindOf(n.err); holdRank(k) > holdRank(worst) {
-			worst = k
+		if n.err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", m.Channel, n.err))
+			// One retryable channel makes the record worth retrying: the
+			// sent channels are skipped then, and a permanent one fails again.
+			if k := ports.KindOf(n.err); holdRank(k) > holdRank(worst) {
+				worst = k
+			}
 		}
 	}
 	if len(failed) == 0 || worst == ports.Permanent {
 		// The record is finished: no attempt of this delivery follows.
 		finished = true
 		for _, m := range msgs {
-			s.journal.finish(m.IdempotencyKey, rec.DeliveryID)
+			s.ledger.finish(m.IdempotencyKey, rec.DeliveryID)
 		}
 	}
 	if len(failed) == 0 {
@@ -206,20 +186,31 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	return mark(worst, fmt.Errorf("event %s: %w", ev.EventID, errors.Join(failed...)))
 }
 
+// render renders ev's message on each of its channels, or returns a
+// Permanent error: an event that cannot render on one channel is poison as
+// a whole, and nothing of it should go out half-formed.
+func (s *Service) render(ev Event) ([]ports.Message, error) {
+	msgs := make([]ports.Message, 0, len(ev.Channels))
+	for _, ch := range ev.Channels {
+		if s.cfg.Notifiers[ch] == nil {
+			return nil, ports.MarkPermanent(fmt.Errorf("event %s: no notifier is configured for channel %q", ev.EventID, ch))
+		}
+		m, err := s.cfg.Templates.Render(ev, ch)
+		if err != nil {
+			return nil, ports.MarkPermanent(fmt.Errorf("event %s: %w", ev.EventID, err))
+		}
+		m.Fingerprint = Fingerprint(ev, ch)
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
 // holdRank orders the kinds by how long they keep a record: Permanent
 // (dead-lettered now), Retryable (dead-lettered after the retry budget),
 // Paced (retried until the pace allows), Unavailable (retried until the
 // dependency answers, and the one an operator must act on).
 func holdRank(k ports.Kind) int {
-	switch k {
-	case ports.Permanent:
-		return 0
-	case ports.Retryable:
-		return 1
-	case ports.Paced:
-		return 2
-	}
-	return 3
+	return slices.Index([]ports.Kind{ports.Permanent, ports.Retryable, ports.Paced, ports.Unavailable}, k)
 }
 
 // mark wraps err as kind (Retryable: err unchanged, as KindOf reads an
@@ -234,4 +225,176 @@ func mark(kind ports.Kind, err error) error {
 		return ports.MarkPaced(err)
 	}
 	return err
+}
+
+// ClockSkew is how far a producer's clock may run ahead of this worker's:
+// an event whose occurred_at is later than now plus ClockSkew cannot have
+// happened yet, and is refused as poison.
+const ClockSkew = 5 * time.Minute
+
+// stale reports whether ev is older than the maximum age of its type, and
+// if so logs stale_event_skipped and reports OutcomeStale for each of its
+// channels. Its age runs from occurred_at or, when the event has none, from
+// the record's timestamp (the time its producer wrote it, which a replay
+// keeps); with neither, the event has no age and is never stale. An
+// occurred_at more than ClockSkew ahead of now is a Permanent error. attrs
+// are the record's log attributes (Handle's), ctx its context.
+func (s *Service) stale(ctx context.Context, attrs []slog.Attr, ev Event, rec ports.Record) (bool, error) {
+	at, from := ev.OccurredAt, "occurred_at"
+	if at.IsZero() {
+		at, from = rec.Timestamp, "record_timestamp"
+	}
+	if at.IsZero() {
+		return false, nil
+	}
+	age := s.cfg.Now().Sub(at)
+	if from == "occurred_at" && age < -ClockSkew {
+		return false, ports.MarkPermanent(fmt.Errorf("event %s: occurred_at %s is %v ahead of this worker's clock, more than the clock skew allowed (%v): it cannot have happened yet",
+			ev.EventID, at.UTC().Format(time.RFC3339), (-age).Round(time.Second), ClockSkew))
+	}
+	limit, ok := s.cfg.MaxEventAgeByType[ev.Type]
+	if !ok {
+		limit = s.cfg.MaxEventAge
+	}
+	if age <= limit {
+		return false, nil
+	}
+	with(ctx, s.cfg.Logger, attrs...).Info("stale_event_skipped",
+		slog.String("type", ev.Type),
+		slog.Duration("age", age.Round(time.Second)),
+		slog.Duration("max_age", limit),
+		slog.String("age_from", from))
+	for _, ch := range ev.Channels {
+		s.cfg.Observer.Observe(ch, ports.OutcomeStale)
+	}
+	return true, nil
+}
+
+// drainRetry is how long the drain waits after a write the store refused,
+// and finalRetry how long CloseBy's final attempt waits after one.
+const (
+	drainRetry = time.Second
+	finalRetry = 100 * time.Millisecond
+)
+
+// drainSoon makes sure a goroutine writes the ledger's owed records while
+// there are any: oldest first, waiting drainRetry after a write the store
+// refused. At most one runs; it ends when nothing is owed or at Close.
+func (s *Service) drainSoon() {
+	if s.ledger.owedCount() == 0 || !s.draining.CompareAndSwap(false, true) {
+		return
+	}
+	s.drains.Add(1)
+	go s.drain()
+}
+
+func (s *Service) drain() {
+	defer s.drains.Done()
+	for {
+		if !s.writeAllOwed(s.closed) {
+			select {
+			case <-s.closed:
+				s.draining.Store(false)
+				return
+			case <-time.After(drainRetry):
+				continue
+			}
+		}
+		// Empty. A record owed after the look above would find draining
+		// still set and start no drain: look again once it is cleared.
+		s.draining.Store(false)
+		if s.ledger.owedCount() == 0 || !s.draining.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// writeAllOwed writes the ledger's owed records, oldest first, and reports
+// whether all were written. It stops at the first write the store refuses,
+// and before each write once stop is closed (nil: never).
+func (s *Service) writeAllOwed(stop <-chan struct{}) bool {
+	for _, o := range s.ledger.owedRecords() {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		if s.writeOwedRecord(context.Background(), o) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Close is CloseBy with no time to spare: one pass at the owed records.
+func (s *Service) Close() { s.CloseBy(time.Time{}) }
+
+// CloseBy stops the writing of owed records in the background, waits for
+// it, and then makes a final attempt at the records still owed: oldest
+// first, each write bounded by the store timeout, a pass ending at the
+// first write the store refuses; passes repeat every finalRetry until
+// nothing is owed or deadline has passed. A deadline already past still
+// gets one pass, so CloseBy may end up to one store timeout after it.
+//
+// What is still owed then is lost with the process: a replay of it is
+// protected by the store alone, and is sent again if the store has no
+// record. So is every send still under way (a Handle that outlived the
+// shutdown, in a notifier ignoring its context): the process may exit
+// before it ends, and nothing writes a record after CloseBy. CloseBy
+// logs owed_records_lost (error level, with count, and sending: those of
+// them still under way), tells Config.OwedLost, and returns the count.
+// A send it counted is not counted again however it ends, so the count
+// may exceed what was lost (a send under way that then fails, or whose
+// record the store takes), never fall below it. A Handle still running
+// that owes a record it did not count (its send started after the count)
+// reports it when it owes it: owed_records_lost with count 1, and
+// Config.OwedLost(1).
+//
+// Handle must not be called after Close or CloseBy (one still running
+// may end); only the first call does anything, later ones return 0.
+func (s *Service) CloseBy(deadline time.Time) (lost int) {
+	first := false
+	s.closeOnce.Do(func() { close(s.closed); first = true })
+	s.drains.Wait()
+	if !first {
+		return 0
+	}
+	for {
+		s.writeAllOwed(nil)
+		left := deadline.Sub(s.cfg.Now())
+		if s.ledger.owedCount() == 0 || left <= 0 {
+			break
+		}
+		time.Sleep(min(finalRetry, left))
+	}
+	owed, sending := s.ledger.close()
+	s.reportLost(len(owed)+sending, sending, "the store did not take these sent records before shutdown, or their sends were still under way; a replay of each is sent again unless the store holds its record")
+	return len(owed) + sending
+}
+
+// reportLost logs owed_records_lost with count n, of which sending were
+// sends still under way, and tells Config.OwedLost; nothing when n is 0.
+func (s *Service) reportLost(n, sending int, why string) {
+	if n == 0 {
+		return
+	}
+	s.cfg.Logger.Error("owed_records_lost",
+		slog.Int("count", n),
+		slog.Int("sending", sending),
+		slog.String("error", why))
+	s.cfg.OwedLost(n)
+}
+
+// logLimited logs msg through log unless l holds it back (see
+// ports.LogLimit), adding how many were held back since the last one let
+// through as suppressed_since_last. It keeps a warning that an outage
+// repeats for every record (idempotency_check_unavailable,
+// idempotency_record_failed, notification_rate_limited) to one per
+// Config.LogEvery.
+func (s *Service) logLimited(ctx context.Context, l *ports.LogLimit, log noteLog, level slog.Level, msg string, attrs ...slog.Attr) {
+	held, ok := l.Allow(s.cfg.Now())
+	if !ok {
+		return
+	}
+	log.LogAttrs(ctx, level, msg, append(attrs, slog.Int("suppressed_since_last", held))...)
 }

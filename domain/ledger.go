@@ -1,0 +1,338 @@
+package domain
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/harborlight/notification-worker/ports"
+)
+
+// ledger is this process's memory of its sends, by idempotency key, beside
+// the store. For each key it keeps:
+//
+//   - the deliveries (ports.Record.DeliveryID) that delivered it and have
+//     not finished, and its receipt: a retry of such a delivery skips the
+//     key silently, whatever the store can confirm;
+//   - whether its sent record is owed to the store: any other delivery this
+//     process handles is then a duplicate (the store cannot tell it), and
+//     the service writes the record when the store answers;
+//   - per unfinished delivery, a send whose outcome is unknown: that
+//     delivery's next attempt reconciles it.
+//
+// A delivery finishes with its record's last attempt, or when its event
+// source ends it (see watch); what it left then goes, except an owed
+// record, which stays until the store takes it. An entry is kept at most
+// maxAge from when it was last entered. Nothing else drops anything: a
+// delivery that delivered a key skips it on every retry, at any size. The
+// owed records are bounded by admission instead (see admits): once size
+// are owed, no new record is taken until the store takes some, while the
+// deliveries already taken go on. A delivery id of zero shares nothing
+// between attempts: only an owed record is kept for it.
+//
+// It also counts the sends under way, for the shutdown's count of what is
+// lost (see startSend and close). It is safe for concurrent use, and
+// protects only this process: a replay handled by another worker sees the
+// store alone.
+type ledger struct {
+	size   int
+	maxAge time.Duration
+	now    func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	owed    int                 // entries whose record is owed
+	watched map[uint64]struct{} // the deliveries whose end watch waits for
+	sending int                 // sends under way
+	closed  bool                // close has counted
+	counted int                 // sends close counted under way that have not ended
+}
+
+// entry is what the ledger holds of one key.
+type entry struct {
+	receipt   ports.Receipt          // of the delivery, once delivered
+	owed      bool                   // delivered, and its sent record not yet taken by the store
+	delivered []uint64               // the unfinished deliveries that delivered it
+	unknown   map[uint64]unknownSend // by unfinished delivery: its send of unknown outcome
+	at        time.Time              // when last entered
+}
+
+// owedRecord is a sent record the ledger owes the store.
+type owedRecord struct {
+	key     string
+	receipt ports.Receipt
+	at      time.Time
+}
+
+// unknownSend is a send whose outcome an attempt could not learn, and
+// where its reconciliation stands: the window it may have reached the
+// provider in, fixed by the send and carried unchanged through every
+// takeover.
+type unknownSend struct {
+	// Token is the claim kept for it: the one it was sent under, or the
+	// one that took it over.
+	Token string
+	// Since and Until bound the window in which the provider may have
+	// accepted it: from its start to when it gave up waiting, or, for a
+	// claim taken over, its history's first claim's lease (ports.Lease's
+	// First and FirstUntil; a zero Until: now).
+	Since, Until time.Time
+	// Digest and Sender are the digest of the text sent and the sender it
+	// used (see ports.Lease); empty when unknown.
+	Digest, Sender string
+	// Ours says the send was the delivery's own; else it was made under a
+	// claim the delivery took over.
+	Ours bool
+	// AtOnce says it is asked about at once, before its listing is final:
+	// it is the delivery's own send, or the delivery took over the claim
+	// it was made under (a taker of a takeover waits for the final
+	// listing: its predecessor may have asked at once).
+	AtOnce bool
+	// Asked is when the provider was last asked about it; zero: never.
+	Asked time.Time
+	// Reported says its unknown outcome was reported: it was entered in
+	// the ledger, which happens as it is reported.
+	Reported bool
+}
+
+func newLedger(size int, maxAge time.Duration, now func() time.Time) *ledger {
+	return &ledger{size: size, maxAge: maxAge, now: now, entries: map[string]*entry{}, watched: map[uint64]struct{}{}}
+}
+
+// known is what the ledger holds of one key for one delivery.
+type known struct {
+	earlier bool         // the delivery (non-zero) delivered it
+	owed    *owedRecord  // its sent record, when owed
+	unknown *unknownSend // the delivery's send of unknown outcome
+}
+
+// lookup returns what the ledger holds of key for delivery.
+func (l *ledger) lookup(key string, delivery uint64) known {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var k known
+	e := l.liveLocked(key)
+	if e == nil {
+		return k
+	}
+	k.earlier = delivery != 0 && slices.Contains(e.delivered, delivery)
+	if e.owed {
+		k.owed = &owedRecord{key: key, receipt: e.receipt, at: e.at}
+	}
+	if u, ok := e.unknown[delivery]; ok {
+		k.unknown = &u
+	}
+	return k
+}
+
+// delivered enters key as delivered by delivery with r, its record owed or
+// written, and drops delivery's unknown send of key. An earlier entry of
+// key takes the new receipt. It reports whether the record is owed after
+// close counted what was lost: then nothing writes it.
+func (l *ledger) delivered(key string, delivery uint64, r ports.Receipt, owed bool) (afterClose bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries[key]
+	if e == nil && (owed || delivery != 0) {
+		e = &entry{}
+		l.entries[key] = e
+	}
+	if e != nil {
+		delete(e.unknown, delivery)
+		l.setOwedLocked(e, owed)
+		e.receipt, e.at = r, l.now()
+		if delivery != 0 && !slices.Contains(e.delivered, delivery) {
+			e.delivered = append(e.delivered, delivery)
+		}
+		l.dropIfEmptyLocked(key, e)
+	}
+	return owed && l.closed
+}
+
+// setUnknown enters delivery's send of key whose outcome is unknown, as
+// reported.
+func (l *ledger) setUnknown(key string, delivery uint64, u unknownSend) {
+	if delivery == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries[key]
+	if e == nil {
+		e = &entry{}
+		l.entries[key] = e
+	}
+	if e.unknown == nil {
+		e.unknown = map[uint64]unknownSend{}
+	}
+	u.Reported = true
+	e.unknown[delivery], e.at = u, l.now()
+}
+
+// forgetUnknown drops delivery's unknown send of key, once reconciled.
+func (l *ledger) forgetUnknown(key string, delivery uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[key]; e != nil {
+		delete(e.unknown, delivery)
+		l.dropIfEmptyLocked(key, e)
+	}
+}
+
+// written marks o's record taken by the store. The entry stays while a
+// delivery that delivered it may retry; an entry of the key entered since
+// with another receipt stays owed.
+func (l *ledger) written(o owedRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[o.key]; e != nil && e.receipt == o.receipt {
+		l.setOwedLocked(e, false)
+		l.dropIfEmptyLocked(o.key, e)
+	}
+}
+
+// finish forgets what delivery left under key, once its record is finished
+// or its source ended it. An owed record stays until the store takes it.
+func (l *ledger) finish(key string, delivery uint64) {
+	if delivery == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[key]; e != nil {
+		e.delivered = slices.DeleteFunc(e.delivered, func(d uint64) bool { return d == delivery })
+		delete(e.unknown, delivery)
+		l.dropIfEmptyLocked(key, e)
+	}
+}
+
+// owedRecords returns the owed records, oldest first, dropping those past
+// maxAge (their records would have expired in the store by now).
+func (l *ledger) owedRecords() []owedRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]owedRecord, 0, l.owed)
+	for key, e := range l.entries {
+		if e.owed && l.liveLocked(key) != nil {
+			out = append(out, owedRecord{key: key, receipt: e.receipt, at: e.at})
+		}
+	}
+	slices.SortFunc(out, func(a, b owedRecord) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// owedCount returns how many records are owed.
+func (l *ledger) owedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.owed
+}
+
+// admits reports whether an attempt by delivery at a record of msgs may go
+// on: while fewer than size records are owed, or when delivery holds
+// something under one of their keys (an earlier attempt delivered it or
+// left an unknown send), so that a delivery is never refused the room it
+// holds. An attempt not admitted must send nothing.
+func (l *ledger) admits(delivery uint64, msgs []ports.Message) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.owed < l.size {
+		return true
+	}
+	for _, m := range msgs {
+		if e := l.liveLocked(m.IdempotencyKey); e != nil && delivery != 0 {
+			if _, ok := e.unknown[delivery]; ok || slices.Contains(e.delivered, delivery) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// watch finishes delivery under the key of each of msgs once ended is
+// closed, the event source's word that no attempt carrying it follows (see
+// ports.Delivery.Ended): a record given up unfinished (its retries spent,
+// its partition revoked) leaves nothing behind. One goroutine per delivery
+// waits, however often it is called; a nil ended is never closed, and what
+// such a delivery leaves is kept until it expires.
+func (l *ledger) watch(delivery uint64, msgs []ports.Message, ended <-chan struct{}) {
+	if delivery == 0 || ended == nil {
+		return
+	}
+	l.mu.Lock()
+	_, ok := l.watched[delivery]
+	l.watched[delivery] = struct{}{}
+	l.mu.Unlock()
+	if ok {
+		return
+	}
+	go func() {
+		<-ended
+		for _, m := range msgs {
+			l.finish(m.IdempotencyKey, delivery)
+		}
+		l.mu.Lock()
+		delete(l.watched, delivery)
+		l.mu.Unlock()
+	}()
+}
+
+// startSend counts a send under way until endSend: close counts those
+// under way as lost, since the process may exit before they end.
+func (l *ledger) startSend() {
+	l.mu.Lock()
+	l.sending++
+	l.mu.Unlock()
+}
+
+// endSend ends a send startSend counted, and reports whether close counted
+// it as lost: it was under way then (or, should several end after close,
+// one like it, so that the count of what is lost never falls below it).
+func (l *ledger) endSend() (counted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sending--
+	if l.counted == 0 {
+		return false
+	}
+	l.counted--
+	return true
+}
+
+// close returns the owed records left and the sends under way, which the
+// shutdown counts as lost. A record owed after it is reported by the
+// caller of delivered, unless endSend says close counted its send.
+func (l *ledger) close() (owed []owedRecord, sending int) {
+	owed = l.owedRecords()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed, l.counted = true, l.sending
+	return owed, l.sending
+}
+
+// liveLocked returns key's entry, dropping it once past maxAge.
+func (l *ledger) liveLocked(key string) *entry {
+	e := l.entries[key]
+	if e != nil && l.now().Sub(e.at) >= l.maxAge {
+		l.setOwedLocked(e, false)
+		delete(l.entries, key)
+		return nil
+	}
+	return e
+}
+
+func (l *ledger) setOwedLocked(e *entry, owed bool) {
+	switch {
+	case owed && !e.owed:
+		l.owed++
+	case !owed && e.owed:
+		l.owed--
+	}
+	e.owed = owed
+}
+
+func (l *ledger) dropIfEmptyLocked(key string, e *entry) {
+	if !e.owed && len(e.delivered) == 0 && len(e.unknown) == 0 {
+		delete(l.entries, key)
+	}
+}
