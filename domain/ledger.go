@@ -11,29 +11,24 @@ import (
 // ledger is this process's memory of its sends, by idempotency key, beside
 // the store. For each key it keeps:
 //
-//   - the deliveries (ports.Record.DeliveryID) that delivered it and have
-//     not finished, and its receipt: a retry of such a delivery skips the
-//     key silently, whatever the store can confirm;
+//   - what each unfinished delivery (ports.Record.DeliveryID) left under
+//     it: that it delivered it (a retry of the delivery skips the key,
+//     whatever the store can confirm), or a send whose outcome is unknown
+//     (the delivery's next attempt reconciles it);
 //   - whether its sent record is owed to the store: any other delivery this
 //     process handles is then a duplicate (the store cannot tell it), and
-//     the service writes the record when the store answers;
-//   - per unfinished delivery, a send whose outcome is unknown: that
-//     delivery's next attempt reconciles it.
+//     the service writes the record when the store answers.
 //
-// A delivery finishes with its record's last attempt, or when its event
-// source ends it (see watch); what it left then goes, except an owed
-// record, which stays until the store takes it. An entry is kept at most
-// maxAge from when it was last entered. Nothing else drops anything: a
-// delivery that delivered a key skips it on every retry, at any size. The
-// owed records are bounded by admission instead (see admits): once size
-// are owed, no new record is taken until the store takes some, while the
-// deliveries already taken go on. A delivery id of zero shares nothing
-// between attempts: only an owed record is kept for it.
-//
-// It also counts the sends under way, for the shutdown's count of what is
-// lost (see startSend and close). It is safe for concurrent use, and
-// protects only this process: a replay handled by another worker sees the
-// store alone.
+// A delivery is forgotten when its record is finished or its event source
+// ends it (see watch), an owed record once the store takes it, and an
+// entry maxAge after it was last entered; nothing else drops anything, so
+// a delivery that delivered a key skips it on every retry, at any size.
+// The owed records are bounded by admission instead (see admits). A
+// delivery id of zero shares nothing between attempts: only an owed record
+// is kept for it. The ledger also counts the sends under way, for the
+// shutdown's count of what is lost (see startSend). It is safe for
+// concurrent use, and protects only this process: a replay handled by
+// another worker sees the store alone.
 type ledger struct {
 	size   int
 	maxAge time.Duration
@@ -50,18 +45,18 @@ type ledger struct {
 
 // entry is what the ledger holds of one key.
 type entry struct {
-	receipt   ports.Receipt          // of the delivery, once delivered
-	owed      bool                   // delivered, and its sent record not yet taken by the store
-	delivered []uint64               // the unfinished deliveries that delivered it
-	unknown   map[uint64]unknownSend // by unfinished delivery: its send of unknown outcome
-	at        time.Time              // when last entered
+	receipt ports.Receipt // of the last delivery
+	owed    bool          // its sent record not yet taken by the store
+	// by holds the unfinished deliveries that left something under the
+	// key: nil, the delivery delivered it; else its send of unknown outcome.
+	by map[uint64]*unknownSend
+	at time.Time // when last entered
 }
 
 // owedRecord is a sent record the ledger owes the store.
 type owedRecord struct {
 	key     string
 	receipt ports.Receipt
-	at      time.Time
 }
 
 // unknownSend is a send whose outcome an attempt could not learn, and
@@ -69,30 +64,18 @@ type owedRecord struct {
 // provider in, fixed by the send and carried unchanged through every
 // takeover.
 type unknownSend struct {
-	// Token is the claim kept for it: the one it was sent under, or the
-	// one that took it over.
-	Token string
-	// Since and Until bound the window in which the provider may have
-	// accepted it: from its start to when it gave up waiting, or, for a
-	// claim taken over, its history's first claim's lease (ports.Lease's
-	// First and FirstUntil; a zero Until: now).
-	Since, Until time.Time
-	// Digest and Sender are the digest of the text sent and the sender it
-	// used (see ports.Lease); empty when unknown.
-	Digest, Sender string
-	// Ours says the send was the delivery's own; else it was made under a
-	// claim the delivery took over.
-	Ours bool
-	// AtOnce says it is asked about at once, before its listing is final:
-	// it is the delivery's own send, or the delivery took over the claim
-	// it was made under (a taker of a takeover waits for the final
-	// listing: its predecessor may have asked at once).
-	AtOnce bool
-	// Asked is when the provider was last asked about it; zero: never.
-	Asked time.Time
-	// Reported says its unknown outcome was reported: it was entered in
-	// the ledger, which happens as it is reported.
-	Reported bool
+	Token string // the claim kept for it: the one it was sent under, or the one that took it over
+	// Since and Until bound when the provider may have accepted it: from
+	// the send's start to when it gave up waiting, or, for a claim taken
+	// over, its history's first lease (ports.Lease.First, FirstUntil; a
+	// zero Until: now).
+	Since, Until   time.Time
+	Digest, Sender string // of the text sent and whom from (see ports.Lease); empty: unknown
+	Ours           bool   // the delivery's own send; else made under a claim it took over
+	// Asked is when the provider was last asked about it (zero: never), or
+	// Since when a taker of a takeover found it: its predecessor may have.
+	Asked    time.Time
+	Reported bool // its outcome was reported unknown: it was entered in the ledger
 }
 
 func newLedger(size int, maxAge time.Duration, now func() time.Time) *ledger {
@@ -115,34 +98,30 @@ func (l *ledger) lookup(key string, delivery uint64) known {
 	if e == nil {
 		return k
 	}
-	k.earlier = delivery != 0 && slices.Contains(e.delivered, delivery)
-	if e.owed {
-		k.owed = &owedRecord{key: key, receipt: e.receipt, at: e.at}
+	u, ok := e.by[delivery]
+	k.earlier = ok && u == nil && delivery != 0
+	if u != nil {
+		c := *u // the caller's own copy
+		k.unknown = &c
 	}
-	if u, ok := e.unknown[delivery]; ok {
-		k.unknown = &u
+	if e.owed {
+		k.owed = &owedRecord{key: key, receipt: e.receipt}
 	}
 	return k
 }
 
 // delivered enters key as delivered by delivery with r, its record owed or
-// written, and drops delivery's unknown send of key. An earlier entry of
-// key takes the new receipt. It reports whether the record is owed after
-// close counted what was lost: then nothing writes it.
+// written (replacing delivery's unknown send of key, and an earlier
+// receipt). It reports whether the record is owed after close counted what
+// was lost: then nothing writes it.
 func (l *ledger) delivered(key string, delivery uint64, r ports.Receipt, owed bool) (afterClose bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.entries[key]
-	if e == nil && (owed || delivery != 0) {
-		e = &entry{}
-		l.entries[key] = e
-	}
-	if e != nil {
-		delete(e.unknown, delivery)
+	if e := l.entryLocked(key, owed || delivery != 0); e != nil {
 		l.setOwedLocked(e, owed)
 		e.receipt, e.at = r, l.now()
-		if delivery != 0 && !slices.Contains(e.delivered, delivery) {
-			e.delivered = append(e.delivered, delivery)
+		if delivery != 0 {
+			e.by[delivery] = nil
 		}
 		l.dropIfEmptyLocked(key, e)
 	}
@@ -157,26 +136,9 @@ func (l *ledger) setUnknown(key string, delivery uint64, u unknownSend) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.entries[key]
-	if e == nil {
-		e = &entry{}
-		l.entries[key] = e
-	}
-	if e.unknown == nil {
-		e.unknown = map[uint64]unknownSend{}
-	}
+	e := l.entryLocked(key, true)
 	u.Reported = true
-	e.unknown[delivery], e.at = u, l.now()
-}
-
-// forgetUnknown drops delivery's unknown send of key, once reconciled.
-func (l *ledger) forgetUnknown(key string, delivery uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e := l.entries[key]; e != nil {
-		delete(e.unknown, delivery)
-		l.dropIfEmptyLocked(key, e)
-	}
+	e.by[delivery], e.at = &u, l.now()
 }
 
 // written marks o's record taken by the store. The entry stays while a
@@ -191,17 +153,14 @@ func (l *ledger) written(o owedRecord) {
 	}
 }
 
-// finish forgets what delivery left under key, once its record is finished
-// or its source ended it. An owed record stays until the store takes it.
-func (l *ledger) finish(key string, delivery uint64) {
-	if delivery == 0 {
-		return
-	}
+// forget drops what delivery left under key: once its record is finished
+// or its source ended it, or its unknown send is reconciled. An owed
+// record stays until the store takes it.
+func (l *ledger) forget(key string, delivery uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.entries[key]; e != nil {
-		e.delivered = slices.DeleteFunc(e.delivered, func(d uint64) bool { return d == delivery })
-		delete(e.unknown, delivery)
+		delete(e.by, delivery)
 		l.dropIfEmptyLocked(key, e)
 	}
 }
@@ -214,10 +173,10 @@ func (l *ledger) owedRecords() []owedRecord {
 	out := make([]owedRecord, 0, l.owed)
 	for key, e := range l.entries {
 		if e.owed && l.liveLocked(key) != nil {
-			out = append(out, owedRecord{key: key, receipt: e.receipt, at: e.at})
+			out = append(out, owedRecord{key: key, receipt: e.receipt})
 		}
 	}
-	slices.SortFunc(out, func(a, b owedRecord) int { return a.at.Compare(b.at) })
+	slices.SortFunc(out, func(a, b owedRecord) int { return a.receipt.SentAt.Compare(b.receipt.SentAt) })
 	return out
 }
 
@@ -241,7 +200,7 @@ func (l *ledger) admits(delivery uint64, msgs []ports.Message) bool {
 	}
 	for _, m := range msgs {
 		if e := l.liveLocked(m.IdempotencyKey); e != nil && delivery != 0 {
-			if _, ok := e.unknown[delivery]; ok || slices.Contains(e.delivered, delivery) {
+			if _, ok := e.by[delivery]; ok {
 				return true
 			}
 		}
@@ -269,7 +228,7 @@ func (l *ledger) watch(delivery uint64, msgs []ports.Message, ended <-chan struc
 	go func() {
 		<-ended
 		for _, m := range msgs {
-			l.finish(m.IdempotencyKey, delivery)
+			l.forget(m.IdempotencyKey, delivery)
 		}
 		l.mu.Lock()
 		delete(l.watched, delivery)
@@ -331,8 +290,18 @@ func (l *ledger) setOwedLocked(e *entry, owed bool) {
 	e.owed = owed
 }
 
+// entryLocked returns key's entry, made when absent if create is set.
+func (l *ledger) entryLocked(key string, create bool) *entry {
+	e := l.entries[key]
+	if e == nil && create {
+		e = &entry{by: map[uint64]*unknownSend{}}
+		l.entries[key] = e
+	}
+	return e
+}
+
 func (l *ledger) dropIfEmptyLocked(key string, e *entry) {
-	if !e.owed && len(e.delivered) == 0 && len(e.unknown) == 0 {
+	if !e.owed && len(e.by) == 0 {
 		delete(l.entries, key)
 	}
 }

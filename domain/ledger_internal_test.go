@@ -96,14 +96,14 @@ func TestLedger(t *testing.T) {
 		}
 	})
 
-	t.Run("FinishDropsRecordedKeepsOwed", func(t *testing.T) {
+	t.Run("ForgetDropsRecordedKeepsOwed", func(t *testing.T) {
 		j := newLedger(10, time.Hour, clock)
 		j.delivered("sms:a", 1, r, false)
 		j.delivered("email:a", 1, r, true)
 		j.setUnknown("push:a", 1, unknownSend{Token: "t"})
-		j.finish("sms:a", 1)
-		j.finish("email:a", 1)
-		j.finish("push:a", 1)
+		j.forget("sms:a", 1)
+		j.forget("email:a", 1)
+		j.forget("push:a", 1)
 		if j.lookup("sms:a", 1).earlier || j.lookup("email:a", 1).earlier {
 			t.Error("a finished delivery still vouches for its keys")
 		}

@@ -15,12 +15,9 @@ import (
 )
 
 // state is where one notification is in its lifecycle, and, once final,
-// how it ended: the domain's one vocabulary of steps and outcomes. The
-// store's answer stays a ports.ClaimState; what is reported is a
-// ports.Outcome, derived from the final state (see outcome).
-//
-// Each step is a method of Service that returns the next state, and only
-// deliver assigns it. The transitions:
+// how it ended. What is reported is a ports.Outcome, derived from the
+// final state (see outcome). Each step is a method of Service returning
+// the next state, which only deliver assigns. The transitions:
 //
 //	new          begin      delivered by this same delivery      earlier
 //	                        record owed for another delivery     duplicate | conflict
@@ -102,15 +99,9 @@ type notification struct {
 	log      noteLog
 	delivery uint64 // the record's DeliveryID: what this attempt shares with the others
 	state    state
-	token    string // the claim this attempt holds, or claims with
-	// unknown is the send that may have gone out under the key, from
-	// claiming (left by an earlier attempt) or from a takeover on: the one
-	// reconciled.
-	unknown *unknownSend
-	// err says why the notification did not end delivered: set in the
-	// states conflict, unknown, stillUnknown, throttled and the failed
-	// ones.
-	err error
+	token    string       // the claim this attempt holds, or claims with
+	unknown  *unknownSend // the send that may have gone out under the key: the one reconciled
+	err      error        // why it did not end delivered (conflict, unknown, throttled, failed...)
 }
 
 // deliver runs n through its steps until it reaches a final state.
@@ -131,32 +122,30 @@ func (s *Service) deliver(ctx context.Context, n *notification) {
 	}
 }
 
-// end sets n's error and returns st.
+// end sets n's error and returns st; fail ends n failedRetryable.
 func (n *notification) end(st state, err error) state {
 	n.err = err
 	return st
 }
 
-// fail returns failedRetryable, with err.
 func (n *notification) fail(err error) state { return n.end(stateFailedRetryable, err) }
 
 // begin consults the ledger: a notification this same delivery delivered
-// is skipped silently (its owed record written if it can be), one whose
-// record is owed is a duplicate, and an unknown send this delivery left is
-// claimed under its kept token, to be reconciled.
+// is skipped silently, one whose record is owed is a duplicate (the owed
+// record written if it can be), and an unknown send this delivery left is
+// claimed under its kept token (its claim is then found to be ours).
 func (s *Service) begin(ctx context.Context, n *notification) state {
 	k := s.ledger.lookup(n.m.IdempotencyKey, n.delivery)
 	switch {
 	case k.earlier:
 		if k.owed != nil {
-			s.writeOwed(ctx, n.log, *k.owed)
+			s.recordFailed(ctx, n.log, s.writeOwed(ctx, *k.owed))
 		}
 		n.log.Debug("notification_delivered_earlier")
 		return stateEarlier
 	case k.owed != nil:
 		return s.owedDuplicate(ctx, n, *k.owed)
 	case k.unknown != nil:
-		// Its claim, which that attempt kept, is then found to be ours.
 		n.token, n.unknown = k.unknown.Token, k.unknown
 	default:
 		n.token = newToken()
@@ -164,19 +153,14 @@ func (s *Service) begin(ctx context.Context, n *notification) state {
 	return stateClaiming
 }
 
-// owedDuplicate ends n as a duplicate of the delivery whose record o the
-// ledger owes (and tries to write it), or as a conflict when that delivery
-// was another message.
+// owedDuplicate ends n on the record o the ledger owes for its key (see
+// sentBefore), writing o if it can.
 func (s *Service) owedDuplicate(ctx context.Context, n *notification, o owedRecord) state {
-	if conflicting(o.receipt, n.m) {
-		return s.conflict(n, o.receipt)
+	st := s.sentBefore(n, o.receipt, slog.Bool("recorded", false))
+	if st == stateDuplicate {
+		s.recordFailed(ctx, n.log, s.writeOwed(ctx, o))
 	}
-	n.log.Info("duplicate_suppressed",
-		slog.String("provider_id", o.receipt.ProviderID),
-		slog.Time("sent_at", o.receipt.SentAt),
-		slog.Bool("recorded", false))
-	s.writeOwed(ctx, n.log, o)
-	return stateDuplicate
+	return st
 }
 
 // conflicting reports whether r records a message other than m under m's
@@ -187,17 +171,22 @@ func conflicting(r ports.Receipt, m ports.Message) bool {
 	return r.Fingerprint != "" && m.Fingerprint != "" && !strings.HasPrefix(m.Fingerprint, r.Fingerprint)
 }
 
-// conflict ends n on an event_id that was sent for another message:
-// nothing is sent, and the record goes to the dead letter topic for the
-// producer's owners to look at.
-func (s *Service) conflict(n *notification, sent ports.Receipt) state {
-	n.log.Error("event_id_conflict",
-		slog.String("to", n.m.ToMasked),
-		slog.String("fingerprint", n.m.Fingerprint),
-		slog.String("sent_fingerprint", sent.Fingerprint),
-		slog.String("sent_provider_id", sent.ProviderID),
-		slog.Time("sent_at", sent.SentAt))
-	return n.end(stateConflict, ports.MarkPermanent(fmt.Errorf("%s: event_id reused with a different payload", n.m.IdempotencyKey)))
+// sentBefore ends n on its key found delivered with r: a duplicate, or a
+// conflict when r was another message (the event_id was reused): nothing
+// is sent, and the record goes to the dead letter topic for the producer's
+// owners to look at.
+func (s *Service) sentBefore(n *notification, r ports.Receipt, attrs ...slog.Attr) state {
+	if conflicting(r, n.m) {
+		n.log.Error("event_id_conflict",
+			slog.String("to", n.m.ToMasked),
+			slog.String("fingerprint", n.m.Fingerprint),
+			slog.String("sent_fingerprint", r.Fingerprint),
+			slog.String("sent_provider_id", r.ProviderID),
+			slog.Time("sent_at", r.SentAt))
+		return n.end(stateConflict, ports.MarkPermanent(fmt.Errorf("%s: event_id reused with a different payload", n.m.IdempotencyKey)))
+	}
+	n.log.Info("duplicate_suppressed", append([]slog.Attr{slog.String("provider_id", r.ProviderID), slog.Time("sent_at", r.SentAt)}, attrs...)...)
+	return stateDuplicate
 }
 
 // claim takes the key under n.token, or finds it sent, or waits while
@@ -256,13 +245,7 @@ func (s *Service) claimed(n *notification, c ports.Claim) state {
 		}
 		return stateHeld
 	case ports.AlreadySent:
-		if conflicting(c.Receipt, n.m) {
-			return s.conflict(n, c.Receipt)
-		}
-		n.log.Info("duplicate_suppressed",
-			slog.String("provider_id", c.Receipt.ProviderID),
-			slog.Time("sent_at", c.Receipt.SentAt))
-		return stateDuplicate
+		return s.sentBefore(n, c.Receipt)
 	case ports.TakenOver, ports.InFlight: // InFlight: our own claim, kept by an earlier attempt
 		if c.Lease.Token != n.token {
 			n.log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
@@ -273,17 +256,16 @@ func (s *Service) claimed(n *notification, c ports.Claim) state {
 }
 
 // claimFailed moves n on when the store could not answer its claim (c,
-// err): failing closed, n fails; failing open, n sends unchecked, unless a
+// err): failing closed, n fails; failing open, n sends unchecked unless a
 // send may have gone out under the key. An abandoned claim the store found
-// but cannot vouch for is reconciled first, as for a takeover: failing open
-// must not send blind. What follows claims afresh, and fails open then: a
-// store still failing on the very claim this attempt reconciled is a store
-// error like any other.
+// but cannot vouch for is reconciled first, as a takeover: a store still
+// failing on the very claim this attempt reconciled is then a store error
+// like any other.
 func (s *Service) claimFailed(ctx context.Context, n *notification, c ports.Claim, err error) state {
 	if s.cfg.FailureMode == FailClosed {
 		return n.fail(ports.MarkUnavailable(fmt.Errorf("claim %s: %w", n.m.IdempotencyKey, err)))
 	}
-	s.logLimited(ctx, s.unavailable, n.log, slog.LevelWarn, "idempotency_check_unavailable",
+	s.logLimited(ctx, n.log, slog.LevelWarn, "idempotency_check_unavailable",
 		slog.String("error", err.Error()))
 	switch {
 	case c.State == ports.TakenOver && !(n.state == stateReclaiming && sameHistory(c.Lease, *n.unknown)):
@@ -296,23 +278,22 @@ func (s *Service) claimFailed(ctx context.Context, n *notification, c ports.Clai
 }
 
 // takenOver moves n on once it holds a claim whose send may have gone out:
-// its own kept one (n.unknown, left by an earlier attempt), or another
-// worker's, taken over, whose history, l, names the one send made under it,
-// the window it may have reached the provider in, its text and its sender.
-// The window is the history's, the same for every taker however many
-// takeovers came before; the provider is asked about it at once unless l is
-// itself a takeover (its taker may have asked; see nextAsk). After a
-// reconciliation in this attempt (reclaiming), the claim was made and
-// abandoned by another worker in the moment between our release and our
-// claim: n fails, and the next attempt reconciles it.
+// its own kept one (n.unknown), or another worker's, whose history, l,
+// names the one send made under it: its window (the same for every taker),
+// text and sender; asked about at once unless l is itself a takeover (see
+// nextAsk). When reclaiming, another worker claimed and abandoned the key
+// between our release and our claim: n fails, and the next attempt
+// reconciles that.
 func (s *Service) takenOver(n *notification, l ports.Lease) state {
 	if n.state == stateReclaiming {
 		return n.fail(fmt.Errorf("claim %s: abandoned by another worker while reconciling", n.m.IdempotencyKey))
 	}
 	if n.unknown == nil {
-		since := cmp.Or(l.First, l.Start)
-		n.unknown = &unknownSend{Token: n.token, Since: since, Until: cmp.Or(l.FirstUntil, l.Until),
-			Digest: l.Digest, Sender: l.Sender, AtOnce: l.Start.Equal(since)}
+		n.unknown = &unknownSend{Token: n.token, Since: cmp.Or(l.First, l.Start), Until: cmp.Or(l.FirstUntil, l.Until),
+			Digest: l.Digest, Sender: l.Sender}
+		if !l.Start.Equal(n.unknown.Since) {
+			n.unknown.Asked = n.unknown.Since
+		}
 	}
 	return stateReconciling
 }
@@ -322,17 +303,13 @@ func sameHistory(l ports.Lease, u unknownSend) bool {
 	return cmp.Or(l.First, l.Start).Equal(u.Since) && cmp.Or(l.FirstUntil, l.Until).Equal(u.Until)
 }
 
-// reconcile asks the provider whether n.unknown went out in its window,
-// when its next ask is due (see nextAsk), and moves n on: delivered (the
-// send recorded) when the provider has it; reclaiming when it has not, or
-// when nobody can tell and the policy resends; unknown, waiting for its
-// next ask, while that is not due or the provider cannot tell yet;
-// failedPermanent when nobody can tell and the policy dead-letters.
+// reconcile asks the provider whether n.unknown went out, when its next
+// ask is due (see nextAsk), and moves n on by the answer (see state).
 func (s *Service) reconcile(ctx context.Context, n *notification) state {
 	u, ch := n.unknown, n.m.Channel
 	rc := s.cfg.Reconcilers[ch]
 	if rc == nil {
-		return s.nobodyCanTell(ctx, n, errNoReconciler)
+		return s.nobodyCanTell(ctx, n, errors.New("the channel's provider cannot be asked what it accepted"))
 	}
 	now := s.cfg.Now()
 	switch at, ok := s.nextAsk(*u, rc.Lag()); {
@@ -355,7 +332,7 @@ func (s *Service) reconcile(ctx context.Context, n *notification) state {
 	case err == nil:
 		s.cfg.Reconciled(ch, ports.ReconciledNotDelivered)
 		n.log.Info("reconciled_not_delivered", slog.Time("since", u.Since))
-		s.ledger.forgetUnknown(n.m.IdempotencyKey, n.delivery)
+		s.ledger.forget(n.m.IdempotencyKey, n.delivery)
 		return s.claimAfresh(ctx, n)
 	}
 	s.cfg.Reconciled(ch, ports.ReconcileCannotTell)
@@ -365,12 +342,11 @@ func (s *Service) reconcile(ctx context.Context, n *notification) state {
 	return s.nobodyCanTell(ctx, n, err)
 }
 
-// await ends n as a send of unknown outcome waiting for its next ask, at,
-// for why: the claim is kept, n.unknown is entered in the ledger for the
-// record's next attempt, and the record waits as Paced, due again at at:
-// it spends no retry budget, fires no outage alert, and holds no handler
-// while it waits. A send whose unknown outcome was reported before is not
-// reported again (stillUnknown).
+// await ends n.unknown's attempt waiting for its next ask, at, for why: the
+// claim is kept, n.unknown entered in the ledger for the record's next
+// attempt, and the record waits as Paced, due again at at (no retry budget
+// spent, no outage alert, no handler held). A send reported unknown before
+// is not reported again (stillUnknown).
 func (s *Service) await(n *notification, at time.Time, why error) state {
 	st := stateUnknown
 	if n.unknown.Reported {
@@ -381,11 +357,10 @@ func (s *Service) await(n *notification, at time.Time, why error) state {
 }
 
 // nobodyCanTell applies the policy to n.unknown, whose outcome nobody can
-// tell (err says why): it is resent under a fresh claim, or given up to the
-// dead letter topic.
+// tell (err says why): resent under a fresh claim, or dead-lettered.
 func (s *Service) nobodyCanTell(ctx context.Context, n *notification, err error) state {
 	key := n.m.IdempotencyKey
-	s.ledger.forgetUnknown(key, n.delivery)
+	s.ledger.forget(key, n.delivery)
 	if s.cfg.UnknownPolicy == PolicyDeadLetter {
 		s.giveBack(ctx, n)
 		n.log.Error("unknown_outcome_dead_lettered", slog.String("policy", string(s.cfg.UnknownPolicy)), slog.String("error", err.Error()))
@@ -395,9 +370,8 @@ func (s *Service) nobodyCanTell(ctx context.Context, n *notification, err error)
 	return s.claimAfresh(ctx, n)
 }
 
-// claimAfresh gives back the claim a reconciliation held (the send under
-// it did not go out, or is given up on), to claim the key under a new
-// token, with a full lease of its own.
+// claimAfresh gives back the claim a reconciliation held, to claim the key
+// under a new token, with a full lease and history of its own.
 func (s *Service) claimAfresh(ctx context.Context, n *notification) state {
 	s.giveBack(ctx, n)
 	n.token = newToken()
@@ -413,8 +387,8 @@ func (s *Service) sender(ch ports.Channel) string {
 	return ""
 }
 
-// send takes the turn of n's sender, calls the channel's notifier, holding
-// the claim (held) or unchecked, and records what it delivered.
+// send takes the turn of n's sender, calls the channel's notifier, and
+// records what it delivered.
 func (s *Service) send(ctx context.Context, n *notification) state {
 	if st := s.pace(ctx, n); st == stateThrottled {
 		return st
@@ -447,19 +421,20 @@ func (s *Service) send(ctx context.Context, n *notification) state {
 }
 
 // notSent moves n on after a send, started at start, that did not deliver
-// (err): refused for the sender's pace, its outcome unknown (the claim is
+// (err): refused for the sender's pace; its outcome unknown (the claim is
 // kept, and the provider asked on the next attempt, which comes at once,
-// rather than send again now), or refused (the claim given back).
+// rather than send again now); or refused (the claim given back).
 func (s *Service) notSent(ctx context.Context, n *notification, start time.Time, err error) state {
 	m := n.m
 	switch {
 	case errors.Is(err, ports.ErrRateLimited) && !errors.Is(err, ports.ErrOutcomeUnknown) && ports.KindOf(err) != ports.Permanent:
 		return s.rateLimited(ctx, n, err)
 	case errors.Is(err, ports.ErrOutcomeUnknown):
-		s.ledger.setUnknown(m.IdempotencyKey, n.delivery, unknownSend{Token: n.token, Since: start, Until: s.cfg.Now(),
-			Digest: TextDigest(m.Text), Sender: s.sender(m.Channel), Ours: true, AtOnce: true})
 		n.log.Warn("send_outcome_unknown", slog.String("to", m.ToMasked), slog.String("error", err.Error()))
-		return n.end(stateUnknown, ports.MarkPaced(fmt.Errorf("send %s: %w", m.IdempotencyKey, err)))
+		now := s.cfg.Now()
+		n.unknown = &unknownSend{Token: n.token, Since: start, Until: now,
+			Digest: TextDigest(m.Text), Sender: s.sender(m.Channel), Ours: true}
+		return s.await(n, now, err)
 	}
 	s.giveBack(ctx, n)
 	st, level := stateFailedRetryable, slog.LevelWarn
@@ -475,10 +450,9 @@ func (s *Service) notSent(ctx context.Context, n *notification, start time.Time,
 }
 
 // callNotifier calls the channel's notifier, bounded by the send timeout.
-// Should the notifier panic, it gives the claim back before letting the
-// panic go on to the event source (which recovers and dead-letters the
-// record): otherwise the pending claim would hold off every replay of the
-// record until it is taken over.
+// Should it panic, the claim is given back before the panic goes on to the
+// event source (which dead-letters the record): else it would hold off
+// every replay until taken over.
 func (s *Service) callNotifier(ctx context.Context, n *notification) (ports.Receipt, error) {
 	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
@@ -492,14 +466,11 @@ func (s *Service) callNotifier(ctx context.Context, n *notification) (ports.Rece
 	return s.cfg.Notifiers[n.m.Channel].Send(sendCtx, n.m)
 }
 
-// pace takes n's turn at its channel's pace before the send, waiting for
-// it up to rateWaitMax, and returns n's state when n may send (a channel
-// without a Pace sends at once), else throttled: when the turn is not
-// granted within the wait, the record waits as Paced, spending no retry
-// budget; when the limiter cannot answer (it failed within the store
-// timeout: its Redis does not answer, and the fallback to this replica's
-// share had no time to step in), as Unavailable: a dependency is down, not
-// a pace being kept; when ctx ends, the record stays Retryable.
+// pace takes n's turn at its channel's Pace, waiting for it up to
+// rateWaitMax, and returns n's state when n may send, else throttled: as
+// Paced without a turn in that time; as Unavailable when the limiter
+// cannot answer within the store timeout (a dependency is down, not a pace
+// kept); Retryable when ctx ends.
 func (s *Service) pace(ctx context.Context, n *notification) state {
 	p, ok := s.cfg.Paces[n.m.Channel]
 	if !ok {
@@ -513,7 +484,7 @@ func (s *Service) pace(ctx context.Context, n *notification) state {
 		return s.throttle(ctx, n, ports.Unavailable, fmt.Errorf("rate limit of %s: %w", p.Sender, err), 0)
 	case !r.OK:
 		n.log.Debug("rate_limit_no_turn", slog.String("sender", p.Sender), slog.Duration("next_turn_in", r.Wait))
-		return s.throttle(ctx, n, ports.Paced, fmt.Errorf("%w: no turn of sender %s within %v (next in %v)", errNoTurn, p.Sender, s.rateWait, r.Wait), r.Wait)
+		return s.throttle(ctx, n, ports.Paced, fmt.Errorf("rate limited: no turn of sender %s within %v (next in %v)", p.Sender, s.rateWait, r.Wait), r.Wait)
 	}
 	s.cfg.RateWaited(n.m.Channel, r.Wait)
 	if r.Wait > 0 && !ports.Sleep(ctx.Done(), r.Wait) {
@@ -524,10 +495,9 @@ func (s *Service) pace(ctx context.Context, n *notification) state {
 	return n.state
 }
 
-// rateLimited handles a send the provider refused for its sender's pace
-// (ports.ErrRateLimited): nothing was sent; the sender is paused for every
-// record by the wait the provider asked (when the channel has a Pace), and
-// n is throttled.
+// rateLimited throttles n, whose send the provider refused for its
+// sender's pace (ports.ErrRateLimited), pausing the sender for every record
+// by the wait the provider asked (when the channel has a Pace).
 func (s *Service) rateLimited(ctx context.Context, n *notification, err error) state {
 	after, _ := ports.RetryAfter(err)
 	s.cfg.RateLimited(n.m.Channel)
@@ -540,17 +510,16 @@ func (s *Service) rateLimited(ctx context.Context, n *notification, err error) s
 		}
 		cancel()
 	}
-	s.logLimited(ctx, s.throttled, n.log, slog.LevelWarn, "notification_rate_limited", attrs...)
+	s.logLimited(ctx, n.log, slog.LevelWarn, "notification_rate_limited", attrs...)
 	return s.throttle(ctx, n, ports.Paced, err, after)
 }
 
 // throttle ends n, which did not send, as throttled with err: its claim is
-// given back, and the record waits as kind, Paced or Unavailable (a done
-// ctx stays retryable: the source is stopping). Holding no claim, it then
-// waits until the sender's next turn may be free, wait, but at most
-// rateWaitMax, so that a backlog's records do not claim, ask and release
-// again and again while the sender is busy: the source retries a Paced
-// record without a backoff of its own.
+// given back, and the record waits as kind (a done ctx stays retryable: the
+// source is stopping). Holding no claim, it first waits for the sender's
+// next turn, wait, at most rateWaitMax: the source retries a Paced record
+// without a backoff of its own, and a backlog must not claim and release
+// again and again while the sender is busy.
 func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind, err error, wait time.Duration) state {
 	s.giveBack(ctx, n)
 	err = fmt.Errorf("send %s: %w", n.m.IdempotencyKey, err)
@@ -563,12 +532,11 @@ func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind
 	return n.end(stateThrottled, mark(kind, err))
 }
 
-// giveBack releases n's claim, so that a retry or a replay can send it:
-// only a claim under n.token is deleted. It runs even when ctx is
-// cancelled. A failure is harmless (the claim expires after the claim
-// TTL), and logged unless n is unchecked: then the store failed to answer
-// the claim, which may or may not have landed (a timeout after the server
-// took it), and is likely still down.
+// giveBack releases n's claim (only one under n.token), so that a retry or
+// a replay can send it, even when ctx is cancelled. A failure is harmless
+// (the claim expires), and logged unless n is unchecked: the store did not
+// answer that claim, which may have landed all the same, and is likely
+// still down.
 func (s *Service) giveBack(ctx context.Context, n *notification) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
@@ -578,13 +546,11 @@ func (s *Service) giveBack(ctx context.Context, n *notification) {
 	}
 }
 
-// recordDelivery writes the sent record of n's delivery r, and enters it in
-// the ledger: delivered by n's delivery, its record owed when the store did
-// not take it (then the drain writes it later). counted says the shutdown
-// counted r's send as lost (see ledger.endSend); a record owed after the
-// shutdown's count by a send it did not count is reported lost now. The
-// record is written even if ctx was cancelled meanwhile, or a replay would
-// send it again.
+// recordDelivery writes the sent record of n's delivery r, even if ctx was
+// cancelled meanwhile, and enters it in the ledger, owed when the store did
+// not take it. counted says CloseBy counted r's send lost (see
+// ledger.endSend); one owed after CloseBy that it did not count is
+// reported lost now.
 func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.Receipt, counted bool) {
 	if r.SentAt.IsZero() {
 		r.SentAt = s.cfg.Now()
@@ -594,34 +560,30 @@ func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.R
 	if s.ledger.delivered(n.m.IdempotencyKey, n.delivery, r, err != nil) && !counted {
 		s.reportLost(1, 0, "a send that ended after the shutdown's final attempt at the owed records left its record owed; a replay of it is sent again unless the store holds its record")
 	}
-	if err != nil {
-		s.logLimited(ctx, s.recordFail, n.log, slog.LevelWarn, "idempotency_record_failed",
-			slog.String("error", err.Error()))
-	}
+	s.recordFailed(ctx, n.log, err)
 	s.drainSoon()
 }
 
-// record writes the sent record of key, living ttl, with the store timeout.
-// It runs even when ctx is cancelled: the send it records has happened.
+// recordFailed logs err, a sent record the store did not take (the drain
+// writes it later); nothing for a nil err.
+func (s *Service) recordFailed(ctx context.Context, log noteLog, err error) {
+	if err != nil {
+		s.logLimited(ctx, log, slog.LevelWarn, "idempotency_record_failed", slog.String("error", err.Error()))
+	}
+}
+
+// record writes the sent record of key, living ttl, with the store timeout,
+// even when ctx is cancelled: the send it records has happened.
 func (s *Service) record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	return s.cfg.Store.Record(rctx, key, r, ttl)
 }
 
-// writeOwed writes o, a record the ledger owes, now, logging a write the
-// store refused (the drain tries again).
-func (s *Service) writeOwed(ctx context.Context, log noteLog, o owedRecord) {
-	if err := s.writeOwedRecord(ctx, o); err != nil {
-		s.logLimited(ctx, s.recordFail, log, slog.LevelWarn, "idempotency_record_failed",
-			slog.String("error", err.Error()))
-	}
-}
-
-// writeOwedRecord writes o with what is left of its TTL since the send,
-// and marks it written in the ledger once the store took it (or its TTL
-// has passed).
-func (s *Service) writeOwedRecord(ctx context.Context, o owedRecord) error {
+// writeOwed writes o, a record the ledger owes, with what is left of its
+// TTL since the send, and marks it written once the store took it (or its
+// TTL has passed).
+func (s *Service) writeOwed(ctx context.Context, o owedRecord) error {
 	if ttl := s.cfg.TTL - s.cfg.Now().Sub(o.receipt.SentAt); ttl > 0 {
 		if err := s.record(ctx, o.key, o.receipt, min(ttl, s.cfg.TTL)); err != nil {
 			return err

@@ -48,7 +48,3 @@ func (c *Config) validatePaces() []error {
 	}
 	return errs
 }
-
-// errNoTurn says a notification found no turn of its sender's pace within
-// the wait allowed.
-var errNoTurn = errors.New("rate limited: the sender's pace is taken")

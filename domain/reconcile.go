@@ -2,7 +2,6 @@ package domain
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/harborlight/notification-worker/ports"
@@ -23,17 +22,13 @@ const (
 	PolicyDeadLetter UnknownPolicy = "dead_letter"
 )
 
-// errNoReconciler is the answer of a channel whose provider cannot be asked.
-var errNoReconciler = errors.New("the channel's provider cannot be asked what it accepted")
-
 // nextAsk returns when the provider is next asked about w, a send of
 // unknown outcome, given its lag (ports.Reconciler.Lag), or false once
 // nobody can tell. Every time is fixed by w's window, so the schedule
 // holds however often the record is delivered again and whoever takes the
 // claim over:
 //
-//   - at once, when nobody asked yet (w.AtOnce): an accepted message
-//     usually shows;
+//   - at once, when nobody asked yet: an accepted message usually shows;
 //   - once the provider's listing of the window is final, lag after it
 //     ended: a message not found then was not accepted;
 //   - should that ask not tell (the provider's list failed), once more
@@ -48,7 +43,7 @@ func (s *Service) nextAsk(w unknownSend, lag time.Duration) (time.Time, bool) {
 	final := w.Until.Add(lag)
 	last := w.Until.Add(max(s.cfg.ReconcileFor, lag))
 	switch {
-	case w.Asked.IsZero() && w.AtOnce:
+	case w.Asked.IsZero():
 		return w.Asked, true
 	case w.Asked.Before(final):
 		return final, true

@@ -16,28 +16,25 @@ import (
 // Service is "send unless already sent". It implements ports.Handler and is
 // safe for concurrent use.
 //
-// Besides the store, it keeps a ledger of its sends (see ledger), so that
-// its own retries never send a notification twice: what each delivery of a
-// record (ports.Record.DeliveryID) delivered, for that delivery's further
-// attempts, and the sent records the store has not taken, for any record
-// this process handles; kept at most Config.TTL. Owed records are written
-// in the background once the store answers again, and a last time by
-// CloseBy; once Config.LedgerSize are owed, Handle takes no new record
-// until the store has taken some.
+// Besides the store, it keeps a ledger of its sends, so that its own
+// retries never send a notification twice, with the store up or down (see
+// ledger). The sent records it owes the store are written in the
+// background (the drain) once the store answers again, and a last time by
+// CloseBy.
 type Service struct {
 	cfg       Config
 	ledger    *ledger
 	rateWait  time.Duration  // rateWaitMax of cfg
-	draining  atomic.Bool    // a drain goroutine runs
-	drains    sync.WaitGroup // the drain goroutine, for Close
+	kick      chan struct{}  // wakes the drain: a record is owed
+	drainOnce sync.Once      // starts the drain
+	drains    sync.WaitGroup // the drain, for Close
 	closed    chan struct{}  // closed by Close
 	closeOnce sync.Once
 
-	refused     atomic.Int64 // attempts refused for a full ledger
-	unavailable *ports.LogLimit
-	recordFail  *ports.LogLimit
-	throttled   *ports.LogLimit
-	ledgerFull  *ports.LogLimit
+	refused atomic.Int64 // attempts refused for a full ledger
+	// limits holds back the warnings an outage repeats for every record,
+	// by message (see logLimited).
+	limits map[string]*ports.LogLimit
 }
 
 var _ ports.Handler = (*Service)(nil)
@@ -56,14 +53,15 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg:         cfg,
-		ledger:      newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
-		rateWait:    rateWaitMax(&cfg),
-		closed:      make(chan struct{}),
-		unavailable: &ports.LogLimit{Every: cfg.LogEvery},
-		recordFail:  &ports.LogLimit{Every: cfg.LogEvery},
-		throttled:   &ports.LogLimit{Every: cfg.LogEvery},
-		ledgerFull:  &ports.LogLimit{Every: cfg.LogEvery},
+		cfg:      cfg,
+		ledger:   newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
+		rateWait: rateWaitMax(&cfg),
+		kick:     make(chan struct{}, 1),
+		closed:   make(chan struct{}),
+		limits:   map[string]*ports.LogLimit{},
+	}
+	for _, msg := range []string{"idempotency_check_unavailable", "idempotency_record_failed", "notification_rate_limited", "ledger_full"} {
+		s.limits[msg] = &ports.LogLimit{Every: cfg.LogEvery}
 	}
 	return s, nil
 }
@@ -82,8 +80,9 @@ func (s *Service) LongestHandle() time.Duration {
 	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout + pace)
 }
 
-// Owed returns how many sent records the ledger owes the store, and how many attempts at a record Handle refused
-// because Config.LedgerSize records were owed.
+// Owed returns how many sent records the ledger owes the store, and how
+// many attempts at a record Handle refused because Config.LedgerSize
+// records were owed.
 func (s *Service) Owed() (owed int, refused int64) {
 	return s.ledger.owedCount(), s.refused.Load()
 }
@@ -93,28 +92,27 @@ func (s *Service) Owed() (owed int, refused int64) {
 // opted out, and for a stale event, which it skips before any claim (see
 // Config.MaxEventAge). A notification delivered by an earlier attempt
 // carrying the same rec.DeliveryID (non-zero) is neither sent nor reported
-// again. Otherwise the error's
-// ports.Kind tells the consumer what to do: Permanent for a record that can
-// never succeed (it does not decode, its type is unknown, a provider refused
-// it for good, its occurred_at is more than ClockSkew in the future),
-// Unavailable when the store is down in the closed mode (or another
-// dependency the operator must see to: a provider's credentials, the rate
-// limiter's Redis not answering; or a full ledger, below), Paced when a
-// notification was held back by its sender's pace (Config.RateLimiter) or
-// refused by the provider for it (ports.ErrRateLimited), or its send's
-// outcome is unknown and the provider is asked again later (due then:
-// ports.PacedFor), and Retryable for everything else. A record
-// whose notifications failed in several ways takes the kind that keeps it
-// longest: Unavailable over Paced over Retryable over Permanent, so that
-// a notification still waiting is never dead-lettered for another one's
-// failure. Retrying a record is safe: what was sent is skipped as a
-// duplicate.
+// again. Otherwise the error's ports.Kind tells the consumer what to do:
+// Permanent for a record that can never succeed (it does not decode, its
+// type is unknown, a provider refused it for good, its occurred_at is more
+// than ClockSkew in the future), Unavailable when the store is down in the
+// closed mode (or another dependency the operator must see to: a
+// provider's credentials, the rate limiter's Redis not answering; or a
+// full ledger, below), Paced when a notification was held back by its
+// sender's pace (Config.RateLimiter) or refused by the provider for it
+// (ports.ErrRateLimited), or its send's outcome is unknown and the
+// provider is asked again later (due then: ports.PacedFor), and Retryable
+// for everything else. A record whose notifications failed in several
+// ways takes the kind that keeps it longest (Unavailable, Paced,
+// Retryable, Permanent), so that a notification still waiting is never
+// dead-lettered for another one's failure. Retrying a record is safe: what
+// was sent is skipped as a duplicate.
 //
 // While Config.LedgerSize sent records are owed to the store, an attempt
 // at a record is refused before any claim or send (Unavailable, logged
 // ledger_full and counted in Owed) unless an earlier attempt of its
-// delivery left something in the journal: the record waits, unsent, for
-// the store to take the owed records.
+// delivery left something in the ledger: the record waits, unsent, for the
+// store to take the owed records.
 //
 // Cancelling ctx abandons waits and sends not yet started; a send that
 // succeeded is recorded even so.
@@ -143,7 +141,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	if !s.ledger.admits(rec.DeliveryID, msgs) {
 		s.refused.Add(1)
 		owed := s.ledger.owedCount()
-		s.logLimited(ctx, s.ledgerFull, with(ctx, s.cfg.Logger, attrs[:5]...), slog.LevelWarn, "ledger_full",
+		s.logLimited(ctx, with(ctx, s.cfg.Logger, attrs[:5]...), slog.LevelWarn, "ledger_full",
 			slog.Int("owed", owed), slog.Int("ledger_size", s.cfg.LedgerSize))
 		return ports.MarkUnavailable(fmt.Errorf("event %s: ledger full: %d sent records are owed to the idempotency store, at least the ledger size %d; the record waits until the store takes them", ev.EventID, owed, s.cfg.LedgerSize))
 	}
@@ -177,7 +175,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		// The record is finished: no attempt of this delivery follows.
 		finished = true
 		for _, m := range msgs {
-			s.ledger.finish(m.IdempotencyKey, rec.DeliveryID)
+			s.ledger.forget(m.IdempotencyKey, rec.DeliveryID)
 		}
 	}
 	if len(failed) == 0 {
@@ -277,34 +275,35 @@ const (
 	finalRetry = 100 * time.Millisecond
 )
 
-// drainSoon makes sure a goroutine writes the ledger's owed records while
-// there are any: oldest first, waiting drainRetry after a write the store
-// refused. At most one runs; it ends when nothing is owed or at Close.
+// drainSoon wakes the drain, the goroutine that writes the ledger's owed
+// records (started with the first): oldest first, each pass ending at a
+// write the store refuses, then waiting drainRetry; it ends at Close.
 func (s *Service) drainSoon() {
-	if s.ledger.owedCount() == 0 || !s.draining.CompareAndSwap(false, true) {
+	if s.ledger.owedCount() == 0 {
 		return
 	}
-	s.drains.Add(1)
-	go s.drain()
+	s.drainOnce.Do(func() {
+		s.drains.Add(1)
+		go s.drain()
+	})
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Service) drain() {
 	defer s.drains.Done()
 	for {
+		wake, retry := s.kick, (<-chan time.Time)(nil)
 		if !s.writeAllOwed(s.closed) {
-			select {
-			case <-s.closed:
-				s.draining.Store(false)
-				return
-			case <-time.After(drainRetry):
-				continue
-			}
+			wake, retry = nil, time.After(drainRetry)
 		}
-		// Empty. A record owed after the look above would find draining
-		// still set and start no drain: look again once it is cleared.
-		s.draining.Store(false)
-		if s.ledger.owedCount() == 0 || !s.draining.CompareAndSwap(false, true) {
+		select {
+		case <-s.closed:
 			return
+		case <-wake:
+		case <-retry:
 		}
 	}
 }
@@ -319,7 +318,7 @@ func (s *Service) writeAllOwed(stop <-chan struct{}) bool {
 			return false
 		default:
 		}
-		if s.writeOwedRecord(context.Background(), o) != nil {
+		if s.writeOwed(context.Background(), o) != nil {
 			return false
 		}
 	}
@@ -329,8 +328,7 @@ func (s *Service) writeAllOwed(stop <-chan struct{}) bool {
 // Close is CloseBy with no time to spare: one pass at the owed records.
 func (s *Service) Close() { s.CloseBy(time.Time{}) }
 
-// CloseBy stops the writing of owed records in the background, waits for
-// it, and then makes a final attempt at the records still owed: oldest
+// CloseBy stops the drain, waits for it, and then makes a final attempt at the records still owed: oldest
 // first, each write bounded by the store timeout, a pass ending at the
 // first write the store refuses; passes repeat every finalRetry until
 // nothing is owed or deadline has passed. A deadline already past still
@@ -385,14 +383,11 @@ func (s *Service) reportLost(n, sending int, why string) {
 	s.cfg.OwedLost(n)
 }
 
-// logLimited logs msg through log unless l holds it back (see
-// ports.LogLimit), adding how many were held back since the last one let
-// through as suppressed_since_last. It keeps a warning that an outage
-// repeats for every record (idempotency_check_unavailable,
-// idempotency_record_failed, notification_rate_limited) to one per
-// Config.LogEvery.
-func (s *Service) logLimited(ctx context.Context, l *ports.LogLimit, log noteLog, level slog.Level, msg string, attrs ...slog.Attr) {
-	held, ok := l.Allow(s.cfg.Now())
+// logLimited logs msg, a warning an outage repeats for every record (one
+// of s.limits), through log at most once per Config.LogEvery, with how
+// many were held back since the last one as suppressed_since_last.
+func (s *Service) logLimited(ctx context.Context, log noteLog, level slog.Level, msg string, attrs ...slog.Attr) {
+	held, ok := s.limits[msg].Allow(s.cfg.Now())
 	if !ok {
 		return
 	}
