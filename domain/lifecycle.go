@@ -15,51 +15,45 @@ import (
 )
 
 // state is where one notification is in its lifecycle, and, once final,
-// how it ended. What is reported is a ports.Outcome, derived from the
-// final state (see outcome). Each step is a method of Service returning
-// the next state, which only deliver assigns. The transitions:
+// how it ended (reported as a ports.Outcome, see outcome). Each step is a
+// method of Service returning the next state, which only deliver assigns:
 //
 //	new          begin      delivered by this same delivery      earlier
 //	                        record owed for another delivery     duplicate | conflict
-//	                        an unknown send this delivery left   claiming (under its kept claim)
-//	                        otherwise                            claiming (under a new token)
-//	claiming,    claim      Claimed, with an unknown send left   reconciling (claiming only)
-//	reclaiming              Claimed                              held
-//	                        store down, failing open             unchecked; reconciling with an
-//	                                                               unknown send left (claiming only)
+//	                        otherwise                            claiming (an unknown send this
+//	                                                               delivery left: under its claim)
+//	claiming,    claim      Claimed                              held | reconciling (an unknown send left)
+//	reclaiming              store down, failing open             unchecked | reconciling (an unknown send left)
 //	                        TakenOver (even unvouched by a store
-//	                          failing), or our own InFlight
-//	                          claim                              reconciling | failedRetryable (reclaiming)
+//	                          failing), or our own InFlight claim reconciling | failedRetryable (reclaiming)
 //	                        the store failing on the abandoned
 //	                          claim just reconciled (reclaiming) unchecked
-//	                        AlreadySent                          duplicate | conflict
-//	                        InFlight, record owed by us          duplicate | conflict
+//	                        AlreadySent, or InFlight with its
+//	                          record owed by us                  duplicate | conflict
 //	                        store down failing closed, another
 //	                          worker's claim outlasting the wait,
 //	                          ctx done                           failedRetryable
 //	reconciling  reconcile  the provider has it                  sent (our send) | duplicate (another's)
 //	                        it has not, or nobody can tell and
 //	                          the policy resends                 reclaiming (the claim given back)
-//	                        not asked now (its next ask is not
-//	                          due), or cannot tell yet           unknown | stillUnknown (reported before)
+//	                        its next ask not due, or cannot tell
+//	                          yet                                unknown | stillUnknown (reported before)
 //	                        nobody can tell, policy dead letter  failedPermanent
-//	held,        send       no turn of the sender's pace within
-//	unchecked                 the wait (Config.Paces), or refused
-//	                          for its pace (ErrRateLimited)      throttled (the claim given back)
-//	                        accepted                             sent
-//	                        recipient opted out                  optedOut
+//	held,        send       no turn of the sender's pace, or
+//	unchecked                 refused for it (ErrRateLimited)    throttled (the claim given back)
+//	                        accepted | recipient opted out       sent | optedOut
 //	                        outcome unknown                      unknown (the claim kept)
 //	                        refused                              failedRetryable | failedPermanent
 //
-// sent, optedOut and a reconciled delivery record the send (recordDelivery):
-// written to the store, or owed in the ledger when the store cannot take it.
+// A delivery (sent, optedOut, reconciled) is recorded in the store, or
+// owed in the ledger when the store cannot take it (recordDelivery).
 type state int
 
 const (
 	stateNew         state = iota
 	stateClaiming          // claim the key under n.token
-	stateReconciling       // hold the claim of n.unknown, and ask the provider whether it went out
-	stateReclaiming        // n.unknown reconciled and its claim given back: claim afresh under n.token
+	stateReconciling       // holding n.unknown's claim, ask the provider whether it went out
+	stateReclaiming        // n.unknown reconciled, its claim given back: claim afresh under n.token
 	stateHeld              // we hold the key: send, then record or release
 	stateUnchecked         // the store could not answer, failing open: send, then try to record
 
@@ -69,9 +63,9 @@ const (
 	stateOptedOut        // refused by the provider for the recipient's choice; recorded as sent
 	stateDuplicate       // delivered before, by another delivery or another worker
 	stateConflict        // the key was sent for another message: dead-letter
-	stateUnknown         // the send's outcome is unknown: the claim is kept, and the record waits (Paced) for its next ask
-	stateStillUnknown    // the outcome reported unknown by an earlier attempt is still unknown: waiting as unknown; not reported
-	stateThrottled       // not sent, for the sender's pace: the record waits (Paced; Unavailable when the limiter cannot answer); not reported
+	stateUnknown         // the send's outcome is unknown: the claim kept, the record waits (Paced) for its next ask
+	stateStillUnknown    // as unknown, reported unknown by an earlier attempt: not reported again
+	stateThrottled       // not sent, for the sender's pace: the record waits (Paced or Unavailable); not reported
 	stateFailedRetryable // not sent; another attempt may succeed
 	stateFailedPermanent // not sent, and never will be
 )
@@ -79,14 +73,9 @@ const (
 // final reports whether st ends the lifecycle.
 func (st state) final() bool { return st >= stateEarlier }
 
-// outcome is the ports.Outcome reported for a final state; false for a
-// state that reports nothing.
-func (st state) outcome() (ports.Outcome, bool) {
-	o, ok := outcomes[st]
-	return o, ok
-}
-
-var outcomes = map[state]ports.Outcome{
+// outcomes is the ports.Outcome each final state reports: none for
+// earlier, stillUnknown and throttled.
+var outcomes = [...]ports.Outcome{
 	stateSent: ports.OutcomeSent, stateOptedOut: ports.OutcomeOptedOut, stateDuplicate: ports.OutcomeDuplicate,
 	stateConflict: ports.OutcomeConflict, stateUnknown: ports.OutcomeUnknown,
 	stateFailedRetryable: ports.OutcomeFailedRetryable, stateFailedPermanent: ports.OutcomeFailedPermanent,
@@ -190,8 +179,8 @@ func (s *Service) sentBefore(n *notification, r ports.Receipt, attrs ...slog.Att
 }
 
 // claim takes the key under n.token, or finds it sent, or waits while
-// another worker holds it: for its record, for its claim to go, or for its
-// lease to pass (then the next look takes it over).
+// another worker holds it: for its record, its release, or its lease to
+// pass (then the next look takes it over).
 func (s *Service) claim(ctx context.Context, n *notification) state {
 	key, digest, sender := n.m.IdempotencyKey, TextDigest(n.m.Text), s.sender(n.m.Channel)
 	deadline := s.cfg.Now().Add(s.cfg.ClaimTTL + s.cfg.ClaimWaitMax)
@@ -217,9 +206,8 @@ func (s *Service) claim(ctx context.Context, n *notification) state {
 			// pending claim is ours, delivered, and nothing to wait on.
 			return s.owedDuplicate(ctx, n, *o)
 		}
-		// Another worker is sending it right now (a rebalance overlap).
-		// Sending too would duplicate; skipping would lose it if that send
-		// fails.
+		// Another worker is sending it (a rebalance overlap): sending too
+		// would duplicate; skipping would lose it if that send fails.
 		sawInFlight = true
 		if until := c.Lease.Until.Add(s.cfg.ClaimWaitMax); !c.Lease.Until.IsZero() && until.After(deadline) {
 			deadline = until
@@ -235,8 +223,8 @@ func (s *Service) claim(ctx context.Context, n *notification) state {
 	}
 }
 
-// claimed moves n on by the store's answer to its claim: anything but
-// another worker's InFlight claim.
+// claimed moves n on by the store's answer to its claim, but another
+// worker's InFlight claim.
 func (s *Service) claimed(n *notification, c ports.Claim) state {
 	switch c.State {
 	case ports.Claimed:
@@ -256,11 +244,10 @@ func (s *Service) claimed(n *notification, c ports.Claim) state {
 }
 
 // claimFailed moves n on when the store could not answer its claim (c,
-// err): failing closed, n fails; failing open, n sends unchecked unless a
-// send may have gone out under the key. An abandoned claim the store found
-// but cannot vouch for is reconciled first, as a takeover: a store still
-// failing on the very claim this attempt reconciled is then a store error
-// like any other.
+// err). Failing open, a send that may have gone out under the key is
+// reconciled first: one left by this delivery, or the abandoned claim's
+// the store found but cannot vouch for; a store still failing on the very
+// claim just reconciled is then a store error like any other.
 func (s *Service) claimFailed(ctx context.Context, n *notification, c ports.Claim, err error) state {
 	if s.cfg.FailureMode == FailClosed {
 		return n.fail(ports.MarkUnavailable(fmt.Errorf("claim %s: %w", n.m.IdempotencyKey, err)))
@@ -279,11 +266,10 @@ func (s *Service) claimFailed(ctx context.Context, n *notification, c ports.Clai
 
 // takenOver moves n on once it holds a claim whose send may have gone out:
 // its own kept one (n.unknown), or another worker's, whose history, l,
-// names the one send made under it: its window (the same for every taker),
-// text and sender; asked about at once unless l is itself a takeover (see
-// nextAsk). When reclaiming, another worker claimed and abandoned the key
-// between our release and our claim: n fails, and the next attempt
-// reconciles that.
+// names the one send made under it, with its window (the same for every
+// taker), text and sender. When reclaiming, another worker claimed and
+// abandoned the key between our release and our claim: n fails, and the
+// next attempt reconciles that.
 func (s *Service) takenOver(n *notification, l ports.Lease) state {
 	if n.state == stateReclaiming {
 		return n.fail(fmt.Errorf("claim %s: abandoned by another worker while reconciling", n.m.IdempotencyKey))
@@ -292,7 +278,7 @@ func (s *Service) takenOver(n *notification, l ports.Lease) state {
 		n.unknown = &unknownSend{Token: n.token, Since: cmp.Or(l.First, l.Start), Until: cmp.Or(l.FirstUntil, l.Until),
 			Digest: l.Digest, Sender: l.Sender}
 		if !l.Start.Equal(n.unknown.Since) {
-			n.unknown.Asked = n.unknown.Since
+			n.unknown.Asked = n.unknown.Since // l is a takeover: its taker may have asked
 		}
 	}
 	return stateReconciling
@@ -342,11 +328,10 @@ func (s *Service) reconcile(ctx context.Context, n *notification) state {
 	return s.nobodyCanTell(ctx, n, err)
 }
 
-// await ends n.unknown's attempt waiting for its next ask, at, for why: the
-// claim is kept, n.unknown entered in the ledger for the record's next
-// attempt, and the record waits as Paced, due again at at (no retry budget
-// spent, no outage alert, no handler held). A send reported unknown before
-// is not reported again (stillUnknown).
+// await ends n waiting for n.unknown's next ask, at, for why: the claim
+// kept, n.unknown entered in the ledger for the record's next attempt, the
+// record Paced, due at at (no retry budget spent, no outage alert, no
+// handler held).
 func (s *Service) await(n *notification, at time.Time, why error) state {
 	st := stateUnknown
 	if n.unknown.Reported {
@@ -421,9 +406,8 @@ func (s *Service) send(ctx context.Context, n *notification) state {
 }
 
 // notSent moves n on after a send, started at start, that did not deliver
-// (err): refused for the sender's pace; its outcome unknown (the claim is
-// kept, and the provider asked on the next attempt, which comes at once,
-// rather than send again now); or refused (the claim given back).
+// (err). One of unknown outcome keeps its claim, and the provider is asked
+// on the next attempt, which comes at once, rather than sent again now.
 func (s *Service) notSent(ctx context.Context, n *notification, start time.Time, err error) state {
 	m := n.m
 	switch {
@@ -441,18 +425,16 @@ func (s *Service) notSent(ctx context.Context, n *notification, start time.Time,
 	if ports.KindOf(err) == ports.Permanent {
 		st, level = stateFailedPermanent, slog.LevelError
 	}
-	outcome, _ := st.outcome()
 	n.log.Log(ctx, level, "notification_failed",
 		slog.String("to", m.ToMasked),
-		slog.String("outcome", string(outcome)),
+		slog.String("outcome", string(outcomes[st])),
 		slog.String("error", err.Error()))
 	return n.end(st, fmt.Errorf("send %s: %w", m.IdempotencyKey, err))
 }
 
 // callNotifier calls the channel's notifier, bounded by the send timeout.
 // Should it panic, the claim is given back before the panic goes on to the
-// event source (which dead-letters the record): else it would hold off
-// every replay until taken over.
+// event source: else it would hold off every replay until taken over.
 func (s *Service) callNotifier(ctx context.Context, n *notification) (ports.Receipt, error) {
 	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
@@ -514,12 +496,11 @@ func (s *Service) rateLimited(ctx context.Context, n *notification, err error) s
 	return s.throttle(ctx, n, ports.Paced, err, after)
 }
 
-// throttle ends n, which did not send, as throttled with err: its claim is
-// given back, and the record waits as kind (a done ctx stays retryable: the
-// source is stopping). Holding no claim, it first waits for the sender's
-// next turn, wait, at most rateWaitMax: the source retries a Paced record
-// without a backoff of its own, and a backlog must not claim and release
-// again and again while the sender is busy.
+// throttle ends n, which did not send, throttled with err: its claim given
+// back, the record waiting as kind (retryable once ctx is done: the source
+// is stopping). It first waits for the sender's next turn, wait, at most
+// rateWaitMax: the source retries a Paced record without a backoff, and a
+// backlog must not claim and release again and again.
 func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind, err error, wait time.Duration) state {
 	s.giveBack(ctx, n)
 	err = fmt.Errorf("send %s: %w", n.m.IdempotencyKey, err)
@@ -532,11 +513,10 @@ func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind
 	return n.end(stateThrottled, mark(kind, err))
 }
 
-// giveBack releases n's claim (only one under n.token), so that a retry or
-// a replay can send it, even when ctx is cancelled. A failure is harmless
-// (the claim expires), and logged unless n is unchecked: the store did not
-// answer that claim, which may have landed all the same, and is likely
-// still down.
+// giveBack releases n's claim (only one under n.token), even when ctx is
+// cancelled, so that a retry or a replay can send. A failure is harmless
+// (the claim expires); it is logged unless n is unchecked: the store did
+// not answer that claim, which may have landed all the same.
 func (s *Service) giveBack(ctx context.Context, n *notification) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
@@ -599,4 +579,66 @@ func newToken() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
+}
+
+// UnknownPolicy says what to do with a send whose outcome nobody can tell:
+// its provider cannot be asked (SMTP), or could not tell by its last ask,
+// Config.ReconcileFor after the send.
+type UnknownPolicy string
+
+const (
+	// PolicyResend sends it again, logged with resent=true: a rare
+	// duplicate beats a lost notification, as with the store's fail-open
+	// mode (ADR-0006). An email goes out again under the same Message-ID.
+	PolicyResend UnknownPolicy = "resend"
+	// PolicyDeadLetter gives it up to the dead letter topic, for an
+	// operator to decide.
+	PolicyDeadLetter UnknownPolicy = "dead_letter"
+)
+
+// nextAsk returns when the provider is next asked about w, a send of
+// unknown outcome, given its lag (ports.Reconciler.Lag), or false once
+// nobody can tell. Every time is fixed by w's window, so the schedule
+// holds however often the record is delivered again and whoever takes the
+// claim over:
+//
+//   - at once, when nobody asked yet: an accepted message usually shows;
+//   - once the provider's listing of the window is final, lag after it
+//     ended: a message not found then was not accepted;
+//   - should that ask not tell (the provider's list failed), once more
+//     when ReconcileFor has passed since the window ended;
+//   - then never: nobody can tell, and the policy applies.
+//
+// A send is asked about at most three times by one delivery, and by any
+// number of deliveries taking its claim over in turn, at most three times
+// while the provider answers: once at once by the delivery that made it,
+// once at once by the first taker, once when the listing is final.
+func (s *Service) nextAsk(w unknownSend, lag time.Duration) (time.Time, bool) {
+	final := w.Until.Add(lag)
+	last := w.Until.Add(max(s.cfg.ReconcileFor, lag))
+	switch {
+	case w.Asked.IsZero():
+		return w.Asked, true
+	case w.Asked.Before(final):
+		return final, true
+	case w.Asked.Before(last):
+		return last, true
+	}
+	return time.Time{}, false
+}
+
+// askProvider asks rc, the channel's Reconciler, about w, bounded by the
+// send timeout. A listed text is w's when its digest is w's, whatever m
+// renders to now; without a digest (a claim written before claims kept
+// one), when it is m's text, the best guess left. A window without an end
+// (a claim written without a lease) ends now.
+func (s *Service) askProvider(ctx context.Context, rc ports.Reconciler, m ports.Message, w unknownSend) (ports.Reconciliation, error) {
+	win := ports.Window{Since: w.Since, Until: cmp.Or(w.Until, s.cfg.Now()), Sender: w.Sender,
+		Sent: func(text string) bool { return TextDigest(text) == w.Digest }}
+	if w.Digest == "" {
+		win.Sent = func(text string) bool { return text == m.Text }
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	defer cancel()
+	return rc.Reconcile(rctx, m, win)
 }

@@ -26,7 +26,6 @@ type Service struct {
 	ledger    *ledger
 	rateWait  time.Duration  // rateWaitMax of cfg
 	kick      chan struct{}  // wakes the drain: a record is owed
-	drainOnce sync.Once      // starts the drain
 	drains    sync.WaitGroup // the drain, for Close
 	closed    chan struct{}  // closed by Close
 	closeOnce sync.Once
@@ -39,7 +38,8 @@ type Service struct {
 
 var _ ports.Handler = (*Service)(nil)
 
-// NewService checks cfg and returns a Service.
+// NewService checks cfg and returns a Service, whose drain runs until
+// Close.
 func NewService(cfg Config) (*Service, error) {
 	cfg.setDefaults()
 	if cfg.Templates == nil {
@@ -63,18 +63,17 @@ func NewService(cfg Config) (*Service, error) {
 	for _, msg := range []string{"idempotency_check_unavailable", "idempotency_record_failed", "notification_rate_limited", "ledger_full"} {
 		s.limits[msg] = &ports.LogLimit{Every: cfg.LogEvery}
 	}
+	s.drains.Add(1)
+	go s.drain()
 	return s, nil
 }
 
-// LongestHandle bounds how long Handle takes on one record, with every
+// LongestHandle bounds how long Handle takes on one record, every
 // dependency as slow as its timeout allows: per channel, a wait on another
 // worker's claim (the claim TTL, then one more look), a reconciliation and
-// a send (the send timeout each), and the claims, records and releases
-// around them (a store timeout each; five in all), and the sender's pace:
-// a turn asked (a store timeout), waited for, and a wait after a turn not
-// granted or a provider's refusal (rateWaitMax each). A call running longer
-// is not waiting on anything the service bounds: a notifier ignoring its
-// context, or a bug.
+// a send (a send timeout each), five store calls around them, and the
+// sender's pace (a turn asked, and two waits of rateWaitMax). A call
+// running longer is waiting on nothing the service bounds.
 func (s *Service) LongestHandle() time.Duration {
 	pace := 2*max(s.rateWait, 0) + s.cfg.StoreTimeout
 	return time.Duration(len(s.cfg.Templates.Channels())) * (s.cfg.ClaimTTL + s.cfg.ClaimWaitMax + 2*s.cfg.SendTimeout + 5*s.cfg.StoreTimeout + pace)
@@ -89,33 +88,27 @@ func (s *Service) Owed() (owed int, refused int64) {
 
 // Handle decodes rec and delivers each of its notifications. It returns nil
 // when every notification was sent, was a duplicate, or found its recipient
-// opted out, and for a stale event, which it skips before any claim (see
-// Config.MaxEventAge). A notification delivered by an earlier attempt
-// carrying the same rec.DeliveryID (non-zero) is neither sent nor reported
-// again. Otherwise the error's ports.Kind tells the consumer what to do:
-// Permanent for a record that can never succeed (it does not decode, its
-// type is unknown, a provider refused it for good, its occurred_at is more
-// than ClockSkew in the future), Unavailable when the store is down in the
-// closed mode (or another dependency the operator must see to: a
-// provider's credentials, the rate limiter's Redis not answering; or a
-// full ledger, below), Paced when a notification was held back by its
-// sender's pace (Config.RateLimiter) or refused by the provider for it
-// (ports.ErrRateLimited), or its send's outcome is unknown and the
-// provider is asked again later (due then: ports.PacedFor), and Retryable
-// for everything else. A record whose notifications failed in several
-// ways takes the kind that keeps it longest (Unavailable, Paced,
-// Retryable, Permanent), so that a notification still waiting is never
-// dead-lettered for another one's failure. Retrying a record is safe: what
+// opted out, and for a stale event, skipped before any claim (see
+// Config.MaxEventAge). A notification delivered by an earlier attempt with
+// the same rec.DeliveryID (non-zero) is neither sent nor reported again.
+// Otherwise the error's ports.Kind tells the consumer what to do: Permanent
+// for a record that can never succeed (it does not decode, its type is
+// unknown, a provider refused it for good, its occurred_at is more than
+// ClockSkew ahead); Unavailable when the store is down in the closed mode,
+// another dependency needs the operator (a provider's credentials, the
+// rate limiter's Redis), or the ledger is full; Paced when a notification
+// waits for its sender's pace or the next ask about a send of unknown
+// outcome (due then: ports.PacedFor); Retryable otherwise. A record whose
+// notifications failed in several ways takes the kind that keeps it
+// longest (Unavailable, Paced, Retryable, Permanent), so that none still
+// waiting is dead-lettered for another's failure. Retrying is safe: what
 // was sent is skipped as a duplicate.
 //
 // While Config.LedgerSize sent records are owed to the store, an attempt
-// at a record is refused before any claim or send (Unavailable, logged
-// ledger_full and counted in Owed) unless an earlier attempt of its
-// delivery left something in the ledger: the record waits, unsent, for the
-// store to take the owed records.
-//
-// Cancelling ctx abandons waits and sends not yet started; a send that
-// succeeded is recorded even so.
+// is refused before any claim or send (Unavailable, ledger_full, counted
+// in Owed) unless an earlier attempt of its delivery left something in the
+// ledger. Cancelling ctx abandons waits and sends not yet started; a send
+// that succeeded is recorded even so.
 func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	ev, err := s.cfg.Templates.Decode(rec.Value)
 	if err != nil {
@@ -159,7 +152,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 		attrs[5] = slog.String("channel", string(m.Channel))
 		n := &notification{m: m, log: with(ctx, s.cfg.Logger, attrs[:]...), delivery: rec.DeliveryID}
 		s.deliver(ctx, n)
-		if o, ok := n.state.outcome(); ok {
+		if o := outcomes[n.state]; o != "" {
 			s.cfg.Observer.Observe(m.Channel, o)
 		}
 		if n.err != nil {
@@ -276,16 +269,12 @@ const (
 )
 
 // drainSoon wakes the drain, the goroutine that writes the ledger's owed
-// records (started with the first): oldest first, each pass ending at a
-// write the store refuses, then waiting drainRetry; it ends at Close.
+// records, oldest first, a pass ending at a write the store refuses, then
+// waiting drainRetry, until Close.
 func (s *Service) drainSoon() {
 	if s.ledger.owedCount() == 0 {
 		return
 	}
-	s.drainOnce.Do(func() {
-		s.drains.Add(1)
-		go s.drain()
-	})
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -296,7 +285,7 @@ func (s *Service) drain() {
 	defer s.drains.Done()
 	for {
 		wake, retry := s.kick, (<-chan time.Time)(nil)
-		if !s.writeAllOwed(s.closed) {
+		if !s.writeAllOwed() {
 			wake, retry = nil, time.After(drainRetry)
 		}
 		select {
@@ -308,16 +297,10 @@ func (s *Service) drain() {
 	}
 }
 
-// writeAllOwed writes the ledger's owed records, oldest first, and reports
-// whether all were written. It stops at the first write the store refuses,
-// and before each write once stop is closed (nil: never).
-func (s *Service) writeAllOwed(stop <-chan struct{}) bool {
+// writeAllOwed writes the ledger's owed records, oldest first, stopping at
+// the first write the store refuses, and reports whether all were written.
+func (s *Service) writeAllOwed() bool {
 	for _, o := range s.ledger.owedRecords() {
-		select {
-		case <-stop:
-			return false
-		default:
-		}
 		if s.writeOwed(context.Background(), o) != nil {
 			return false
 		}
@@ -328,46 +311,34 @@ func (s *Service) writeAllOwed(stop <-chan struct{}) bool {
 // Close is CloseBy with no time to spare: one pass at the owed records.
 func (s *Service) Close() { s.CloseBy(time.Time{}) }
 
-// CloseBy stops the drain, waits for it, and then makes a final attempt at the records still owed: oldest
-// first, each write bounded by the store timeout, a pass ending at the
-// first write the store refuses; passes repeat every finalRetry until
-// nothing is owed or deadline has passed. A deadline already past still
-// gets one pass, so CloseBy may end up to one store timeout after it.
+// CloseBy stops the drain, then makes a final attempt at the records still
+// owed: passes as the drain's, every finalRetry until nothing is owed or
+// deadline has passed (one pass at least, so it may end up to a store
+// timeout after it).
 //
-// What is still owed then is lost with the process: a replay of it is
-// protected by the store alone, and is sent again if the store has no
-// record. So is every send still under way (a Handle that outlived the
-// shutdown, in a notifier ignoring its context): the process may exit
-// before it ends, and nothing writes a record after CloseBy. CloseBy
-// logs owed_records_lost (error level, with count, and sending: those of
-// them still under way), tells Config.OwedLost, and returns the count.
-// A send it counted is not counted again however it ends, so the count
-// may exceed what was lost (a send under way that then fails, or whose
-// record the store takes), never fall below it. A Handle still running
-// that owes a record it did not count (its send started after the count)
-// reports it when it owes it: owed_records_lost with count 1, and
-// Config.OwedLost(1).
+// What is still owed then is lost with the process (a replay of it is
+// sent again unless the store has its record), and so is every send still
+// under way (in a notifier ignoring its context): nothing writes a record
+// after CloseBy. It logs owed_records_lost (with count, and sending: those
+// still under way), tells Config.OwedLost, and returns the count, which
+// may exceed what is lost (a send counted that then fails), never fall
+// below it: a Handle still running that owes a record whose send was not
+// counted reports it then (owed_records_lost with count 1, OwedLost(1)).
 //
-// Handle must not be called after Close or CloseBy (one still running
-// may end); only the first call does anything, later ones return 0.
+// Handle must not be called after Close or CloseBy (one still running may
+// end); only the first call does anything, later ones return 0.
 func (s *Service) CloseBy(deadline time.Time) (lost int) {
-	first := false
-	s.closeOnce.Do(func() { close(s.closed); first = true })
-	s.drains.Wait()
-	if !first {
-		return 0
-	}
-	for {
-		s.writeAllOwed(nil)
-		left := deadline.Sub(s.cfg.Now())
-		if s.ledger.owedCount() == 0 || left <= 0 {
-			break
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.drains.Wait()
+		for (!s.writeAllOwed() || s.ledger.owedCount() > 0) && s.cfg.Now().Before(deadline) {
+			time.Sleep(min(finalRetry, deadline.Sub(s.cfg.Now())))
 		}
-		time.Sleep(min(finalRetry, left))
-	}
-	owed, sending := s.ledger.close()
-	s.reportLost(len(owed)+sending, sending, "the store did not take these sent records before shutdown, or their sends were still under way; a replay of each is sent again unless the store holds its record")
-	return len(owed) + sending
+		owed, sending := s.ledger.close()
+		lost = len(owed) + sending
+		s.reportLost(lost, sending, "the store did not take these sent records before shutdown, or their sends were still under way; a replay of each is sent again unless the store holds its record")
+	})
+	return lost
 }
 
 // reportLost logs owed_records_lost with count n, of which sending were
