@@ -9,26 +9,20 @@ import (
 )
 
 // ledger is this process's memory of its sends, by idempotency key, beside
-// the store. For each key it keeps:
+// the store: what each unfinished delivery (ports.Record.DeliveryID) left
+// under a key (it delivered it: its retries skip the key, whatever the
+// store can confirm; or a send of unknown outcome, which its next attempt
+// reconciles), and whether the key's sent record is owed to the store (any
+// other delivery this process handles is then a duplicate).
 //
-//   - what each unfinished delivery (ports.Record.DeliveryID) left under
-//     it: that it delivered it (a retry of the delivery skips the key,
-//     whatever the store can confirm), or a send whose outcome is unknown
-//     (the delivery's next attempt reconciles it);
-//   - whether its sent record is owed to the store: any other delivery this
-//     process handles is then a duplicate (the store cannot tell it), and
-//     the service writes the record when the store answers.
-//
-// A delivery is forgotten when its record is finished or its event source
-// ends it (see watch), an owed record once the store takes it, and an
-// entry maxAge after it was last entered; nothing else drops anything, so
-// a delivery that delivered a key skips it on every retry, at any size.
-// The owed records are bounded by admission instead (see admits). A
-// delivery id of zero shares nothing between attempts: only an owed record
-// is kept for it. The ledger also counts the sends under way, for the
-// shutdown's count of what is lost (see startSend). It is safe for
-// concurrent use, and protects only this process: a replay handled by
-// another worker sees the store alone.
+// A delivery is forgotten when its record is finished or its source ends
+// it (see watch), an owed record once the store takes it, an entry maxAge
+// after it was last entered; nothing else drops anything, so a delivery
+// skips what it delivered on every retry, at any size: the owed records
+// are bounded by admission instead (see admits). Delivery id zero shares
+// nothing: only an owed record is kept for it. The ledger also counts the
+// sends under way, for the shutdown's count of what is lost. It is safe
+// for concurrent use, and protects only this process.
 type ledger struct {
 	size   int
 	maxAge time.Duration
@@ -60,15 +54,13 @@ type owedRecord struct {
 }
 
 // unknownSend is a send whose outcome an attempt could not learn, and
-// where its reconciliation stands: the window it may have reached the
-// provider in, fixed by the send and carried unchanged through every
-// takeover.
+// where its reconciliation stands. Its window is fixed by the send and
+// carried unchanged through every takeover.
 type unknownSend struct {
 	Token string // the claim kept for it: the one it was sent under, or the one that took it over
-	// Since and Until bound when the provider may have accepted it: from
-	// the send's start to when it gave up waiting, or, for a claim taken
-	// over, its history's first lease (ports.Lease.First, FirstUntil; a
-	// zero Until: now).
+	// Since and Until bound when the provider may have accepted it: the
+	// send's start and end, or the first lease of a claim's history
+	// (ports.Lease.First, FirstUntil; a zero Until: now).
 	Since, Until   time.Time
 	Digest, Sender string // of the text sent and whom from (see ports.Lease); empty: unknown
 	Ours           bool   // the delivery's own send; else made under a claim it took over
@@ -111,9 +103,8 @@ func (l *ledger) lookup(key string, delivery uint64) known {
 }
 
 // delivered enters key as delivered by delivery with r, its record owed or
-// written (replacing delivery's unknown send of key, and an earlier
-// receipt). It reports whether the record is owed after close counted what
-// was lost: then nothing writes it.
+// written, replacing delivery's unknown send of key. It reports whether
+// the record is owed after close: then nothing writes it.
 func (l *ledger) delivered(key string, delivery uint64, r ports.Receipt, owed bool) (afterClose bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -141,9 +132,8 @@ func (l *ledger) setUnknown(key string, delivery uint64, u unknownSend) {
 	e.by[delivery], e.at = &u, l.now()
 }
 
-// written marks o's record taken by the store. The entry stays while a
-// delivery that delivered it may retry; an entry of the key entered since
-// with another receipt stays owed.
+// written marks o taken by the store, unless its key was entered since
+// with another receipt.
 func (l *ledger) written(o owedRecord) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -153,9 +143,7 @@ func (l *ledger) written(o owedRecord) {
 	}
 }
 
-// forget drops what delivery left under key: once its record is finished
-// or its source ended it, or its unknown send is reconciled. An owed
-// record stays until the store takes it.
+// forget drops what delivery left under key (an owed record stays).
 func (l *ledger) forget(key string, delivery uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -188,10 +176,9 @@ func (l *ledger) owedCount() int {
 }
 
 // admits reports whether an attempt by delivery at a record of msgs may go
-// on: while fewer than size records are owed, or when delivery holds
-// something under one of their keys (an earlier attempt delivered it or
-// left an unknown send), so that a delivery is never refused the room it
-// holds. An attempt not admitted must send nothing.
+// on: while fewer than size records are owed, or when delivery left
+// something under one of their keys (it is never refused the room it
+// holds). An attempt not admitted must send nothing.
 func (l *ledger) admits(delivery uint64, msgs []ports.Message) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -208,12 +195,11 @@ func (l *ledger) admits(delivery uint64, msgs []ports.Message) bool {
 	return false
 }
 
-// watch finishes delivery under the key of each of msgs once ended is
+// watch forgets delivery under the key of each of msgs once ended is
 // closed, the event source's word that no attempt carrying it follows (see
-// ports.Delivery.Ended): a record given up unfinished (its retries spent,
-// its partition revoked) leaves nothing behind. One goroutine per delivery
-// waits, however often it is called; a nil ended is never closed, and what
-// such a delivery leaves is kept until it expires.
+// ports.Delivery.Ended), so that a record given up unfinished leaves
+// nothing behind. One goroutine per delivery waits, however often it is
+// called; with a nil ended, what the delivery left expires.
 func (l *ledger) watch(delivery uint64, msgs []ports.Message, ended <-chan struct{}) {
 	if delivery == 0 || ended == nil {
 		return
@@ -236,8 +222,8 @@ func (l *ledger) watch(delivery uint64, msgs []ports.Message, ended <-chan struc
 	}()
 }
 
-// startSend counts a send under way until endSend: close counts those
-// under way as lost, since the process may exit before they end.
+// startSend counts a send under way until endSend: close counts those as
+// lost, since the process may exit before they end.
 func (l *ledger) startSend() {
 	l.mu.Lock()
 	l.sending++
@@ -245,8 +231,8 @@ func (l *ledger) startSend() {
 }
 
 // endSend ends a send startSend counted, and reports whether close counted
-// it as lost: it was under way then (or, should several end after close,
-// one like it, so that the count of what is lost never falls below it).
+// it lost (or, should several end after close, one like it: the count of
+// what is lost never falls below it).
 func (l *ledger) endSend() (counted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,8 +245,7 @@ func (l *ledger) endSend() (counted bool) {
 }
 
 // close returns the owed records left and the sends under way, which the
-// shutdown counts as lost. A record owed after it is reported by the
-// caller of delivered, unless endSend says close counted its send.
+// shutdown counts as lost.
 func (l *ledger) close() (owed []owedRecord, sending int) {
 	owed = l.owedRecords()
 	l.mu.Lock()

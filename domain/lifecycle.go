@@ -15,30 +15,25 @@ import (
 )
 
 // state is where one notification is in its lifecycle, and, once final,
-// how it ended (reported as a ports.Outcome, see outcome). Each step is a
+// how it ended (reported as a ports.Outcome, see outcomes). Each step is a
 // method of Service returning the next state, which only deliver assigns:
 //
-//	new          begin      delivered by this same delivery      earlier
-//	                        record owed for another delivery     duplicate | conflict
-//	                        otherwise                            claiming (an unknown send this
-//	                                                               delivery left: under its claim)
+//	new          begin      delivered by this delivery before    earlier
+//	                        its record owed by us                duplicate | conflict
+//	                        otherwise                            claiming (an unknown send left: its claim)
 //	claiming,    claim      Claimed                              held | reconciling (an unknown send left)
 //	reclaiming              store down, failing open             unchecked | reconciling (an unknown send left)
-//	                        TakenOver (even unvouched by a store
-//	                          failing), or our own InFlight claim reconciling | failedRetryable (reclaiming)
+//	                        TakenOver (vouched or not by a store
+//	                          failing), our own InFlight claim   reconciling | failedRetryable (reclaiming)
 //	                        the store failing on the abandoned
 //	                          claim just reconciled (reclaiming) unchecked
-//	                        AlreadySent, or InFlight with its
-//	                          record owed by us                  duplicate | conflict
+//	                        AlreadySent, InFlight owed by us     duplicate | conflict
 //	                        store down failing closed, another
-//	                          worker's claim outlasting the wait,
-//	                          ctx done                           failedRetryable
+//	                          worker's claim past the wait, ctx  failedRetryable
 //	reconciling  reconcile  the provider has it                  sent (our send) | duplicate (another's)
-//	                        it has not, or nobody can tell and
-//	                          the policy resends                 reclaiming (the claim given back)
-//	                        its next ask not due, or cannot tell
-//	                          yet                                unknown | stillUnknown (reported before)
-//	                        nobody can tell, policy dead letter  failedPermanent
+//	                        it has not; nobody can tell, resend  reclaiming (the claim given back)
+//	                        next ask not due; cannot tell yet    unknown | stillUnknown (reported before)
+//	                        nobody can tell, dead letter         failedPermanent
 //	held,        send       no turn of the sender's pace, or
 //	unchecked                 refused for it (ErrRateLimited)    throttled (the claim given back)
 //	                        accepted | recipient opted out       sent | optedOut
@@ -119,10 +114,9 @@ func (n *notification) end(st state, err error) state {
 
 func (n *notification) fail(err error) state { return n.end(stateFailedRetryable, err) }
 
-// begin consults the ledger: a notification this same delivery delivered
-// is skipped silently, one whose record is owed is a duplicate (the owed
-// record written if it can be), and an unknown send this delivery left is
-// claimed under its kept token (its claim is then found to be ours).
+// begin consults the ledger. An owed record is written if it can be; an
+// unknown send this delivery left is claimed under its kept token, so that
+// its claim is found to be ours.
 func (s *Service) begin(ctx context.Context, n *notification) state {
 	k := s.ledger.lookup(n.m.IdempotencyKey, n.delivery)
 	switch {
@@ -161,9 +155,8 @@ func conflicting(r ports.Receipt, m ports.Message) bool {
 }
 
 // sentBefore ends n on its key found delivered with r: a duplicate, or a
-// conflict when r was another message (the event_id was reused): nothing
-// is sent, and the record goes to the dead letter topic for the producer's
-// owners to look at.
+// conflict when r was another message (the event_id reused), which the
+// dead letter topic keeps for the producer's owners to look at.
 func (s *Service) sentBefore(n *notification, r ports.Receipt, attrs ...slog.Attr) state {
 	if conflicting(r, n.m) {
 		n.log.Error("event_id_conflict",
@@ -235,9 +228,6 @@ func (s *Service) claimed(n *notification, c ports.Claim) state {
 	case ports.AlreadySent:
 		return s.sentBefore(n, c.Receipt)
 	case ports.TakenOver, ports.InFlight: // InFlight: our own claim, kept by an earlier attempt
-		if c.Lease.Token != n.token {
-			n.log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
-		}
 		return s.takenOver(n, c.Lease)
 	}
 	return n.fail(fmt.Errorf("claim %s: store answered an unknown state %v", n.m.IdempotencyKey, c.State))
@@ -256,7 +246,6 @@ func (s *Service) claimFailed(ctx context.Context, n *notification, c ports.Clai
 		slog.String("error", err.Error()))
 	switch {
 	case c.State == ports.TakenOver && !(n.state == stateReclaiming && sameHistory(c.Lease, *n.unknown)):
-		n.log.Info("claim_taken_over", slog.Time("abandoned_since", c.Lease.Start), slog.Time("first_claimed", c.Lease.First))
 		return s.takenOver(n, c.Lease)
 	case n.state == stateClaiming && n.unknown != nil:
 		return stateReconciling
@@ -264,13 +253,15 @@ func (s *Service) claimFailed(ctx context.Context, n *notification, c ports.Clai
 	return stateUnchecked
 }
 
-// takenOver moves n on once it holds a claim whose send may have gone out:
-// its own kept one (n.unknown), or another worker's, whose history, l,
-// names the one send made under it, with its window (the same for every
-// taker), text and sender. When reclaiming, another worker claimed and
-// abandoned the key between our release and our claim: n fails, and the
-// next attempt reconciles that.
+// takenOver moves n on holding a claim whose send may have gone out: its
+// own kept one (n.unknown), or another worker's, whose history, l, names
+// that send's window (the same for every taker), text and sender. When
+// reclaiming, another worker claimed and abandoned the key between our
+// release and our claim: the next attempt reconciles that.
 func (s *Service) takenOver(n *notification, l ports.Lease) state {
+	if l.Token != n.token {
+		n.log.Info("claim_taken_over", slog.Time("abandoned_since", l.Start), slog.Time("first_claimed", l.First))
+	}
 	if n.state == stateReclaiming {
 		return n.fail(fmt.Errorf("claim %s: abandoned by another worker while reconciling", n.m.IdempotencyKey))
 	}
@@ -329,9 +320,8 @@ func (s *Service) reconcile(ctx context.Context, n *notification) state {
 }
 
 // await ends n waiting for n.unknown's next ask, at, for why: the claim
-// kept, n.unknown entered in the ledger for the record's next attempt, the
-// record Paced, due at at (no retry budget spent, no outage alert, no
-// handler held).
+// kept, n.unknown in the ledger for the next attempt, the record Paced due
+// at at (no retry budget spent, no outage alert, no handler held).
 func (s *Service) await(n *notification, at time.Time, why error) state {
 	st := stateUnknown
 	if n.unknown.Reported {
@@ -448,11 +438,10 @@ func (s *Service) callNotifier(ctx context.Context, n *notification) (ports.Rece
 	return s.cfg.Notifiers[n.m.Channel].Send(sendCtx, n.m)
 }
 
-// pace takes n's turn at its channel's Pace, waiting for it up to
-// rateWaitMax, and returns n's state when n may send, else throttled: as
-// Paced without a turn in that time; as Unavailable when the limiter
-// cannot answer within the store timeout (a dependency is down, not a pace
-// kept); Retryable when ctx ends.
+// pace takes n's turn at its channel's Pace, waiting up to rateWaitMax,
+// and returns n's state when n may send, else throttled: Paced without a
+// turn, Unavailable when the limiter cannot answer (a dependency is down,
+// not a pace kept).
 func (s *Service) pace(ctx context.Context, n *notification) state {
 	p, ok := s.cfg.Paces[n.m.Channel]
 	if !ok {
@@ -510,7 +499,7 @@ func (s *Service) throttle(ctx context.Context, n *notification, kind ports.Kind
 	if wait = min(wait, s.rateWait); wait > 0 {
 		ports.Sleep(ctx.Done(), wait)
 	}
-	return n.end(stateThrottled, mark(kind, err))
+	return n.end(stateThrottled, mark[kind](err))
 }
 
 // giveBack releases n's claim (only one under n.token), even when ctx is
@@ -527,10 +516,8 @@ func (s *Service) giveBack(ctx context.Context, n *notification) {
 }
 
 // recordDelivery writes the sent record of n's delivery r, even if ctx was
-// cancelled meanwhile, and enters it in the ledger, owed when the store did
-// not take it. counted says CloseBy counted r's send lost (see
-// ledger.endSend); one owed after CloseBy that it did not count is
-// reported lost now.
+// cancelled, and enters it in the ledger, owed when the store did not take
+// it; owed after CloseBy, and not counted by it (counted), it is lost now.
 func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.Receipt, counted bool) {
 	if r.SentAt.IsZero() {
 		r.SentAt = s.cfg.Now()
@@ -587,12 +574,11 @@ func newToken() string {
 type UnknownPolicy string
 
 const (
-	// PolicyResend sends it again, logged with resent=true: a rare
-	// duplicate beats a lost notification, as with the store's fail-open
-	// mode (ADR-0006). An email goes out again under the same Message-ID.
+	// PolicyResend sends it again (resent=true): a rare duplicate beats a
+	// lost notification, as failing open does (ADR-0006). An email goes
+	// out again under the same Message-ID.
 	PolicyResend UnknownPolicy = "resend"
-	// PolicyDeadLetter gives it up to the dead letter topic, for an
-	// operator to decide.
+	// PolicyDeadLetter gives it up to the dead letter topic.
 	PolicyDeadLetter UnknownPolicy = "dead_letter"
 )
 

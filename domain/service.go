@@ -14,13 +14,10 @@ import (
 )
 
 // Service is "send unless already sent". It implements ports.Handler and is
-// safe for concurrent use.
-//
-// Besides the store, it keeps a ledger of its sends, so that its own
-// retries never send a notification twice, with the store up or down (see
-// ledger). The sent records it owes the store are written in the
-// background (the drain) once the store answers again, and a last time by
-// CloseBy.
+// safe for concurrent use. Besides the store, it keeps a ledger of its
+// sends, so that its own retries never send a notification twice, with the
+// store up or down; the records it owes the store are written in the
+// background (the drain), and a last time by CloseBy.
 type Service struct {
 	cfg       Config
 	ledger    *ledger
@@ -91,24 +88,22 @@ func (s *Service) Owed() (owed int, refused int64) {
 // opted out, and for a stale event, skipped before any claim (see
 // Config.MaxEventAge). A notification delivered by an earlier attempt with
 // the same rec.DeliveryID (non-zero) is neither sent nor reported again.
-// Otherwise the error's ports.Kind tells the consumer what to do: Permanent
-// for a record that can never succeed (it does not decode, its type is
-// unknown, a provider refused it for good, its occurred_at is more than
-// ClockSkew ahead); Unavailable when the store is down in the closed mode,
-// another dependency needs the operator (a provider's credentials, the
-// rate limiter's Redis), or the ledger is full; Paced when a notification
-// waits for its sender's pace or the next ask about a send of unknown
-// outcome (due then: ports.PacedFor); Retryable otherwise. A record whose
-// notifications failed in several ways takes the kind that keeps it
-// longest (Unavailable, Paced, Retryable, Permanent), so that none still
-// waiting is dead-lettered for another's failure. Retrying is safe: what
-// was sent is skipped as a duplicate.
+// Otherwise the error's ports.Kind says what to do: Permanent for a record
+// that can never succeed (it does not decode, a provider refused it for
+// good, its occurred_at is more than ClockSkew ahead); Unavailable when a
+// dependency needs the operator (the store in the closed mode, a
+// provider's credentials, the rate limiter's Redis) or the ledger is full;
+// Paced when a notification waits for its sender's pace or the next ask
+// about a send of unknown outcome (ports.PacedFor); else Retryable. Of
+// several, the kind that keeps the record longest wins (Unavailable,
+// Paced, Retryable, Permanent): none still waiting is dead-lettered for
+// another's failure. Retrying is safe: what was sent is skipped.
 //
-// While Config.LedgerSize sent records are owed to the store, an attempt
-// is refused before any claim or send (Unavailable, ledger_full, counted
-// in Owed) unless an earlier attempt of its delivery left something in the
-// ledger. Cancelling ctx abandons waits and sends not yet started; a send
-// that succeeded is recorded even so.
+// While Config.LedgerSize records are owed to the store, an attempt is
+// refused before any claim (Unavailable, ledger_full, counted in Owed)
+// unless an earlier attempt of its delivery left something in the ledger.
+// Cancelling ctx abandons waits and sends not yet started; a send that
+// succeeded is recorded even so.
 func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	ev, err := s.cfg.Templates.Decode(rec.Value)
 	if err != nil {
@@ -174,7 +169,7 @@ func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
 	if len(failed) == 0 {
 		return nil
 	}
-	return mark(worst, fmt.Errorf("event %s: %w", ev.EventID, errors.Join(failed...)))
+	return mark[worst](fmt.Errorf("event %s: %w", ev.EventID, errors.Join(failed...)))
 }
 
 // render renders ev's message on each of its channels, or returns a
@@ -197,25 +192,16 @@ func (s *Service) render(ev Event) ([]ports.Message, error) {
 }
 
 // holdRank orders the kinds by how long they keep a record: Permanent
-// (dead-lettered now), Retryable (dead-lettered after the retry budget),
-// Paced (retried until the pace allows), Unavailable (retried until the
-// dependency answers, and the one an operator must act on).
+// (dead-lettered now), Retryable (after the retry budget), Paced (until
+// the pace allows), Unavailable (until the dependency answers).
 func holdRank(k ports.Kind) int {
 	return slices.Index([]ports.Kind{ports.Permanent, ports.Retryable, ports.Paced, ports.Unavailable}, k)
 }
 
-// mark wraps err as kind (Retryable: err unchanged, as KindOf reads an
-// unmarked error).
-func mark(kind ports.Kind, err error) error {
-	switch kind {
-	case ports.Permanent:
-		return ports.MarkPermanent(err)
-	case ports.Unavailable:
-		return ports.MarkUnavailable(err)
-	case ports.Paced:
-		return ports.MarkPaced(err)
-	}
-	return err
+// mark wraps an error as its kind (a Retryable one as it is).
+var mark = map[ports.Kind]func(error) error{
+	ports.Permanent: ports.MarkPermanent, ports.Unavailable: ports.MarkUnavailable, ports.Paced: ports.MarkPaced,
+	ports.Retryable: func(err error) error { return err },
 }
 
 // ClockSkew is how far a producer's clock may run ahead of this worker's:
@@ -224,12 +210,10 @@ func mark(kind ports.Kind, err error) error {
 const ClockSkew = 5 * time.Minute
 
 // stale reports whether ev is older than the maximum age of its type, and
-// if so logs stale_event_skipped and reports OutcomeStale for each of its
-// channels. Its age runs from occurred_at or, when the event has none, from
-// the record's timestamp (the time its producer wrote it, which a replay
-// keeps); with neither, the event has no age and is never stale. An
-// occurred_at more than ClockSkew ahead of now is a Permanent error. attrs
-// are the record's log attributes (Handle's), ctx its context.
+// if so logs stale_event_skipped (with attrs) and reports OutcomeStale on
+// each of its channels. Its age runs from occurred_at, else from the
+// record's timestamp (which a replay keeps); with neither, it is never
+// stale. An occurred_at more than ClockSkew ahead is a Permanent error.
 func (s *Service) stale(ctx context.Context, attrs []slog.Attr, ev Event, rec ports.Record) (bool, error) {
 	at, from := ev.OccurredAt, "occurred_at"
 	if at.IsZero() {
