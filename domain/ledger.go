@@ -246,8 +246,8 @@ func (l *ledger) endSend() (counted bool) {
 
 // close returns the owed records left and the sends under way, which the
 // shutdown counts as lost.
-func (l *ledger) close() (owed []owedRecord, sending int) {
-	owed = l.owedRecords()
+func (l *ledger) close() (owed, sending int) {
+	owed = len(l.owedRecords())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed, l.counted = true, l.sending

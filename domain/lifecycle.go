@@ -528,11 +528,10 @@ func (s *Service) recordDelivery(ctx context.Context, n *notification, r ports.R
 		s.reportLost(1, 0, "a send that ended after the shutdown's final attempt at the owed records left its record owed; a replay of it is sent again unless the store holds its record")
 	}
 	s.recordFailed(ctx, n.log, err)
-	s.drainSoon()
 }
 
-// recordFailed logs err, a sent record the store did not take (the drain
-// writes it later); nothing for a nil err.
+// recordFailed logs err, a sent record the store did not take (owed: the
+// drain writes it later); nothing for a nil err.
 func (s *Service) recordFailed(ctx context.Context, log noteLog, err error) {
 	if err != nil {
 		s.logLimited(ctx, log, slog.LevelWarn, "idempotency_record_failed", slog.String("error", err.Error()))

@@ -22,7 +22,6 @@ type Service struct {
 	cfg       Config
 	ledger    *ledger
 	rateWait  time.Duration  // rateWaitMax of cfg
-	kick      chan struct{}  // wakes the drain: a record is owed
 	drains    sync.WaitGroup // the drain, for Close
 	closed    chan struct{}  // closed by Close
 	closeOnce sync.Once
@@ -53,7 +52,6 @@ func NewService(cfg Config) (*Service, error) {
 		cfg:      cfg,
 		ledger:   newLedger(cfg.LedgerSize, cfg.TTL, cfg.Now),
 		rateWait: rateWaitMax(&cfg),
-		kick:     make(chan struct{}, 1),
 		closed:   make(chan struct{}),
 		limits:   map[string]*ports.LogLimit{},
 	}
@@ -245,51 +243,29 @@ func (s *Service) stale(ctx context.Context, attrs []slog.Attr, ev Event, rec po
 	return true, nil
 }
 
-// drainRetry is how long the drain waits after a write the store refused,
-// and finalRetry how long CloseBy's final attempt waits after one.
+// drainEvery is how often the drain looks for owed records, and
+// finalRetry how often CloseBy's final attempt does.
 const (
-	drainRetry = time.Second
+	drainEvery = time.Second
 	finalRetry = 100 * time.Millisecond
 )
 
-// drainSoon wakes the drain, the goroutine that writes the ledger's owed
-// records, oldest first, a pass ending at a write the store refuses, then
-// waiting drainRetry, until Close.
-func (s *Service) drainSoon() {
-	if s.ledger.owedCount() == 0 {
-		return
-	}
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
+// drain writes the ledger's owed records every drainEvery until Close.
 func (s *Service) drain() {
 	defer s.drains.Done()
-	for {
-		wake, retry := s.kick, (<-chan time.Time)(nil)
-		if !s.writeAllOwed() {
-			wake, retry = nil, time.After(drainRetry)
-		}
-		select {
-		case <-s.closed:
-			return
-		case <-wake:
-		case <-retry:
-		}
+	for ports.Sleep(s.closed, drainEvery) {
+		s.writeAllOwed()
 	}
 }
 
 // writeAllOwed writes the ledger's owed records, oldest first, stopping at
-// the first write the store refuses, and reports whether all were written.
-func (s *Service) writeAllOwed() bool {
+// the first write the store refuses.
+func (s *Service) writeAllOwed() {
 	for _, o := range s.ledger.owedRecords() {
 		if s.writeOwed(context.Background(), o) != nil {
-			return false
+			return
 		}
 	}
-	return true
 }
 
 // Close is CloseBy with no time to spare: one pass at the owed records.
@@ -315,11 +291,11 @@ func (s *Service) CloseBy(deadline time.Time) (lost int) {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		s.drains.Wait()
-		for (!s.writeAllOwed() || s.ledger.owedCount() > 0) && s.cfg.Now().Before(deadline) {
+		for s.writeAllOwed(); s.ledger.owedCount() > 0 && s.cfg.Now().Before(deadline); s.writeAllOwed() {
 			time.Sleep(min(finalRetry, deadline.Sub(s.cfg.Now())))
 		}
 		owed, sending := s.ledger.close()
-		lost = len(owed) + sending
+		lost = owed + sending
 		s.reportLost(lost, sending, "the store did not take these sent records before shutdown, or their sends were still under way; a replay of each is sent again unless the store holds its record")
 	})
 	return lost
