@@ -191,8 +191,16 @@ func (s *Service) claim(ctx context.Context, n *notification) state {
 			c = ports.Claim{State: ports.InFlight}
 		case err != nil:
 			return s.claimFailed(ctx, n, c, err)
-		case c.State != ports.InFlight || c.Lease.Token == n.token:
-			return s.claimed(n, c)
+		case c.State == ports.Claimed && n.state == stateClaiming && n.unknown != nil:
+			return stateReconciling
+		case c.State == ports.Claimed:
+			return stateHeld
+		case c.State == ports.AlreadySent:
+			return s.sentBefore(n, c.Receipt)
+		case c.State == ports.TakenOver || c.State == ports.InFlight && c.Lease.Token == n.token:
+			return s.takenOver(n, c.Lease) // InFlight: our own claim, kept by an earlier attempt
+		case c.State != ports.InFlight:
+			return n.fail(fmt.Errorf("claim %s: store answered an unknown state %v", key, c.State))
 		}
 		if o := s.ledger.lookup(key, 0).owed; o != nil {
 			// This process delivered it and could not record it: the
@@ -214,23 +222,6 @@ func (s *Service) claim(ctx context.Context, n *notification) state {
 			return n.fail(ctx.Err())
 		}
 	}
-}
-
-// claimed moves n on by the store's answer to its claim, but another
-// worker's InFlight claim.
-func (s *Service) claimed(n *notification, c ports.Claim) state {
-	switch c.State {
-	case ports.Claimed:
-		if n.state == stateClaiming && n.unknown != nil {
-			return stateReconciling
-		}
-		return stateHeld
-	case ports.AlreadySent:
-		return s.sentBefore(n, c.Receipt)
-	case ports.TakenOver, ports.InFlight: // InFlight: our own claim, kept by an earlier attempt
-		return s.takenOver(n, c.Lease)
-	}
-	return n.fail(fmt.Errorf("claim %s: store answered an unknown state %v", n.m.IdempotencyKey, c.State))
 }
 
 // claimFailed moves n on when the store could not answer its claim (c,
