@@ -210,7 +210,7 @@ func (s *Service) claim(ctx context.Context, n *notification) state {
 		// Another worker is sending it (a rebalance overlap): sending too
 		// would duplicate; skipping would lose it if that send fails.
 		sawInFlight = true
-		if until := c.Lease.Until.Add(s.cfg.ClaimWaitMax); !c.Lease.Until.IsZero() && until.After(deadline) {
+		if until := c.Lease.Until.Add(s.cfg.ClaimWaitMax); until.After(deadline) {
 			deadline = until
 		}
 		left := deadline.Sub(s.cfg.Now())
