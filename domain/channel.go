@@ -19,7 +19,7 @@ import (
 // recipient field its address is read from, how that address is checked,
 // normalised and masked, and how a message is rendered for it. A channel is
 // a value, not a case in a switch: the worker is given its channels (see
-// LoadTemplates), and each of them is what Decode, Render, Fingerprint and
+// LoadTemplates), and each of them is what DecodeEvent, Render, Fingerprint and
 // the logs ask about an address.
 //
 // Every function field must be safe for concurrent use and free of side
@@ -33,7 +33,7 @@ type Channel struct {
 	Field string
 	// Normalize checks addr (trimmed of surrounding white space) and
 	// returns it in the one form the notifier is given. Its error says why
-	// addr is refused and never quotes addr: Decode shows the masked
+	// addr is refused and never quotes addr: DecodeEvent shows the masked
 	// address beside it, or only its length.
 	Normalize func(addr string) (string, error)
 	// Shaped reports whether a refused addr could be an address of this
@@ -49,8 +49,6 @@ type Channel struct {
 	// Blocks are the text/template blocks every "<type>.tmpl" must define
 	// for this channel; LoadTemplates refuses templates that lack one.
 	Blocks []string
-	// HTML is set when the channel renders "<type>.html" too.
-	HTML bool
 	// Templates holds the channel's own "<type>.tmpl" files, defining its
 	// Blocks for the event types the worker's templates define: a channel
 	// brings its text with it. A block the event type's own file defines
@@ -60,14 +58,6 @@ type Channel struct {
 	// Render fills m's content (Subject, Text, HTML) from the rendered
 	// blocks. Its errors are template errors: permanent for the event.
 	Render func(r Rendered, m *ports.Message) error
-}
-
-// Rendered gives a Channel's Render the blocks of one event's templates.
-type Rendered interface {
-	// Text executes the text block name ("sms", "subject", ...).
-	Text(name string) (string, error)
-	// HTML executes the event type's "<type>.html".
-	HTML() (string, error)
 }
 
 // SMS is the text-message channel: an E.164 phone number in
@@ -82,7 +72,7 @@ var SMS = Channel{
 	Blocks:    []string{"sms"},
 	Render: func(r Rendered, m *ports.Message) error {
 		text, err := r.Text("sms")
-		m.Text = TruncateUTF16(strings.TrimSpace(text), MaxSMSRunes)
+		m.Text = Truncate(strings.TrimSpace(text), MaxSMSRunes)
 		return err
 	},
 }
@@ -98,7 +88,6 @@ var Email = Channel{
 	Shaped:    emailShaped,
 	Mask:      ports.MaskEmail,
 	Blocks:    []string{"subject", "text"},
-	HTML:      true,
 	Render: func(r Rendered, m *ports.Message) error {
 		subject, err := r.Text("subject")
 		if err != nil {

@@ -108,7 +108,7 @@ func invalid(field, value, reason string) error {
 	return &InvalidEventError{Field: field, Value: clip(value, 64), Reason: reason}
 }
 
-// Decode is Templates.Decode for the Builtin channels: it parses and
+// Decode is Templates.DecodeEvent for the Builtin channels: it parses and
 // validates a record value whose recipient may give a phone and an email.
 // The returned event is normalised: each address by its channel, the name
 // on one line, the channels defaulted (in the channels' order) and

@@ -196,7 +196,7 @@ func TestTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestTemplates(t *testing.T) {
 		write("shipment.out_for_delivery.tmpl", `{{define "sms"}}custom {{.ShipmentID}}{{end}}{{define "subject"}}s{{end}}{{define "text"}}t{{end}}`)
 		write("shipment.returned.tmpl", `{{define "sms"}}returned{{end}}{{define "subject"}}s{{end}}{{define "text"}}t{{end}}`)
 		write("shipment.returned.html", `<p>returned</p>`)
-		tpl, err := domain.LoadTemplates(dir)
+		tpl, err := domain.LoadTemplates(os.DirFS(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestTemplates(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "shipment.lost.tmpl"), []byte(`{{define "sms"}}x{{end}}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := domain.LoadTemplates(dir)
+		_, err := domain.LoadTemplates(os.DirFS(dir))
 		if err == nil || !strings.Contains(err.Error(), `"subject"`) || !strings.Contains(err.Error(), "shipment.lost.html") {
 			t.Fatalf("LoadTemplates: %v, want the missing block and file named", err)
 		}

@@ -228,7 +228,7 @@ func linkScheme(href string) string {
 // SMS is within the provider's limit; the subject and recipient name are one
 // line; data never adds a tag or a script URL to the HTML.
 func FuzzRender(f *testing.F) {
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		f.Fatal(err)
 	}
