@@ -5,6 +5,7 @@ import (
 	"encoding/json/v2"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -64,20 +65,34 @@ type Data map[string]string
 
 // UnmarshalJSONFrom implements json.UnmarshalerFrom.
 func (d *Data) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	out := Data{}
-	null, err := readObject(dec, "data", func(name string, v jsontext.Token) error {
-		switch v.Kind() {
-		case '{', '[':
-			return invalid("data."+clip(name, 64), "", "want a string, number or boolean, got a nested value")
-		case 'n':
-		default:
-			out[name] = v.String()
-		}
-		return nil
-	})
-	if *d = out; null {
+	tok, err := dec.ReadToken()
+	switch {
+	case err != nil:
+		return err
+	case tok.Kind() == 'n':
 		*d = nil
+		return nil
+	case tok.Kind() != '{':
+		return invalid("data", "", "want a JSON object, got "+kindName(tok.Kind()))
 	}
+	*d = Data{}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		k := name.String() // the next read voids name
+		v, err := dec.ReadToken()
+		switch {
+		case err != nil:
+			return err
+		case v.Kind() == '{' || v.Kind() == '[':
+			return invalid("data."+clip(k, 64), "", "want a string, number or boolean, got a nested value")
+		case v.Kind() != 'n':
+			(*d)[k] = v.String()
+		}
+	}
+	_, err = dec.ReadToken()
 	return err
 }
 
@@ -104,8 +119,11 @@ func (e *InvalidEventError) Error() string {
 	return fmt.Sprintf("invalid event: %s %q: %s", e.Field, e.Value, e.Reason)
 }
 
+// invalid returns the *InvalidEventError for field, value and reason. A
+// field may be a producer's member name: its control characters are not
+// printed.
 func invalid(field, value, reason string) error {
-	return &InvalidEventError{Field: field, Value: clip(value, 64), Reason: reason}
+	return &InvalidEventError{Field: noControls(field), Value: clip(value, 64), Reason: reason}
 }
 
 // Decode is Templates.DecodeEvent for the Builtin channels: it parses and
@@ -145,67 +163,13 @@ func decode(value []byte, chans []Channel) (Event, error) {
 // not UTF-8 are refused before the record is read).
 var surrogatesAsText = jsontext.AllowInvalidUTF8(true)
 
-// record is an Event as a record carries it: the recipient's members as
-// written, which validate reads against the channels, and the members
-// beside the event's fields.
+// record is an Event as a record carries it: the recipient's fields by
+// name, which validate reads against the channels (a null is ""), and the
+// members beside the event's fields.
 type record struct {
 	Event
-	Recipient members          `json:"recipient"`
-	Others    map[string]other `json:",embed"`
-}
-
-// members are the members of a recipient object in the order written,
-// each a string (a null is "").
-type members []struct{ name, value string }
-
-// UnmarshalJSONFrom implements json.UnmarshalerFrom.
-func (m *members) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	*m = make(members, 0, 4) // the usual recipient: a name, a phone, an email
-	_, err := readObject(dec, "recipient", func(name string, v jsontext.Token) error {
-		var value string
-		switch k := v.Kind(); k {
-		case '"':
-			value = v.String()
-		case 'n':
-		default:
-			return invalid("recipient."+clip(name, 64), "", "want a JSON string, got "+kindName(k))
-		}
-		*m = append(*m, struct{ name, value string }{name, value})
-		return nil
-	})
-	return err
-}
-
-// readObject reads the JSON object at dec, or a null (then null is true),
-// calling member with each member's name and the first token of its value,
-// in the order written. The value's other tokens, if any, are member's to
-// read. path names the object in errors.
-func readObject(dec *jsontext.Decoder, path string, member func(name string, v jsontext.Token) error) (null bool, err error) {
-	tok, err := dec.ReadToken()
-	switch {
-	case err != nil:
-		return false, err
-	case tok.Kind() == 'n':
-		return true, nil
-	case tok.Kind() != '{':
-		return false, invalid(path, "", "want a JSON object, got "+kindName(tok.Kind()))
-	}
-	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return false, err
-		}
-		n := name.String() // the next read voids name
-		v, err := dec.ReadToken()
-		if err != nil {
-			return false, err
-		}
-		if err := member(n, v); err != nil {
-			return false, err
-		}
-	}
-	_, err = dec.ReadToken()
-	return false, err
+	Recipient map[string]string `json:"recipient"`
+	Others    map[string]other  `json:",embed"`
 }
 
 // other is a member beside the event's fields. The top level stays open:
@@ -272,11 +236,7 @@ func jsonError(err error) error {
 // fieldPath is p as an InvalidEventError's Field: "recipient.phone" for
 // /recipient/phone.
 func fieldPath(p jsontext.Pointer) string {
-	var names []string
-	for name := range p.Tokens() {
-		names = append(names, clip(name, 64))
-	}
-	return strings.Join(names, ".")
+	return clip(strings.Join(slices.Collect(p.Tokens()), "."), 200)
 }
 
 // kindName names the JSON kind k as a reason says it.
@@ -305,17 +265,17 @@ func noControls(s string) string {
 // is the name or an address, and an address the worker does not know
 // ("mobile" for "phone") would otherwise be dropped without a word, and its
 // channel never notified.
-func (ev *Event) validate(given members, chans []Channel) error {
+func (ev *Event) validate(given map[string]string, chans []Channel) error {
 	ev.Recipient.Addresses = map[ports.Channel]string{}
-	for _, m := range given {
-		i := slices.IndexFunc(chans, func(c Channel) bool { return c.Field == m.name })
+	for _, name := range slices.Sorted(maps.Keys(given)) { // the same error for the same bytes
+		i := slices.IndexFunc(chans, func(c Channel) bool { return c.Field == name })
 		switch {
-		case m.name == "name":
-			ev.Recipient.Name = m.value
+		case name == "name":
+			ev.Recipient.Name = given[name]
 		case i >= 0:
-			ev.Recipient.Addresses[chans[i].Name] = m.value
+			ev.Recipient.Addresses[chans[i].Name] = given[name]
 		default:
-			return unknownRecipientField(m.name, chans)
+			return unknownRecipientField(name, chans)
 		}
 	}
 	for _, f := range []struct{ name, value string }{

@@ -47,6 +47,8 @@ var seedRecords = []string{
 	`{"event_id":"a","type":"t","shipment_id":"s","recipient":{"email":"a@b.example"},"channels":["email",null]}`,
 	`{"event_id":1,"type":"t","shipment_id":"s","recipient":{"email":"a@b.example"}}`,
 	` { "event_id" : "a" , "type" : "t" , "shipment_id" : "s" , "recipient" : { "email" : "a@b.example" } , "data" : { "n" : -1.5e3 , "b" : false } } `,
+	"{\"event_id\":\"e\",\"type\":\"t\",\"shipment_id\":\"s\",\"recipient\":{\"0\x7f\":1}}",
+	`{"event_id":"e","type":"t","shipment_id":"s","recipient":{"mo\u0001bile":"+31201234567"}}`,
 }
 
 // FuzzDecode: Decode either returns an *InvalidEventError with a short,
