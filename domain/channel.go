@@ -137,22 +137,18 @@ func NormalizePhone(p string) (string, error) {
 	switch {
 	case !strings.HasPrefix(s, "+"):
 		return "", errors.New("not an E.164 phone number: must start with +")
-	case len(s) < 4:
-		return "", errors.New("impossible phone number: too short")
 	case len(s) > maxPhoneDigits+1:
 		// A trunk prefix may add a digit or two to the 15 of E.164; more
 		// than that is no number.
 		return "", errors.New("impossible phone number: too long")
-	case s[1] == '0':
-		return "", errors.New("not an E.164 phone number: country code cannot start with a zero")
 	}
 	return phones.get(s)
 }
 
-// checkPhone is NormalizePhone's check of s, a "+" and 3 to maxPhoneDigits
-// digits, against the numbering plans.
+// checkPhone is NormalizePhone's check of s, a "+" and at most
+// maxPhoneDigits digits, against the numbering plans.
 func checkPhone(s string) (string, error) {
-	num, err := phonenumbers.Parse(s, unknownRegion)
+	num, err := phonenumbers.Parse(s, "ZZ") // no default country: s carries its own
 	if err != nil {
 		// phonenumbers' errors name no digits, but say it in our words:
 		// its texts are not a contract.
@@ -192,11 +188,8 @@ func checkPhone(s string) (string, error) {
 // numbering plans is most of the CPU a record costs, and the same customers
 // get a notification per shipment event. checkPhone is a pure function of
 // its argument, so an answer remembered is the answer computed.
-var phones = &phoneCache{max: phoneCacheSize}
-
-// phoneCacheSize bounds the numbers phones holds: at about 100 bytes an
-// entry, 8192 of them are under a MiB.
-const phoneCacheSize = 8192
+// It holds 8192 numbers: at about 100 bytes an entry, under a MiB.
+var phones = &phoneCache{max: 8192}
 
 // phoneCache is a bounded memo of checkPhone, safe for concurrent use. When
 // full it starts over empty: no eviction order to keep, and a worker's
@@ -252,10 +245,6 @@ func onlyTrunkDropped(in, out string) bool {
 // maxPhoneDigits is the most digits NormalizePhone reads: 15 (E.164) and
 // room for a trunk prefix written after the country code.
 const maxPhoneDigits = 17
-
-// unknownRegion tells phonenumbers.Parse that no default country applies:
-// the number must carry its own country code.
-const unknownRegion = "ZZ"
 
 // phoneShaped reports whether v holds only what a written phone number
 // does: digits, "+" and the separators NormalizePhone drops, 32 bytes at

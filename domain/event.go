@@ -150,18 +150,15 @@ func decode(value []byte, chans []Channel) (Event, error) {
 		return Event{}, invalid("", "", "not valid UTF-8")
 	}
 	var r record
-	if err := json.Unmarshal(value, &r, surrogatesAsText); err != nil {
+	// A lone surrogate escape decodes to U+FFFD, which validate refuses
+	// naming the field (raw bytes that are not UTF-8 were refused above).
+	if err := json.Unmarshal(value, &r, jsontext.AllowInvalidUTF8(true)); err != nil {
 		return Event{}, jsonError(err)
 	}
 	ev := r.Event
 	err := ev.validate(r.Recipient, chans)
 	return ev, err
 }
-
-// surrogatesAsText lets a lone surrogate escape decode to U+FFFD, which
-// validate then refuses naming the field that holds it (raw bytes that are
-// not UTF-8 are refused before the record is read).
-var surrogatesAsText = jsontext.AllowInvalidUTF8(true)
 
 // record is an Event as a record carries it: the recipient's fields by
 // name, which validate reads against the channels (a null is ""), and the
@@ -329,7 +326,8 @@ func recipientKeys(chans []Channel) []string {
 
 // normalize normalises each address of r by its channel of chans. A blank
 // address is no address: a producer that writes "phone": " " has no phone
-// for the customer, and the email should still go out.
+// for the customer, and the email should still go out. A refused address
+// is shown masked only when its channel's Shaped says it could be one.
 func (r *Recipient) normalize(chans []Channel) error {
 	for _, c := range chans {
 		v := strings.TrimSpace(r.Addresses[c.Name])
@@ -338,8 +336,14 @@ func (r *Recipient) normalize(chans []Channel) error {
 			continue
 		}
 		a, err := c.Normalize(v)
-		if err != nil {
-			return invalidAddress("recipient."+c.Field, v, c.Shaped, c.Mask, err)
+		switch {
+		case err != nil && c.Shaped != nil && c.Shaped(v):
+			return invalid("recipient."+c.Field, c.Mask(v), err.Error())
+		case err != nil:
+			// Text that is no address of the kind (a name in the wrong
+			// field, a 10 kB value) is shown by its length alone: a mask
+			// could partly reveal it.
+			return invalid("recipient."+c.Field, "", fmt.Sprintf("%v (a value of %d bytes, not shown)", err, len(v)))
 		}
 		r.Addresses[c.Name] = a
 	}
@@ -390,18 +394,6 @@ func noAddress(chans []Channel) string {
 	return "none of " + strings.Join(fields, ", ")
 }
 
-// invalidAddress reports the recipient's address v in field as invalid
-// for err. It shows v masked by mask only when shapely(v), when v could be
-// an address of that kind; anything else, text that a mask keeping a few
-// characters or the domain would partly reveal (a name in the wrong field,
-// a 10 kB value), is shown by its length alone.
-func invalidAddress(field, v string, shapely func(string) bool, mask func(string) string, err error) error {
-	if shapely == nil || !shapely(v) {
-		return invalid(field, "", fmt.Sprintf("%v (a value of %d bytes, not shown)", err, len(v)))
-	}
-	return invalid(field, mask(v), err.Error())
-}
-
 // badText is the reason for text holding U+FFFD, the mark of bytes that
 // were not valid UTF-8 somewhere upstream.
 const badText = "not valid UTF-8 text (holds U+FFFD or a lone surrogate escape)"
@@ -437,28 +429,9 @@ func checkID(field, v string) error {
 // OneLine folds every run of white space and control characters into one
 // space, so a name can go into a header or an SMS without starting a new line.
 func OneLine(s string) string {
-	if isOneLine(s) {
-		return s
-	}
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.IsControl(r)
 	}), " ")
-}
-
-// isOneLine reports whether OneLine(s) is s itself, without allocating:
-// s is printable ASCII whose spaces stand one at a time between words.
-func isOneLine(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == ' ':
-			if i == 0 || i == len(s)-1 || s[i-1] == ' ' {
-				return false
-			}
-		case c < '!' || c > '~':
-			return false
-		}
-	}
-	return true
 }
 
 // clip cuts s to at most n bytes, on a rune boundary, marking the cut.

@@ -73,11 +73,7 @@ func LoadTemplates(overrides fs.FS, chans ...Channel) (*Templates, error) {
 	t := &Templates{text: map[string]*texttemplate.Template{}, html: map[string]*htmltemplate.Template{}, chans: slices.Clone(chans)}
 	problems := t.parse(files)
 	for _, c := range chans {
-		more, err := t.addBlocks(c)
-		if err != nil {
-			return nil, err
-		}
-		problems = append(problems, more...)
+		problems = append(problems, t.addBlocks(c)...)
 	}
 	problems = append(problems, t.missing()...)
 	if len(problems) > 0 {
@@ -95,11 +91,11 @@ func templateFiles(overrides fs.FS) (map[string][]byte, error) {
 		return nil, err
 	}
 	files := map[string][]byte{}
-	if err := readTemplates(sub, files); err != nil {
-		return nil, err
-	}
-	if overrides != nil {
-		if err := readTemplates(overrides, files); err != nil {
+	for _, fsys := range []fs.FS{sub, overrides} {
+		if fsys == nil {
+			continue
+		}
+		if err := readTemplates(fsys, files); err != nil {
 			return nil, err
 		}
 	}
@@ -132,14 +128,14 @@ func (t *Templates) parse(files map[string][]byte) (problems []string) {
 // addBlocks adds the blocks c's own Templates define to the text templates
 // of the event types t has, where the type's own file does not define them:
 // an operator's TEMPLATES_DIR may reword a channel's text. It returns what
-// did not parse; its error is one reading c.Templates.
-func (t *Templates) addBlocks(c Channel) (problems []string, err error) {
+// could not be read or parsed.
+func (t *Templates) addBlocks(c Channel) (problems []string) {
 	if c.Templates == nil {
-		return nil, nil
+		return nil
 	}
 	files := map[string][]byte{}
 	if err := readTemplates(c.Templates, files); err != nil {
-		return nil, fmt.Errorf("templates of channel %s: %w", c.Name, err)
+		return []string{fmt.Sprintf("templates of channel %s: %v", c.Name, err)}
 	}
 	for name, body := range files {
 		typ, ok := strings.CutSuffix(name, ".tmpl")
@@ -160,7 +156,7 @@ func (t *Templates) addBlocks(c Channel) (problems []string, err error) {
 			}
 		}
 	}
-	return problems, nil
+	return problems
 }
 
 // missing names every block a channel needs that a type's text template
@@ -320,19 +316,14 @@ func (r Rendered) HTML() (string, error) {
 // emoji as two characters (Twilio) sees, and so at most n runes. It never
 // splits a rune.
 func Truncate(s string, n int) string {
-	units := 0
-	for _, r := range s {
-		units += utf16.RuneLen(r)
-	}
-	if units <= n {
-		return s
-	}
-	units = 0
+	units, cut := 0, -1 // cut: where the first rune that leaves no room for "…" starts
 	for i, r := range s {
-		if units+utf16.RuneLen(r) > n-1 {
-			return s[:i] + "…"
+		if units += utf16.RuneLen(r); units > n-1 && cut < 0 {
+			cut = i
 		}
-		units += utf16.RuneLen(r)
+		if units > n {
+			return s[:cut] + "…"
+		}
 	}
-	return s // unreachable: s has more than n units
+	return s
 }
