@@ -60,7 +60,7 @@ func loadWorker(lookup func(string) (string, bool), env map[string]string, provi
 		}
 	}
 	if c.TemplatesDir != "" {
-		if _, err := domain.LoadTemplates(c.TemplatesDir); err != nil {
+		if _, err := domain.LoadTemplates(os.DirFS(c.TemplatesDir)); err != nil {
 			l.fail("TEMPLATES_DIR", "want a readable directory of templates: "+err.Error())
 		}
 	}

@@ -318,7 +318,7 @@ func mustRenderSMS(t *testing.T, id string) ports.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

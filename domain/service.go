@@ -39,7 +39,7 @@ var _ ports.Handler = (*Service)(nil)
 func NewService(cfg Config) (*Service, error) {
 	cfg.setDefaults()
 	if cfg.Templates == nil {
-		t, err := LoadTemplates("")
+		t, err := LoadTemplates(nil)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +103,7 @@ func (s *Service) Owed() (owed int, refused int64) {
 // Cancelling ctx abandons waits and sends not yet started; a send that
 // succeeded is recorded even so.
 func (s *Service) Handle(ctx context.Context, rec ports.Record) error {
-	ev, err := s.cfg.Templates.Decode(rec.Value)
+	ev, err := s.cfg.Templates.DecodeEvent(rec.Value)
 	if err != nil {
 		return ports.MarkPermanent(err)
 	}

@@ -24,6 +24,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# The Go toolchain go.mod asks for, as the Makefile sets it, for a run
+# without make.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
 MAILPIT_VERSION=v1.33.1
 LABEL=org.harborlight.notification-worker.inputs

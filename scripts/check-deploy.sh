@@ -57,6 +57,9 @@
 #                         (default v2.20.2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Go toolchain go.mod asks for, as the Makefile sets it, for a run
+# without make.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
 kubeconform_version=${KUBECONFORM_VERSION:-v0.8.0}
 k8s_version=${K8S_VERSION:-v1.37.2}

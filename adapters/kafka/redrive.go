@@ -372,7 +372,7 @@ func (r *redriver) read(ctx context.Context, pr RedrivePartition, fn func(*saram
 		select {
 		case msg = <-pc.Messages():
 		case cerr := <-pc.Errors():
-			return fmt.Errorf("kafka: redrive: read %s/%d: %w", r.cfg.DLQTopic, pr.Partition, cerr)
+			return fmt.Errorf("kafka: redrive: read %s/%d: %w", r.cfg.DLQTopic, pr.Partition, *cerr)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -576,7 +576,7 @@ func (r *redriver) origin(ctx context.Context, topic string, p int32, off int64)
 		}
 		return m, nil
 	case cerr := <-pc.Errors():
-		return nil, fmt.Errorf("kafka: redrive: read %s/%d at %d: %w", topic, p, off, cerr)
+		return nil, fmt.Errorf("kafka: redrive: read %s/%d at %d: %w", topic, p, off, *cerr)
 	case <-timer.C:
 		return nil, fmt.Errorf("kafka: redrive: read %s/%d at %d: nothing within %s", topic, p, off, redriveOriginWait)
 	case <-ctx.Done():

@@ -6,7 +6,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -238,7 +240,11 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		}
 		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
-	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels(m.channels)...)
+	var overrides fs.FS
+	if cfg.TemplatesDir != "" {
+		overrides = os.DirFS(cfg.TemplatesDir)
+	}
+	templates, err := domain.LoadTemplates(overrides, domainChannels(m.channels)...)
 	if err != nil && cfg.TemplatesDir != "" {
 		// LoadWorker checked them for the built-in channels only.
 		return nil, m.configError("TEMPLATES_DIR", cfg.TemplatesDir, err.Error())
