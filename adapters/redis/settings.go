@@ -11,11 +11,11 @@ import (
 )
 
 // Settings are the variables the Redis store reads, in the order the
-// worker's configuration reference (and the README's table) lists them.
-// The store's generic settings (IDEMPOTENCY_TTL, IDEMPOTENCY_TIMEOUT, the
-// breaker's, the failure mode) are the worker's, not these.
+// README lists them. The store's generic settings (IDEMPOTENCY_TTL,
+// IDEMPOTENCY_TIMEOUT, the breaker's, the failure mode) are the worker's,
+// not these.
 var Settings = []ports.Setting{
-	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`). Behind Redis Sentinel, name the Sentinels here, as rueidis reads them: `redis://user:password@sentinel-1:26379/0?addr=sentinel-2:26379&addr=sentinel-3:26379&master_set=mymaster`: the host and each `addr` are Sentinels (more hosts in the host part, comma-separated, are refused), `master_set` is the name they watch (`sentinel monitor <name> ...`); user, password and database apply to the primary they name, `rediss` to the Sentinels and the primary, with the first host as the TLS server name.", Secret: true},
+	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`). Behind Redis Sentinel, name the Sentinels here, as rueidis reads them: `redis://user:password@sentinel-1:26379/0?addr=sentinel-2:26379&addr=sentinel-3:26379&master_set=mymaster`: the host and each `addr` are Sentinels (more hosts in the host part, comma-separated, are refused), `master_set` is the name they watch (`sentinel monitor <name> ...`); user, password and database apply to the primary they name, `rediss` to the Sentinels and the primary, with the first host as the TLS server name.", Secret: true, MaskURL: true},
 	{Name: "REDIS_SENTINEL_ADDRS", Meaning: "The other way to name Sentinels (prefer `master_set` in `REDIS_URL`): a comma-separated `host:port` list, set with `REDIS_SENTINEL_MASTER` or neither, and not with `master_set`. `REDIS_URL` stays required: its scheme (`rediss` is TLS, to the Sentinels too), user, password and database apply, its host is not dialled but is the TLS server name. Refused with Cluster seeds (`?addr=`) in `REDIS_URL`."},
 	{Name: "REDIS_SENTINEL_MASTER", Meaning: "Name of the master set the Sentinels in `REDIS_SENTINEL_ADDRS` watch (`sentinel monitor <name> ...`)."},
 	{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any, whichever way they are named."},
@@ -27,6 +27,22 @@ var Settings = []ports.Setting{
 	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: DefaultKeyPrefix, Meaning: "Prefix of every `readable` key, to keep ours apart from others' on a shared Redis."},
 	{Name: "IDEMPOTENCY_READ_BOTH_FORMATS", Default: "true", Meaning: "Also read the key of the format not written, in the same round trip as the claim, so that records and claims written in the other format are honoured: needed through a rolling upgrade from a release before `compact`, and for `IDEMPOTENCY_TTL` after any change of `IDEMPOTENCY_KEY_FORMAT` or of either prefix. `false` saves one Redis `GET` per notification once nothing of the other format is alive."},
 	{Name: "IDEMPOTENCY_ALLOW_EVICTION", Default: "false", Meaning: "Start on a Redis whose `maxmemory` is set and whose `maxmemory-policy` can evict the worker's keys (`allkeys-*`, or `volatile-*`: every key has a TTL). By default the worker refuses to start there (exit 2): an evicted sent record lets a replay send its notification again. `true` accepts that risk, logs `idempotency_eviction_allowed` at start, and evictions are logged `idempotency_keys_evicted` and counted. Prefer `noeviction` with `maxmemory` sized from docs/capacity.md."},
+}
+
+// Provider is the Redis store as the worker offers it
+// (IDEMPOTENCY_STORE=redis), configured by REDIS_URL, and shared by the
+// worker's replicas. The worker builds the store itself, from
+// LoadSettings: it sizes the store's ring by its breaker, probes the store
+// from the breaker and watches its health.
+var Provider = ports.Provider{
+	Name:     "redis",
+	Variable: ports.StoreVariable,
+	Settings: Settings,
+	Shared:   true,
+	Load: func(s ports.Settings) bool {
+		LoadSettings(s)
+		return s.Set("REDIS_URL")
+	},
 }
 
 // LoadSettings reads Settings through s into a Config, the one place their

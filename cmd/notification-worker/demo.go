@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,12 +45,13 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 		},
 	}))
 
-	emb, err := kafka.StartEmbedded(embeddedPartitions, cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
+	k := kafka.LoadSettings(cfg.Settings())
+	emb, err := kafka.StartEmbedded(embeddedPartitions, k.Topic, k.DLQTopic)
 	if err != nil {
 		return err
 	}
 	defer emb.Close()
-	cfg.Kafka.Brokers = emb.Brokers()
+	cfg = cfg.With("KAFKA_BROKERS", strings.Join(emb.Brokers(), ","))
 	// The demo's workers serve no probes: two of them run in turn, and the
 	// default :8080 may be taken on a developer's machine.
 	cfg.HTTPAddr = ""
@@ -133,7 +135,8 @@ func runUntil(ctx context.Context, m *Main, done func() bool) error {
 // deleteGroup deletes the group's committed offsets once its last member has
 // left (the broker may need a moment to see the leave).
 func deleteGroup(ctx context.Context, cfg config.Config) error {
-	kcfg := kafka.Config{Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, GroupID: cfg.Kafka.GroupID}
+	k := kafka.LoadSettings(cfg.Settings())
+	kcfg := kafka.Config{Brokers: k.Brokers, Topic: k.Topic, GroupID: k.GroupID}
 	var err error
 	for range 50 {
 		if err = kafka.DeleteGroup(ctx, kcfg); err == nil {
@@ -219,16 +222,17 @@ func publishDemo(ctx context.Context, cfg config.Config, stdout io.Writer) (noti
 		msgs = append(msgs, kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json()})
 	}
 	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: cfg.Kafka.Brokers})
+	k := kafka.LoadSettings(cfg.Settings())
+	pub, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers})
 	if err != nil {
 		return 0, err
 	}
-	err = pub.Publish(ctx, cfg.Kafka.Topic, msgs...)
+	err = pub.Publish(ctx, k.Topic, msgs...)
 	pub.Close()
 	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(stdout, "== published %d shipment events (%d notifications) and 1 malformed record to %s\n",
-		len(events), notifications, cfg.Kafka.Topic)
+		len(events), notifications, k.Topic)
 	return notifications, nil
 }

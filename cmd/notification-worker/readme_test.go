@@ -28,7 +28,7 @@ func renderReference() string {
 	var b strings.Builder
 	b.WriteString("<!-- Generated from config.Reference (config/reference.go) and the providers' Settings (cmd/notification-worker/channels.go): edit them there, then run `" + updateHint + "`. -->\n\n")
 	b.WriteString("| Variable | Default | Meaning |\n|---|---|---|\n")
-	for _, v := range config.ReferenceWith(providers()...) {
+	for _, v := range config.Reference {
 		def := ""
 		if v.Default != "" {
 			def = "`" + v.Default + "`"
