@@ -206,35 +206,36 @@ func (c Config) TracesURL() string {
 // keeps its host and database and loses only its password. Durations are
 // rendered as "10s" rather than nanoseconds, for people to read. Each
 // provider's settings show as Load took them, in the group of their name
-// (startupKey).
+// (startupKey); the groups follow the top's attributes, by name.
 func (c Config) LogValue() slog.Value {
-	var line startupLine
-	line.add("adapters", c.adapterAttrs()...)
+	groups := map[string][]slog.Attr{
+		"adapters":    c.adapterAttrs(),
+		"kafka":       c.recordAttrs(),
+		"idempotency": c.idempotencyAttrs(),
+		"tracing": {
+			slog.Bool("enabled", c.TracesURL() != ""),
+			slog.String("traces_url", c.TracesURL()),
+			slog.String("service_name", c.Tracing.ServiceName),
+			slog.Any("headers", c.Tracing.Headers),
+			slog.Any("traces_headers", c.Tracing.TracesHeaders),
+		},
+	}
+	for name, on := range c.enabled {
+		groups[name] = append(groups[name], slog.Bool("enabled", on))
+	}
+	top := c.workerAttrs()
 	for _, v := range c.settings {
 		group, key := startupKey(v.Name)
-		line.add(group, slog.Attr{Key: key, Value: c.shown(v)})
+		if group == "" {
+			top = append(top, slog.Attr{Key: key, Value: c.shown(v)})
+		} else {
+			groups[group] = append(groups[group], slog.Attr{Key: key, Value: c.shown(v)})
+		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(c.enabled)) {
-		line.add(name, slog.Bool("enabled", c.enabled[name]))
+	for _, name := range slices.Sorted(maps.Keys(groups)) {
+		top = append(top, slog.Attr{Key: name, Value: slog.GroupValue(groups[name]...)})
 	}
-	line.add("kafka", c.recordAttrs()...)
-	line.add("",
-		slog.Float64("sms_rate_limit", c.RateLimit.SMS.Rate),
-		slog.Int("sms_rate_burst", c.RateLimit.SMS.Burst),
-		slog.Float64("email_rate_limit", c.RateLimit.Email.Rate),
-		slog.Int("email_rate_burst", c.RateLimit.Email.Burst),
-	)
-	line.add("idempotency", c.idempotencyAttrs()...)
-	line.add("", slog.Bool("allow_insecure_transport", c.AllowInsecureTransport))
-	line.add("tracing",
-		slog.Bool("enabled", c.TracesURL() != ""),
-		slog.String("traces_url", c.TracesURL()),
-		slog.String("service_name", c.Tracing.ServiceName),
-		slog.Any("headers", c.Tracing.Headers),
-		slog.Any("traces_headers", c.Tracing.TracesHeaders),
-	)
-	line.add("", c.workerAttrs()...)
-	return slog.GroupValue(line.attrs...)
+	return slog.GroupValue(top...)
 }
 
 // String returns c as the start-up line shows it (LogValue), so that no
@@ -285,6 +286,11 @@ func (c Config) idempotencyAttrs() []slog.Attr {
 // workerAttrs are the start-up line's other settings, at its top.
 func (c Config) workerAttrs() []slog.Attr {
 	return []slog.Attr{
+		slog.Float64("sms_rate_limit", c.RateLimit.SMS.Rate),
+		slog.Int("sms_rate_burst", c.RateLimit.SMS.Burst),
+		slog.Float64("email_rate_limit", c.RateLimit.Email.Rate),
+		slog.Int("email_rate_burst", c.RateLimit.Email.Burst),
+		slog.Bool("allow_insecure_transport", c.AllowInsecureTransport),
 		slog.String("max_event_age", c.MaxEventAge.String()),
 		slog.String("max_event_age_overrides", maxAgeOverrides(c.MaxEventAgeByType)),
 		slog.String("send_timeout", c.SendTimeout.String()),
@@ -334,30 +340,6 @@ func startupKey(name string) (group, key string) {
 		return "idempotency", lower
 	}
 	return word, rest
-}
-
-// startupLine gathers the start-up line's attributes, each group where it
-// was first added.
-type startupLine struct {
-	attrs []slog.Attr
-	at    map[string]int // each group's index in attrs
-}
-
-// add appends attrs to group, or to the top for "".
-func (l *startupLine) add(group string, attrs ...slog.Attr) {
-	if group == "" {
-		l.attrs = append(l.attrs, attrs...)
-		return
-	}
-	i, ok := l.at[group]
-	if !ok {
-		if l.at == nil {
-			l.at = map[string]int{}
-		}
-		i, l.at[group] = len(l.attrs), len(l.attrs)
-		l.attrs = append(l.attrs, slog.Attr{Key: group, Value: slog.GroupValue()})
-	}
-	l.attrs[i].Value = slog.GroupValue(slices.Concat(l.attrs[i].Value.Group(), attrs)...)
 }
 
 // maxAgeOverrides writes MAX_EVENT_AGE_OVERRIDES as an operator would,

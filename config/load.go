@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"log/slog"
 	"maps"
 	"math"
 	"net"
@@ -76,7 +75,9 @@ func load(lookup func(string) (string, bool), more []ports.Provider) (*loader, C
 	c.TemplatesDir = l.String("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
 	c.DebugAddr = l.debugAddr("DEBUG_ADDR")
-	c.LogLevel = l.level("LOG_LEVEL")
+	if err := c.LogLevel.UnmarshalText([]byte(l.value("LOG_LEVEL"))); err != nil {
+		l.Fail("LOG_LEVEL", "want one of debug, info, warn, error")
+	}
 	c.LogFormat = l.OneOf("LOG_FORMAT", "json", "text")
 
 	// Checked here, once every value is known.
@@ -105,11 +106,9 @@ func (l *loader) providers(c *Config, providers []ports.Provider) {
 	c.Adapters.Notifiers = map[string]string{}
 	c.values, c.enabled = map[string]Secret{}, map[string]bool{}
 	for _, p := range providers {
-		if notifier(p) {
-			c.Adapters.Notifiers[p.Variable] = l.OneOf(p.Variable, p.Name, "console")
-		}
 		l.configured[p.Name] = p.Load(l)
 		if notifier(p) {
+			c.Adapters.Notifiers[p.Variable] = l.OneOf(p.Variable, p.Name, "console")
 			c.enabled[p.Name] = l.configured[p.Name]
 		}
 		for _, s := range p.Settings {
@@ -243,7 +242,11 @@ func (l *loader) refuseClearText(c *Config) {
 		l.refuse("TWILIO_API_URL", "the Twilio auth token")
 	}
 	// The traces headers replace the general ones when both are set.
-	if headers := l.firstSet("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"); headers != "" && clearTextToAnotherHost(c.TracesURL()) {
+	headers := "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+	if !l.Set(headers) {
+		headers = "OTEL_EXPORTER_OTLP_HEADERS"
+	}
+	if l.Set(headers) && clearTextToAnotherHost(c.TracesURL()) {
 		endpoint := "OTEL_EXPORTER_OTLP_ENDPOINT"
 		if c.Tracing.TracesEndpoint != "" {
 			endpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -323,16 +326,6 @@ func (l *loader) value(name string) string {
 		return v
 	}
 	return os.Expand(l.varOf(name).Default, l.value)
-}
-
-// firstSet returns the first of names that is set, or "".
-func (l *loader) firstSet(names ...string) string {
-	for _, n := range names {
-		if l.Set(n) {
-			return n
-		}
-	}
-	return ""
 }
 
 // placeholder marks a value a manifest ships for the operator to replace
@@ -459,21 +452,6 @@ func (l *loader) OneOf(name string, allowed ...string) string {
 	}
 	l.Fail(name, "want one of "+strings.Join(allowed, ", "))
 	return ""
-}
-
-func (l *loader) level(name string) slog.Level {
-	switch strings.ToLower(l.value(name)) {
-	case "debug":
-		return slog.LevelDebug
-	case "info":
-		return slog.LevelInfo
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	l.Fail(name, "want one of debug, info, warn, error")
-	return slog.LevelInfo
 }
 
 // HostPorts parses a comma-separated list of host:port.

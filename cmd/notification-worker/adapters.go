@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
-	"github.com/harborlight/notification-worker/adapters/console"
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/redis"
@@ -69,18 +68,17 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 	shared := st.provider != nil && st.provider.Shared
 	forgets := st.provider != nil && !st.provider.Shared
 	for _, ch := range active(cfg, d) {
-		name := cfg.Notifier(ch.Variable)
+		name := cfg.Notifier(ch.Provider.Variable)
 		if d.Notifiers[ch.Name] != nil {
 			name = given
 		}
 		if shared && name == "console" {
-			c.consoleShared = append(c.consoleShared, ch.Variable)
+			c.consoleShared = append(c.consoleShared, ch.Provider.Variable)
 		}
 		if forgets && name != "console" && name != given {
 			c.realBesideMemory = append(c.realBesideMemory, name)
 		}
-		_, ok := ch.Notifiers[name]
-		resolved = resolved && (ok || name == given)
+		resolved = resolved && (name == ch.Provider.Name || name == "console" || name == given)
 		c.Notifiers[ch.Name] = name
 	}
 	if !resolved {
@@ -192,5 +190,3 @@ func storeConfig(c config.Config) redis.Config {
 	rcfg.KeepAbandoned = c.Idempotency.TTL
 	return rcfg
 }
-
-func (m *Main) openConsole() (ports.Notifier, error) { return console.New(m.Stdout), nil }

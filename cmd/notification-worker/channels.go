@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/harborlight/notification-worker/adapters/console"
 	"github.com/harborlight/notification-worker/adapters/push"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
@@ -16,37 +17,27 @@ import (
 // series, the key command's keys. Adding a channel is a row here, its
 // provider among config.Providers.
 var channels = []channel{
-	provided(domain.SMS, twilio.Provider),
-	provided(domain.Email, smtp.Provider),
-	provided(push.Channel, push.Provider),
+	{domain.SMS, twilio.Provider},
+	{domain.Email, smtp.Provider},
+	{push.Channel, push.Provider},
 }
 
 // channel is one row of channels: the channel as the domain knows it, and
-// the notifiers that can send on it.
+// the adapter of its notifier, which declares and reads its own settings.
+// Its Variable chooses the notifier (config resolves it, Config.Notifier):
+// the Provider, or the console; unless it is AlwaysOn, the channel is off
+// when Variable resolves to "".
 type channel struct {
 	domain.Channel
-	// Variable names the notifier of the channel (config resolves its
-	// value, Config.Notifier).
-	Variable string
-	// Notifiers build each notifier by the name Variable takes.
-	Notifiers map[string]openNotifier
-	// Provider is the channel's notifier adapter, which declares and
-	// reads its own settings: unless it is AlwaysOn, the channel is off
-	// when Variable resolves to "".
 	Provider ports.Provider
 }
 
-// openNotifier builds one notifier from m.Config.
-type openNotifier func(m *Main) (ports.Notifier, error)
-
-// provided is the row of a channel whose notifier is p or the console.
-func provided(ch domain.Channel, p ports.Provider) channel {
-	return channel{Channel: ch, Variable: p.Variable, Provider: p, Notifiers: map[string]openNotifier{
-		p.Name: func(m *Main) (ports.Notifier, error) {
-			return p.Open(m.Config.Settings(), ports.NotifierEnv{SendTimeout: m.Config.SendTimeout, MaxConns: m.Config.MaxInFlight})
-		},
-		"console": (*Main).openConsole,
-	}}
+// openNotifier builds the notifier named, the console or ch's Provider.
+func (m *Main) openNotifier(ch channel, name string) (ports.Notifier, error) {
+	if name == "console" {
+		return console.New(m.Stdout), nil
+	}
+	return ch.Provider.Open(m.Config.Settings(), ports.NotifierEnv{SendTimeout: m.Config.SendTimeout, MaxConns: m.Config.MaxInFlight})
 }
 
 // active returns the rows of channels the worker offers with cfg and d:
@@ -55,7 +46,7 @@ func provided(ch domain.Channel, p ports.Provider) channel {
 func active(cfg config.Config, d Deps) []channel {
 	var out []channel
 	for _, c := range channels {
-		if c.Provider.AlwaysOn || cfg.Notifier(c.Variable) != "" || d.Notifiers[c.Name] != nil {
+		if c.Provider.AlwaysOn || cfg.Notifier(c.Provider.Variable) != "" || d.Notifiers[c.Name] != nil {
 			out = append(out, c)
 		}
 	}

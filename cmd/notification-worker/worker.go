@@ -210,14 +210,14 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	notifiers := map[ports.Channel]ports.Notifier{}
 	for _, ch := range channels {
 		if !slices.ContainsFunc(m.channels, func(c channel) bool { return c.Name == ch.Name }) {
-			m.adapters[string(ch.Name)] = "off (" + ch.Variable + " unset, and " + ch.Provider.Name + " not configured)"
+			m.adapters[string(ch.Name)] = "off (" + ch.Provider.Variable + " unset, and " + ch.Provider.Name + " not configured)"
 			continue
 		}
 		name := chosen.Notifiers[ch.Name]
 		notifier := m.Deps.Notifiers[ch.Name]
 		if notifier == nil {
 			var err error
-			if notifier, err = ch.Notifiers[name](m); err != nil {
+			if notifier, err = m.openNotifier(ch, name); err != nil {
 				return nil, nil, err
 			}
 		}
