@@ -94,8 +94,8 @@ func valuesEnvSchema() map[string]any {
 }
 
 // TestHelmValuesEnv fails when the chart's values.yaml env section, or the
-// env schema of its values.schema.json, is not what config.Reference and
-// the providers' settings render, with deploy/k8s/configmap.yaml's
+// env schema of its values.schema.json, is not what config.Reference (the
+// providers' settings among them) renders, with deploy/k8s/configmap.yaml's
 // values: the chart documents every setting as the README does, sets what
 // the Kustomize base sets, and refuses what the worker does not read. With
 // -update it rewrites both.
