@@ -48,7 +48,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 // one's Load. The loader holds the problems found.
 func load(lookup func(string) (string, bool), more []ports.Provider) (*loader, Config) {
 	providers := slices.Concat(Providers, more)
-	l := &loader{lookup: lookup, declared: index(ProviderVars(more...)), configured: map[string]bool{}}
+	l := &loader{lookup: lookup, declared: index(providerVars(more...)), configured: map[string]bool{}}
 	var c Config
 	l.placeholders()
 

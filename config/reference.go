@@ -43,7 +43,7 @@ var Reference = slices.Concat([]Var{
 	{Name: "IDEMPOTENCY_STORE", Meaning: "Where sent records are kept: `redis` (`REDIS_URL`, which must be set) or `memory` (this process only, forgotten on restart; `REDIS_URL` must be empty). Empty: `redis` when `REDIS_URL` is set; else `memory` when no real provider is configured (SMS and email both on the console: the development run); else refused at start, naming `REDIS_URL`: with Twilio or SMTP configured, an in-memory store would send again whatever a restart replays. Set to `memory` beside Twilio or SMTP, it is used, for a test lab, and the worker starts with the warning `memory_store_with_real_providers`."},
 	{Name: "SMS_NOTIFIER", Meaning: "How SMS is sent: `twilio` (the `TWILIO_*` variables, which must be set) or `console` (printed, reaching no customer). Empty: `twilio` when Twilio is configured, else `console`, which is refused with the `redis` store: its sent records would suppress the real SMS for `IDEMPOTENCY_TTL` once Twilio is configured. Setting `console` with `redis` is allowed, for a test lab, and logged (`console_notifier_shared_store`)."},
 	{Name: "EMAIL_NOTIFIER", Meaning: "How email is sent: `smtp` (`SMTP_HOST`, which must be set) or `console`. Empty: `smtp` when `SMTP_HOST` is set, else `console`, refused with the `redis` store as for `SMS_NOTIFIER`."},
-}, ProviderVars(Providers[:1]...), []Var{
+}, providerVars(Providers[:1]...), []Var{
 	{Name: "MAX_IN_FLIGHT", Default: "64", Meaning: "Most records this worker handles at once, across all its partitions (1 to 4096). Records with the same key (one shipment) still go one at a time, in order. It also sizes the pool of connections kept open to Twilio."},
 	{Name: "MAX_RECORD_BYTES", Default: strconv.Itoa(policy.DefaultMaxRecordBytes), Meaning: "Largest record value handled (1 KiB to 64 MiB); a larger one is poison and goes to the dead letter topic."},
 	{Name: "MAX_BUFFERED_BYTES", Default: "33554432", Meaning: "Most bytes of records this worker holds, across all its partitions: fetched and not yet handled, in the handler included (1 MiB to 1 GiB, at least `MAX_RECORD_BYTES`). Once spent, the worker stops fetching until records finish; Kafka's read-ahead is sized from it. The default (32 MiB) keeps a worker under 192 MiB whatever the backlog; see docs/capacity.md."},
@@ -64,7 +64,7 @@ var Reference = slices.Concat([]Var{
 	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (1 to 1000). The breaker cannot be turned off: it also opens once more than `MAX_IN_FLIGHT` + this many calls failed within the time Redis may keep an unanswered command (13 s by default), which keeps every store call within `IDEMPOTENCY_TIMEOUT` when Redis stops answering."},
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered (a `PING` to every Redis node, which closes it): a store that answers again is used again within one cooldown."},
 	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: strconv.Itoa(domain.DefaultLedgerSize), Meaning: "Most sent records the worker owes the store before it stops taking records (1 to 1000000). While the store cannot take a sent record, the worker keeps it, suppresses its replays and writes it when the store answers again; once this many are owed, a new record waits, unsent and retried without spending its retries, until the store takes some, while the records already taken finish, so what they still send may be owed beyond it. Nothing owed is dropped. About 200 bytes each."},
-}, ProviderVars(Providers[1:]...), []Var{
+}, providerVars(Providers[1:]...), []Var{
 	{Name: "ALLOW_INSECURE_TRANSPORT", Default: "false", Meaning: "`true` lets credentials cross the network in clear text, which the worker otherwise refuses at start: an `http://` `TWILIO_API_URL` whose host is not loopback (127.0.0.0/8, ::1, `localhost`), OTLP headers (`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TRACES_HEADERS`) to an `http://` traces endpoint whose host is not loopback, and `KAFKA_SASL_MECHANISM=PLAIN` without `KAFKA_TLS=true`. For a test lab only; the worker logs `insecure_transport_allowed` at start."},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Meaning: "Base `http(s)` URL of an OTLP/HTTP receiver (a collector, port 4318); traces go to its `/v1/traces`. Empty (and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` empty): tracing is off, at no cost. The scheme alone decides TLS: `OTEL_EXPORTER_OTLP_INSECURE` has no effect on OTLP/HTTP. The exporter reads the other standard `OTEL_EXPORTER_OTLP_*` variables (timeout, compression, certificates), the SDK `OTEL_TRACES_SAMPLER` and `OTEL_RESOURCE_ATTRIBUTES`."},
 	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Meaning: "Full `http(s)` URL traces are sent to, path included; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`."},
@@ -84,12 +84,12 @@ var Reference = slices.Concat([]Var{
 	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
 })
 
-// ProviderVars returns the variables providers declare, in their order:
+// providerVars returns the variables providers declare, in their order:
 // the Variable of a notifier whose channel is off unless configured, then
 // each one's Settings. The other choices' variables (EVENT_SOURCE,
 // IDEMPOTENCY_STORE, SMS_NOTIFIER, EMAIL_NOTIFIER) are the worker's own:
 // Reference documents them with the rules that resolve them.
-func ProviderVars(providers ...ports.Provider) []Var {
+func providerVars(providers ...ports.Provider) []Var {
 	var out []Var
 	for _, p := range providers {
 		if notifier(p) && !p.AlwaysOn {

@@ -18,9 +18,9 @@ import (
 // that is half-configured, contradictory or unsafe. Each adapter's settings
 // are read and checked by the adapter itself (its Provider's Load), in
 // Load as here: config composes them, and checks only how they combine
-// (the choices, the Redis store's ring, RECONCILE_TIMEOUT and
-// TWILIO_LIST_LAG, clear text to TWILIO_API_URL). The returned *Error
-// lists every problem at once.
+// (the choices, the Redis store's ring; in Load, RECONCILE_TIMEOUT and
+// TWILIO_LIST_LAG, credentials in clear text). The returned *Error lists
+// every problem at once.
 //
 // Unlike Load it reads TEMPLATES_DIR, whose templates must load (for the
 // built-in channels; a provider's channel is checked when the worker
@@ -130,7 +130,7 @@ func (l *loader) store(c *Config, providers []ports.Provider, real []string) (sh
 		a.Store = "memory"
 	case set.Name != "" && set.Name != a.Store:
 		l.Fail(v, "contradicts "+key(set)+", which is set; unset one of them")
-	case !l.configured[a.Store] && !l.bad(settingNames(chosen)...):
+	case !l.configured[a.Store] && !slices.ContainsFunc(chosen.Settings, func(s Var) bool { return l.bad(s.Name) }):
 		l.Fail(key(chosen), fmt.Sprintf("required with %s=%s", v, a.Store))
 	}
 	return chosen.Shared || c.Adapters.Store == "" && set.Name != ""
@@ -175,15 +175,6 @@ func key(p ports.Provider) string {
 		return ""
 	}
 	return p.Settings[0].Name
-}
-
-// settingNames are the names of p's settings.
-func settingNames(p ports.Provider) []string {
-	var out []string
-	for _, s := range p.Settings {
-		out = append(out, s.Name)
-	}
-	return out
 }
 
 // redisRing refuses, for the redis store, a combination whose unanswered

@@ -28,8 +28,9 @@ type Setting struct {
 //
 // Each getter returns the variable's value (the environment's, else its
 // default). A getter that refuses the value reports it, as Fail does, and
-// returns the zero value. Reading a variable no provider declared is a
-// bug: it panics. Settings is used by one goroutine at a time.
+// returns the zero value. Reading a variable that neither a provider nor
+// the worker declares is a bug: it panics. Settings is used by one
+// goroutine at a time.
 type Settings interface {
 	// Set reports whether the environment gives name a non-empty value.
 	Set(name string) bool
