@@ -318,11 +318,7 @@ func workerStoreConfig(t *testing.T, env map[string]string, minReplicas string) 
 	if err != nil {
 		t.Fatalf("config.Load: %v", err)
 	}
-	cfg, err := c.RedisConfig()
-	if err != nil {
-		t.Fatalf("RedisConfig: %v", err)
-	}
-	return cfg
+	return redis.LoadSettings(c.Settings())
 }
 
 // failoverReplay writes records through s (a claim, then a record, per

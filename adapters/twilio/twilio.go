@@ -181,14 +181,9 @@ type sendInProgress struct {
 
 // alphanumeric is what Twilio accepts as an account SID, auth token or
 // messaging service SID; it answers anything else with error 21222 (invalid
-// credentials) at the first send.
+// credentials) at the first send. It is the one statement of that rule:
+// New checks Config with it, and LoadSettings the variables.
 var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
-
-// Alphanumeric reports whether id has the form Twilio accepts for an
-// account SID, an auth token or a messaging service SID: one or more ASCII
-// letters and digits. It is the one statement of that rule: New checks
-// Config with it, and configuration loaders check the variables with it.
-func Alphanumeric(id string) bool { return alphanumeric.MatchString(id) }
 
 // New validates cfg, applies defaults and returns a Notifier with its
 // clients built. It does not contact Twilio. Its error names every missing
@@ -631,13 +626,13 @@ func (cfg Config) validate() (*url.URL, error) {
 	switch {
 	case cfg.AccountSID == "":
 		bad = append(bad, "AccountSID is required")
-	case !Alphanumeric(cfg.AccountSID):
+	case !alphanumeric.MatchString(cfg.AccountSID):
 		bad = append(bad, "AccountSID must be alphanumeric")
 	}
 	switch {
 	case cfg.AuthToken == "":
 		bad = append(bad, "AuthToken is required")
-	case !Alphanumeric(cfg.AuthToken):
+	case !alphanumeric.MatchString(cfg.AuthToken):
 		bad = append(bad, "AuthToken must be alphanumeric")
 	}
 	if cfg.From == "" && cfg.MessagingServiceSID == "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,12 +51,13 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	if embeddedBroker == nil {
 		return errNoEmbeddedBroker
 	}
-	brokers, stop, err := embeddedBroker(cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
+	k := kafka.LoadSettings(cfg.Settings())
+	brokers, stop, err := embeddedBroker(k.Topic, k.DLQTopic)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	cfg.Kafka.Brokers = brokers
+	cfg = cfg.With("KAFKA_BROKERS", strings.Join(brokers, ","))
 	// The demo's workers serve no probes: two of them run in turn, and the
 	// default :8080 may be taken on a developer's machine.
 	cfg.HTTPAddr = ""
@@ -136,7 +138,8 @@ func runUntil(ctx context.Context, m *Main, done func() bool) error {
 // deleteGroup deletes the group's committed offsets once its last member has
 // left (the broker may need a moment to see the leave).
 func deleteGroup(ctx context.Context, cfg config.Config) error {
-	kcfg := kafka.Config{Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, GroupID: cfg.Kafka.GroupID}
+	k := kafka.LoadSettings(cfg.Settings())
+	kcfg := kafka.Config{Brokers: k.Brokers, Topic: k.Topic, GroupID: k.GroupID}
 	var err error
 	for range 50 {
 		if err = kafka.DeleteGroup(ctx, kcfg); err == nil {
@@ -223,16 +226,17 @@ func publishDemo(ctx context.Context, cfg config.Config, stdout io.Writer) (noti
 		msgs = append(msgs, kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json()})
 	}
 	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: cfg.Kafka.Brokers})
+	k := kafka.LoadSettings(cfg.Settings())
+	pub, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers})
 	if err != nil {
 		return 0, err
 	}
-	err = pub.Publish(ctx, cfg.Kafka.Topic, msgs...)
+	err = pub.Publish(ctx, k.Topic, msgs...)
 	pub.Close()
 	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(stdout, "== published %d shipment events (%d notifications) and 1 malformed record to %s\n",
-		len(events), notifications, cfg.Kafka.Topic)
+		len(events), notifications, k.Topic)
 	return notifications, nil
 }

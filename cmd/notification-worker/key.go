@@ -46,12 +46,9 @@ func runKey(ctx context.Context, cio cmdIO, args []string) error {
 	if err != nil {
 		return err
 	}
-	rcfg, err := storeConfig(cfg)
-	if err != nil {
-		return err
-	}
+	rcfg := storeConfig(cfg)
 	if *read {
-		return readKeys(ctx, cfg, rcfg, ids, cio.stdout)
+		return readKeys(ctx, rcfg, ids, cio.stdout)
 	}
 	both := "only these"
 	if rcfg.ReadBoth {
@@ -75,8 +72,8 @@ func runKey(ctx context.Context, cio cmdIO, args []string) error {
 
 // readKeys prints what Redis holds under every key of ids' notifications,
 // one line a key, decoded. It needs REDIS_URL.
-func readKeys(ctx context.Context, cfg config.Config, rcfg redis.Config, ids []string, stdout io.Writer) error {
-	if cfg.Redis.URL == "" {
+func readKeys(ctx context.Context, rcfg redis.Config, ids []string, stdout io.Writer) error {
+	if rcfg.URL == "" {
 		return &config.Error{Problems: []config.Problem{{Var: "REDIS_URL", Reason: "required with key --redis"}}, LogFormat: "text"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, keyTimeout)

@@ -159,7 +159,7 @@ func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
 	if err := noArguments("worker", "worker (the command run when none is named)\n\nRuns the worker, configured by environment only (the README's configuration table).", args, cio.stdout); err != nil {
 		return err
 	}
-	cfg, err := config.LoadWorkerEnviron(cio.environ(), providers()...)
+	cfg, err := config.LoadWorkerEnviron(cio.environ())
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func runWorker(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	defer m.Close()
 	err := m.Open(ctx)
 	if err == nil {
-		logMemoryLimit(m.logger, limit, cfg.Kafka.MaxBufferedBytes)
+		logMemoryLimit(m.logger, limit, cfg.MaxBufferedBytes)
 		err = m.Run(ctx)
 	}
 	return startFailure(ctx, err, cfg.LogFormat)

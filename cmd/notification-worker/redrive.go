@@ -97,16 +97,16 @@ func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 // redriveConfig checks the flags and the configuration together, naming
 // every problem at once.
 func redriveConfig(cfg config.Config, since, from, reason string, now time.Time) (kafka.RedriveConfig, error) {
-	k := cfg.Kafka
+	k := kafka.LoadSettings(cfg.Settings())
 	var bad []string
 	if len(k.Brokers) == 0 {
 		bad = append(bad, "KAFKA_BROKERS is empty: there is no dead letter topic to read")
 	}
 	rcfg := kafka.RedriveConfig{
 		Config: kafka.Config{
-			Brokers: k.Brokers, Topic: k.Topic, DLQTopic: k.DLQTopic,
-			RetryInitialBackoff: k.RetryInitialBackoff, RetryMaxBackoff: k.RetryMaxBackoff,
-			SASLMechanism: k.SASLMechanism, SASLUsername: k.SASLUsername, SASLPassword: k.SASLPassword.Reveal(),
+			Brokers: k.Brokers, Topic: k.Topic, DLQTopic: k.DLQTopic, TLS: k.TLS,
+			RetryInitialBackoff: cfg.RetryInitialBackoff, RetryMaxBackoff: cfg.RetryMaxBackoff,
+			SASLMechanism: k.SASLMechanism, SASLUsername: k.SASLUsername, SASLPassword: k.SASLPassword,
 		},
 		Kind: reason,
 	}
@@ -133,11 +133,6 @@ func redriveConfig(cfg config.Config, since, from, reason string, now time.Time)
 	if len(bad) > 0 {
 		return kafka.RedriveConfig{}, &usageError{"redrive: " + strings.Join(bad, "; ")}
 	}
-	tlsCfg, err := kafkaTLS(cfg)
-	if err != nil {
-		return kafka.RedriveConfig{}, err
-	}
-	rcfg.TLS = tlsCfg
 	return rcfg, nil
 }
 

@@ -182,7 +182,7 @@ func TestRedrive_PartlySentEventSendsOnlyWhatFailed(t *testing.T) {
 	p.wantAtPeers(t, 1, 0)
 
 	failing.Store(false)
-	k := p.m.Config.Kafka
+	k := kafka.LoadSettings(p.m.Config.Settings())
 	t.Setenv("KAFKA_BROKERS", strings.Join(k.Brokers, ","))
 	t.Setenv("KAFKA_TOPIC", k.Topic)
 	t.Setenv("KAFKA_GROUP_ID", k.GroupID)

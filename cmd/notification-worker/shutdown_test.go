@@ -83,8 +83,7 @@ func TestMain_ShutdownPaysOrReportsTheLedger(t *testing.T) {
 			}
 			// A replay by a new worker (another group reads the topic from
 			// the start) finds the record and sends nothing.
-			cfg := p.m.Config
-			cfg.Kafka.GroupID = uniqueName("group")
+			cfg := p.m.Config.With("KAFKA_GROUP_ID", uniqueName("group"))
 			replay := &Main{Config: cfg, Stdout: &logtest.Buffer{}}
 			MustOpen(t, replay)
 			MustRun(t, replay)

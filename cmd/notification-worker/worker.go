@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"io/fs"
@@ -69,7 +68,7 @@ type Main struct {
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
 	consumer *kafka.Consumer
-	kafka    kafka.Config // the consumer's, for Run to reach the brokers with
+	kafka    kafka.Config // Kafka's settings; once Open built the consumer, its configuration, for Run to reach the brokers with
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
 	debug    string          // the debug server's address; "" when DEBUG_ADDR is empty
@@ -132,7 +131,8 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.metrics == nil {
 		m.metrics = prometheus.New()
 	}
-	m.metrics.KnowTopic(cfg.Kafka.Topic)
+	m.kafka = kafka.LoadSettings(cfg.Settings())
+	m.metrics.KnowTopic(m.kafka.Topic)
 	m.channels = active(cfg, m.Deps)
 	m.metrics.KnowChannels(channelNames(m.channels)...)
 	m.metrics.SetVersion(release())
@@ -210,14 +210,14 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	notifiers := map[ports.Channel]ports.Notifier{}
 	for _, ch := range channels {
 		if !slices.ContainsFunc(m.channels, func(c channel) bool { return c.Name == ch.Name }) {
-			m.adapters[string(ch.Name)] = "off (" + ch.Variable + " unset, and " + ch.Provider.Name + " not configured)"
+			m.adapters[string(ch.Name)] = "off (" + ch.Provider.Variable + " unset, and " + ch.Provider.Name + " not configured)"
 			continue
 		}
 		name := chosen.Notifiers[ch.Name]
 		notifier := m.Deps.Notifiers[ch.Name]
 		if notifier == nil {
 			var err error
-			if notifier, err = ch.Notifiers[name](m); err != nil {
+			if notifier, err = m.openNotifier(ch, name); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -290,11 +290,9 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 // behind the record policy. A handler call running longer than stallAfter
 // is hung, and /healthz says so.
 func (m *Main) openConsumer(brokers []string, h ports.Handler, stallAfter time.Duration) error {
-	kcfg, err := m.kafkaConfig(brokers)
-	if err != nil {
-		return err
-	}
+	kcfg := m.kafkaConfig(brokers)
 	kcfg.StallAfter = stallAfter
+	var err error
 	if m.consumer, err = kafka.NewConsumer(kcfg); err != nil {
 		return err
 	}
@@ -466,12 +464,12 @@ func (m *Main) Close() {
 // orders, commits and holds one of its MAX_IN_FLIGHT slots for each call of
 // the handler (each attempt): what a failure means is decided here.
 func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, error) {
-	k := m.Config.Kafka
+	c := m.Config
 	pcfg := policy.Config{
-		MaxRecordBytes:      k.MaxRecordBytes,
-		RetryMaxAttempts:    k.RetryMaxAttempts,
-		RetryInitialBackoff: k.RetryInitialBackoff,
-		RetryMaxBackoff:     k.RetryMaxBackoff,
+		MaxRecordBytes:      c.MaxRecordBytes,
+		RetryMaxAttempts:    c.RetryMaxAttempts,
+		RetryInitialBackoff: c.RetryInitialBackoff,
+		RetryMaxBackoff:     c.RetryMaxBackoff,
 		Logger:              m.logger,
 		Metrics:             m.metrics,
 	}
@@ -496,39 +494,18 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, erro
 	}, nil
 }
 
-func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
-	k := m.Config.Kafka
-	kcfg := kafka.Config{
-		Brokers:             brokers,
-		Topic:               k.Topic,
-		GroupID:             k.GroupID,
-		ClientID:            k.ClientID,
-		DLQTopic:            k.DLQTopic,
-		MaxInFlight:         k.MaxInFlight,
-		MaxBufferedBytes:    k.MaxBufferedBytes,
-		RetryInitialBackoff: k.RetryInitialBackoff,
-		RetryMaxBackoff:     k.RetryMaxBackoff,
-		ShutdownTimeout:     m.Config.ShutdownTimeout,
-		SASLMechanism:       k.SASLMechanism,
-		SASLUsername:        k.SASLUsername,
-		SASLPassword:        k.SASLPassword.Reveal(),
-		RebalanceStrategy:   k.RebalanceStrategy,
-		GroupInstanceID:     k.GroupInstanceID,
-		SessionTimeout:      k.SessionTimeout,
-		Logger:              m.logger,
-		Metrics:             m.metrics,
-	}
-	tlsCfg, err := kafkaTLS(m.Config)
-	if err != nil {
-		return kafka.Config{}, err
-	}
-	kcfg.TLS = tlsCfg
-	return kcfg, nil
+// kafkaConfig is the consumer's configuration: Kafka's own settings
+// (m.kafka) on brokers, with the worker's budgets, retry backoff and
+// shutdown time.
+func (m *Main) kafkaConfig(brokers []string) kafka.Config {
+	c, kcfg := m.Config, m.kafka
+	kcfg.Brokers = brokers
+	kcfg.MaxInFlight, kcfg.MaxBufferedBytes = c.MaxInFlight, c.MaxBufferedBytes
+	kcfg.RetryInitialBackoff, kcfg.RetryMaxBackoff = c.RetryInitialBackoff, c.RetryMaxBackoff
+	kcfg.ShutdownTimeout = c.ShutdownTimeout
+	kcfg.Logger, kcfg.Metrics = m.logger, m.metrics
+	return kcfg
 }
-
-// kafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask for,
-// or nil for plaintext (see config.Config.KafkaTLS).
-func kafkaTLS(cfg config.Config) (*tls.Config, error) { return cfg.KafkaTLS() }
 
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
