@@ -22,7 +22,7 @@ import (
 const (
 	MaxIDBytes   = 128
 	MaxNameRunes = 100
-	MaxEmailLen  = 254 // RFC 5321 path limit
+	MaxEmailLen  = ports.MaxEmailLen
 )
 
 // MaxJSONDepth bounds how deeply objects and arrays nest in a record. The

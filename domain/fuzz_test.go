@@ -143,7 +143,7 @@ func checkEventInvariants(t *testing.T, ev domain.Event) {
 		if !e164.MatchString(rc.Address(ports.ChannelSMS)) {
 			t.Fatalf("phone %q is not E.164", rc.Address(ports.ChannelSMS))
 		}
-		if p, err := domain.NormalizePhone(rc.Address(ports.ChannelSMS)); err != nil || p != rc.Address(ports.ChannelSMS) {
+		if p, err := ports.NormalizePhone(rc.Address(ports.ChannelSMS)); err != nil || p != rc.Address(ports.ChannelSMS) {
 			t.Fatalf("phone %q re-normalises to %q, %v", rc.Address(ports.ChannelSMS), p, err)
 		}
 	}
@@ -333,7 +333,7 @@ func FuzzNormalizePhone(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		out, err := domain.NormalizePhone(p)
+		out, err := ports.NormalizePhone(p)
 		if err != nil {
 			reason := err.Error()
 			checkReason(t, reason)
@@ -345,7 +345,7 @@ func FuzzNormalizePhone(f *testing.F) {
 		if !e164.MatchString(out) {
 			t.Fatalf("NormalizePhone(%q) = %q, not E.164", p, out)
 		}
-		if again, err := domain.NormalizePhone(out); err != nil || again != out {
+		if again, err := ports.NormalizePhone(out); err != nil || again != out {
 			t.Fatalf("NormalizePhone(%q) = %q, %v; want the fixed point %q", out, again, err, out)
 		}
 		if in := digits(p); !trunkDropped(in, digits(out)) {
