@@ -36,10 +36,11 @@ test: deps test-unit test-rules test-integration ## every test
 # The fast tests mostly wait on the processes they start (redis-server,
 # Sentinels, worker binaries), using about a quarter of two cores: three
 # packages run at once (go test's default is one per core), and when every
-# package runs, the longest, cmd/notification-worker, is named first so that
-# it starts first rather than last.
+# package runs, the two longest, cmd/notification-worker and adapters/redis,
+# are named first so that they are compiled and started first, while the
+# short ones share the third slot.
 UNIT_PARALLEL ?= 3
-UNIT_FIRST    := $(if $(filter ./...,$(PKGS)),./cmd/notification-worker)
+UNIT_FIRST    := $(if $(filter ./...,$(PKGS)),./cmd/notification-worker ./adapters/redis)
 
 test-unit: ## the fast tests (real redis-server and SMTP in-process; no Docker)
 	$(GO) test -race -count=1 -p $(UNIT_PARALLEL) -timeout 10m $(UNIT_FIRST) $(PKGS)

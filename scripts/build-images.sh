@@ -16,6 +16,10 @@
 # a digest of its inputs; when the image exists with the same digest it is not
 # rebuilt, so a warm run takes seconds. FORCE=1 rebuilds everything.
 #
+# One run at a time per cache folder: a second run (CI starts one early, in
+# the background, and `make test` starts another) waits for the first, then
+# finds its images up to date.
+#
 # Environment:
 #   FORCE=1       rebuild even when the inputs did not change
 #   NW_CACHE_DIR  where the mailpit binary and Kafka's jars are kept between
@@ -45,6 +49,15 @@ docker_build() {
     return 1
   fi
 }
+
+mkdir -p "$CACHE_DIR"
+exec 9>"$CACHE_DIR/build-images.lock"
+if ! flock -n 9; then
+  say "another build-images run holds $CACHE_DIR/build-images.lock; waiting for it"
+  start=$SECONDS
+  flock 9
+  say "waited $((SECONDS - start))s"
+fi
 
 work=$(mktemp -d)
 trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
