@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/mail"
 	"reflect"
 	"slices"
 	"strings"
@@ -443,4 +444,29 @@ func clip(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// normalizeEmail returns e as a bare address, without a display name.
+func normalizeEmail(e string) (string, error) {
+	if len(e) > MaxEmailLen {
+		return "", fmt.Errorf("longer than %d bytes", MaxEmailLen)
+	}
+	if strings.ContainsRune(e, utf8.RuneError) {
+		return "", errors.New(badText)
+	}
+	a, err := mail.ParseAddress(e)
+	if err != nil {
+		return "", errors.New("not an email address")
+	}
+	if a.Name != "" || a.Address != strings.TrimSpace(e) {
+		return "", errors.New("want a bare address, without a display name")
+	}
+	for _, r := range a.Address {
+		// net/mail takes any non-ASCII rune in an atom; an address that goes
+		// into a header must not hold white space, controls or U+FFFD.
+		if r == utf8.RuneError || unicode.IsSpace(r) || !unicode.IsGraphic(r) {
+			return "", errors.New("not an email address")
+		}
+	}
+	return a.Address, nil
 }
