@@ -331,18 +331,10 @@ type Store struct {
 
 // withDefaults returns c with its zero fields set to their defaults.
 func (c Config) withDefaults() Config {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.CompactPrefix == "" {
-		c.CompactPrefix = DefaultCompactPrefix
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.KeepAbandoned == 0 {
-		c.KeepAbandoned = domain.DefaultTTL
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
+	c.CompactPrefix = cmp.Or(c.CompactPrefix, DefaultCompactPrefix)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.KeepAbandoned = cmp.Or(c.KeepAbandoned, domain.DefaultTTL)
 	return c
 }
 
@@ -441,9 +433,7 @@ func tune(opt *rueidis.ClientOption) {
 	// circuit would stay open after the cluster itself had recovered.
 	// CLUSTER SLOTS omits failed replicas; every clusterRefreshInterval the
 	// map follows it.
-	if opt.ClusterOption.ShardsRefreshInterval == 0 {
-		opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
-	}
+	opt.ClusterOption.ShardsRefreshInterval = cmp.Or(opt.ClusterOption.ShardsRefreshInterval, clusterRefreshInterval)
 }
 
 // selfCheckTimeout bounds New's one-time check: longer than a call's
@@ -990,9 +980,7 @@ func (c Config) connect(what string) (rueidis.Client, rueidis.ClientOption, erro
 			return nil, opt, errors.New(what + ": TLSConfig is set but the URL scheme is not rediss://")
 		}
 		tc := c.TLSConfig.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName = opt.TLSConfig.ServerName
-		}
+		tc.ServerName = cmp.Or(tc.ServerName, opt.TLSConfig.ServerName)
 		opt.TLSConfig = tc
 	}
 	if err := c.sentinel(&opt); err != nil {

@@ -50,6 +50,7 @@
 package twilio
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -591,31 +592,13 @@ func (n *Notifier) redirected(raw string) string {
 	return u.String()
 }
 
-// Validate returns the error New would return for cfg, without building
-// anything: every missing or invalid field at once, never the auth token.
-// Zero fields take their defaults first, as in New.
-func (cfg Config) Validate() error {
-	_, err := cfg.withDefaults().validate()
-	return err
-}
-
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {
-	if cfg.APIURL == "" {
-		cfg.APIURL = DefaultAPIURL
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
-	if cfg.ListLag == 0 {
-		cfg.ListLag = DefaultListLag
-	}
-	if cfg.ClockSkew == 0 {
-		cfg.ClockSkew = DefaultClockSkew
-	}
+	cfg.APIURL = cmp.Or(cfg.APIURL, DefaultAPIURL)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.ListLag = cmp.Or(cfg.ListLag, DefaultListLag)
+	cfg.ClockSkew = cmp.Or(cfg.ClockSkew, DefaultClockSkew)
 	return cfg
 }
 
