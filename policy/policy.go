@@ -84,9 +84,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.RetryMaxAttempts = cmp.Or(cfg.RetryMaxAttempts, DefaultRetryMaxAttempts)
 	cfg.RetryInitialBackoff = cmp.Or(cfg.RetryInitialBackoff, DefaultRetryInitialBackoff)
 	cfg.RetryMaxBackoff = cmp.Or(cfg.RetryMaxBackoff, DefaultRetryMaxBackoff)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}

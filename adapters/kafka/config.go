@@ -177,9 +177,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	cfg.LagInterval = cmp.Or(cfg.LagInterval, DefaultLagInterval)
 	cfg.RebalanceStrategy = cmp.Or(cfg.RebalanceStrategy, StrategyCooperativeSticky)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}

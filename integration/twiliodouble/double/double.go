@@ -41,6 +41,7 @@
 package double
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -399,9 +400,7 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sender := m.From
-	if sender == "" {
-		sender = m.MessagingServiceSID
-	}
+	sender = cmp.Or(sender, m.MessagingServiceSID)
 	if ok, after := d.admit(sender); !ok {
 		// Whole seconds, as the header carries them, rounded up so a
 		// client that honours it finds the pace free.
@@ -448,13 +447,9 @@ func (d *Double) fault(w http.ResponseWriter, r *http.Request, m *Message, f *Fa
 	}
 	if f.Status >= 300 {
 		code := f.Code
-		if code == 0 {
-			code = 20000 + f.Status
-		}
+		code = cmp.Or(code, 20000+f.Status)
 		msg := f.Message
-		if msg == "" {
-			msg = defaultMessage(code, m.To)
-		}
+		msg = cmp.Or(msg, defaultMessage(code, m.To))
 		d.answer(w, *m, f.Status, code, msg)
 		return true
 	}
