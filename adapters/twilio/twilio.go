@@ -1,18 +1,7 @@
 // Package twilio is the SMS ports.Notifier: it sends each message through
 // Twilio's Messages API with github.com/twilio/twilio-go, and classifies
-// Twilio's answers into the ports error kinds.
-//
-// Classification (see Send): Twilio's 4xx about the message (21211 invalid
-// number, 21614 not a mobile number) is Permanent; 21610 (the recipient
-// replied STOP) is Permanent and wraps ports.ErrRecipientOptedOut; 401,
-// 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
-// senderCodes) are Unavailable, because the operator must fix them and they
-// must not dead-letter every SMS meanwhile; a request that was written and
-// got no answer, and any 5xx (Twilio's JSON or a gateway's page) wrap
-// ports.ErrOutcomeUnknown, because Twilio may have accepted the message;
-// 429 and 21611 are backpressure (below); 408 and failures before the
-// request was written (dial, DNS, TLS) are retryable. Only a 2xx counts as
-// sent.
+// Twilio's answers into the ports error kinds (see Send). Only a 2xx
+// counts as sent.
 //
 // # Refusals and backpressure
 //
@@ -257,7 +246,9 @@ func pooledTransport(maxConns int) *http.Transport {
 //     message fails the same way again. An unsubscribed number (21610)
 //     also wraps ports.ErrRecipientOptedOut, with a receipt whose
 //     ProviderID is "opted-out:21610".
-//   - Unavailable: 401 or 403, credentials or account.
+//   - Unavailable: 401, 403, a 3xx, or a 4xx code about our sender
+//     (senderCodes): the operator must fix them, and they must not
+//     dead-letter every SMS meanwhile.
 //   - unknown (errors.Is(err, ports.ErrOutcomeUnknown)): the request was
 //     written whole and no answer came (a timeout, ctx done, the connection
 //     reset or closed); or any 5xx, JSON or not: Twilio's own 500 and 503
