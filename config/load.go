@@ -316,7 +316,9 @@ func (l *loader) explicit(name string) string {
 	return strings.TrimSpace(v)
 }
 
-// Set reports whether the environment gives name a non-empty value.
+// The loader's getters (Set, String, Bool, Int, Duration, OneOf,
+// HostPorts, URL) and Fail are ports.Settings', as documented there.
+
 func (l *loader) Set(name string) bool { return l.explicit(name) != "" }
 
 // value returns name's effective value: the environment's, or else the
@@ -373,7 +375,6 @@ func (l *loader) varOf(name string) Var {
 	panic("config: " + name + " is read but missing from Reference and from every provider's Settings")
 }
 
-// String returns name's effective value.
 func (l *loader) String(name string) string { return l.value(name) }
 
 func (l *loader) Bool(name string) bool {
@@ -396,9 +397,8 @@ func (l *loader) Int(name string, lo, hi int) int {
 // positive is the least duration that is not zero, for duration's lo.
 const positive = time.Nanosecond
 
-// Duration parses a Go duration ("200ms", "48h") of at least lo. It returns
-// 0 for a bad value, which the cross-checks in Load take as "already
-// reported".
+// Duration returns 0 for a bad value, which the cross-checks in Load take
+// as "already reported".
 func (l *loader) Duration(name string, lo time.Duration) time.Duration {
 	d, err := time.ParseDuration(l.value(name))
 	switch {
@@ -443,8 +443,6 @@ func (l *loader) ageOverrides(name string) map[string]time.Duration {
 	return out
 }
 
-// OneOf returns the value if it is one of allowed, or "" when unset with
-// no default.
 func (l *loader) OneOf(name string, allowed ...string) string {
 	v := l.value(name)
 	if v == "" || slices.Contains(allowed, v) {
@@ -454,7 +452,6 @@ func (l *loader) OneOf(name string, allowed ...string) string {
 	return ""
 }
 
-// HostPorts parses a comma-separated list of host:port.
 func (l *loader) HostPorts(name string) []string {
 	v := l.value(name)
 	if v == "" {
@@ -526,8 +523,6 @@ func (l *loader) debugAddr(name string) string {
 	return v
 }
 
-// URL returns name's value if it is an absolute http:// or https:// URL
-// without user info, query or fragment; "" when unset without a default.
 func (l *loader) URL(name string) string {
 	v := l.value(name)
 	if v == "" {

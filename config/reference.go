@@ -17,12 +17,9 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Var documents one environment variable the worker reads: a provider's
-// setting, or one of the worker's own. Its Default is the value Load uses
-// when the variable is unset or empty, written as an operator would write
-// it; empty means no default: the feature the variable configures is off
-// (Meaning, one or two sentences of Markdown for the README, says what
-// happens then).
+// Var is one environment variable the worker reads, a provider's setting
+// or one of the worker's own; an empty Default means the feature it
+// configures is off, which Meaning (Markdown, for the README) explains.
 type Var = ports.Setting
 
 // Providers are the adapters built into the worker, each declaring,

@@ -16,12 +16,9 @@ import (
 // does and, in the same pass, how they combine into a running worker. It
 // resolves the adapter each port gets (Config.Adapters: no field is left
 // empty but the notifier of a channel that is off) and refuses a choice
-// that is half-configured, contradictory or unsafe. Each adapter's settings
-// are read and checked by the adapter itself (its Provider's Load), in
-// Load as here: config composes them, and checks only how they combine
-// (the choices, the Redis store's ring; in Load, RECONCILE_TIMEOUT and
-// TWILIO_LIST_LAG, credentials in clear text). The returned *Error lists
-// every problem at once.
+// that is half-configured, contradictory or unsafe, or a Redis store whose
+// ring could not hold its unanswered calls (redisRing). The returned
+// *Error lists every problem at once.
 //
 // Unlike Load it reads TEMPLATES_DIR, whose templates must load (for the
 // built-in channels; a provider's channel is checked when the worker

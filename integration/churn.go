@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -48,21 +49,11 @@ type ChurnOptions struct {
 }
 
 func (o ChurnOptions) withDefaults() ChurnOptions {
-	if o.Members == 0 {
-		o.Members = 3
-	}
-	if o.Partitions == 0 {
-		o.Partitions = 6
-	}
-	if o.Chaos == 0 {
-		o.Chaos = 60 * time.Second
-	}
-	if o.Drain == 0 {
-		o.Drain = 60 * time.Second
-	}
-	if o.MaxCommitGap == 0 {
-		o.MaxCommitGap = 50 * time.Second
-	}
+	o.Members = cmp.Or(o.Members, 3)
+	o.Partitions = cmp.Or(o.Partitions, 6)
+	o.Chaos = cmp.Or(o.Chaos, 60*time.Second)
+	o.Drain = cmp.Or(o.Drain, 60*time.Second)
+	o.MaxCommitGap = cmp.Or(o.MaxCommitGap, 50*time.Second)
 	return o
 }
 

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -352,9 +353,7 @@ func keepLogsOnFailure(t testing.TB, c testcontainers.Container, name string) {
 // returns the file's path, or "(not kept)" after logging why to t.
 func keepLog(t testing.TB, name string, out []byte) string {
 	dir := os.Getenv("NW_TEST_LOGS")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "notification-worker-test-logs")
-	}
+	dir = cmp.Or(dir, filepath.Join(os.TempDir(), "notification-worker-test-logs"))
 	file := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+name+".log")
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {

@@ -78,8 +78,3 @@ func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
 func (tw *Twilio) Fail(ctx context.Context, f double.Fault) error {
 	return callJSON(ctx, http.MethodPost, tw.URL+"/faults", f, nil)
 }
-
-// ClearFaults makes every send succeed again.
-func (tw *Twilio) ClearFaults(ctx context.Context) error {
-	return callJSON(ctx, http.MethodDelete, tw.URL+"/faults", nil, nil)
-}

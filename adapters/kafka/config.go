@@ -167,31 +167,21 @@ func (cfg Config) withDefaults() Config {
 	if cfg.DLQTopic == "" && cfg.Topic != "" {
 		cfg.DLQTopic = cfg.Topic + ".dlq"
 	}
-	setDefault(&cfg.MaxInFlight, DefaultMaxInFlight)
-	setDefault(&cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
-	setDefault(&cfg.RetryInitialBackoff, policy.DefaultRetryInitialBackoff)
-	setDefault(&cfg.RetryMaxBackoff, policy.DefaultRetryMaxBackoff)
-	setDefault(&cfg.CommitInterval, DefaultCommitInterval)
-	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	setDefault(&cfg.SessionTimeout, DefaultSessionTimeout)
-	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&cfg.LagInterval, DefaultLagInterval)
-	if cfg.RebalanceStrategy == "" {
-		cfg.RebalanceStrategy = StrategyCooperativeSticky
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)
+	cfg.MaxBufferedBytes = cmp.Or(cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
+	cfg.RetryInitialBackoff = cmp.Or(cfg.RetryInitialBackoff, policy.DefaultRetryInitialBackoff)
+	cfg.RetryMaxBackoff = cmp.Or(cfg.RetryMaxBackoff, policy.DefaultRetryMaxBackoff)
+	cfg.CommitInterval = cmp.Or(cfg.CommitInterval, DefaultCommitInterval)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, DefaultSessionTimeout)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	cfg.LagInterval = cmp.Or(cfg.LagInterval, DefaultLagInterval)
+	cfg.RebalanceStrategy = cmp.Or(cfg.RebalanceStrategy, StrategyCooperativeSticky)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
 	return cfg
-}
-
-func setDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
-	}
 }
 
 // validate reports every problem at once, so an operator fixes them in one go.

@@ -431,9 +431,7 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 func (r *redriver) take(ctx context.Context, b *redriveBatch, msg *sarama.ConsumerMessage) error {
 	kind, reason := headerValue(msg.Headers, HeaderDLQKind), headerValue(msg.Headers, HeaderDLQReason)
 	id := originOf(msg)
-	if id == "" {
-		id = msg.Topic + "/" + strconv.Itoa(int(msg.Partition)) + "/" + strconv.FormatInt(msg.Offset, 10)
-	}
+	id = cmp.Or(id, msg.Topic+"/"+strconv.Itoa(int(msg.Partition))+"/"+strconv.FormatInt(msg.Offset, 10))
 	gone, settled := r.settled[id]
 	switch {
 	case settled && gone:
@@ -510,9 +508,7 @@ func (r *redriver) flush(ctx context.Context, b *redriveBatch, next int64) error
 // topic: the record returned then has no value.
 func (r *redriver) republished(ctx context.Context, msg *sarama.ConsumerMessage) (*sarama.ProducerMessage, bool, error) {
 	topic := headerValue(msg.Headers, HeaderDLQOriginalTopic)
-	if topic == "" {
-		topic = r.cfg.Topic
-	}
+	topic = cmp.Or(topic, r.cfg.Topic)
 	if topic == "" || topic == r.cfg.DLQTopic {
 		return nil, false, fmt.Errorf("%w: the dead letter at %s/%d offset %d names no topic to go back to, and Topic is empty or the dead letter topic",
 			ErrInvalidConfig, r.cfg.DLQTopic, msg.Partition, msg.Offset)

@@ -42,17 +42,12 @@
 // (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map;
 // on Redis 7, "+cluster|shards" alone is not enough. Without them, rueidis
 // treats the seed as a standalone server, and every key in a slot the seed
-// does not own fails with MOVED: New's self-check refuses that. It claims
-// and releases 16 keys under the key prefix, "self-check:{<tag>}:<random>",
-// whose hash tags put them in slots 0, 1024, ..., 15360, and fails, saying
-// the ACL must allow CLUSTER SLOTS and CLUSTER SHARDS, when any of them gets
-// MOVED. Only a seed owning all 16 of those slots could pass unnoticed,
-// which no cluster of two or more primaries splitting the slots evenly in
-// ranges allows. The claims go out in one batch and the releases in
-// another: one round trip each. A KeyPrefix with a hash tag of its own puts
-// every key, these included, in the prefix's one slot: the check then
-// covers that slot, the only one used. The check needs every one of those
-// slots served: on a cluster running with cluster-require-full-coverage no
+// does not own fails with MOVED: New's self-check (selfCheck), whose keys
+// spread over slots 0, 1024, ..., 15360, refuses that, saying the ACL must
+// allow CLUSTER SLOTS and CLUSTER SHARDS. A KeyPrefix with a hash tag of
+// its own puts every key, these included, in the prefix's one slot: the
+// check then covers that slot, the only one used. The check needs every
+// one of those slots served: on a cluster running with cluster-require-full-coverage no
 // and a primary down, New fails (and a new pod does not start) until the
 // slots are served again, while stores already running go on, the keys of
 // the missing slots failing over to the worker's failure mode.
@@ -331,18 +326,10 @@ type Store struct {
 
 // withDefaults returns c with its zero fields set to their defaults.
 func (c Config) withDefaults() Config {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.CompactPrefix == "" {
-		c.CompactPrefix = DefaultCompactPrefix
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.KeepAbandoned == 0 {
-		c.KeepAbandoned = domain.DefaultTTL
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
+	c.CompactPrefix = cmp.Or(c.CompactPrefix, DefaultCompactPrefix)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.KeepAbandoned = cmp.Or(c.KeepAbandoned, domain.DefaultTTL)
 	return c
 }
 
@@ -441,9 +428,7 @@ func tune(opt *rueidis.ClientOption) {
 	// circuit would stay open after the cluster itself had recovered.
 	// CLUSTER SLOTS omits failed replicas; every clusterRefreshInterval the
 	// map follows it.
-	if opt.ClusterOption.ShardsRefreshInterval == 0 {
-		opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
-	}
+	opt.ClusterOption.ShardsRefreshInterval = cmp.Or(opt.ClusterOption.ShardsRefreshInterval, clusterRefreshInterval)
 }
 
 // selfCheckTimeout bounds New's one-time check: longer than a call's
@@ -454,7 +439,8 @@ const selfCheckTimeout = 5 * time.Second
 // slot i*1024 (CRC16 of the tag, mod 16384), so the keys are spread evenly
 // over Redis Cluster's 16384 slots. On a cluster whose slot map
 // the client could not read, some of them get MOVED unless the seed node owns
-// all 16 of these slots: see the package comment.
+// all 16 of these slots, which no cluster of two or more primaries
+// splitting the slots evenly in ranges allows.
 var selfCheckTags = [...]string{
 	"la2", "dlj", "qf7", "qbw", "lp0", "ltp", "h85", "qsu",
 	"fjl", "ng4", "bfa", "jk9", "nrv", "nv6", "bwc", "sq3",
@@ -990,9 +976,7 @@ func (c Config) connect(what string) (rueidis.Client, rueidis.ClientOption, erro
 			return nil, opt, errors.New(what + ": TLSConfig is set but the URL scheme is not rediss://")
 		}
 		tc := c.TLSConfig.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName = opt.TLSConfig.ServerName
-		}
+		tc.ServerName = cmp.Or(tc.ServerName, opt.TLSConfig.ServerName)
 		opt.TLSConfig = tc
 	}
 	if err := c.sentinel(&opt); err != nil {

@@ -139,10 +139,9 @@ func runUntil(ctx context.Context, m *Main, done func() bool) error {
 // left (the broker may need a moment to see the leave).
 func deleteGroup(ctx context.Context, cfg config.Config) error {
 	k := kafka.LoadSettings(cfg.Settings())
-	kcfg := kafka.Config{Brokers: k.Brokers, Topic: k.Topic, GroupID: k.GroupID}
 	var err error
 	for range 50 {
-		if err = kafka.DeleteGroup(ctx, kcfg); err == nil {
+		if err = kafka.DeleteGroup(ctx, k); err == nil {
 			return nil
 		}
 		select {
@@ -227,7 +226,7 @@ func publishDemo(ctx context.Context, cfg config.Config, stdout io.Writer) (noti
 	}
 	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
 	k := kafka.LoadSettings(cfg.Settings())
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers})
+	pub, err := kafka.NewPublisher(k)
 	if err != nil {
 		return 0, err
 	}

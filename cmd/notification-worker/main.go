@@ -1,13 +1,7 @@
 // Command notification-worker consumes shipment events from Kafka and sends
 // each customer notification once, however often the event is replayed.
-//
-//	notification-worker            run the worker (configured by environment)
-//	notification-worker version    the release, VCS revision and Go version
-//	notification-worker demo       the 2026-04-02 incident, replayed on an embedded broker (make run)
-//	notification-worker publish    publish events (JSON lines, or -sample N) to KAFKA_BROKERS
-//	notification-worker key        an event's Redis keys, and with --redis what they hold
-//
-// main only handles signals and exit codes; the work is in Main.
+// Its commands are listed in usage. main only handles signals and exit
+// codes; the work is in Main.
 package main
 
 import (

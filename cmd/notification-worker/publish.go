@@ -66,10 +66,7 @@ func runPublish(ctx context.Context, cio cmdIO, args []string) error {
 		return &usageError{"publish: nothing to publish"}
 	}
 
-	pub, err := kafka.NewPublisher(kafka.Config{
-		Brokers: k.Brokers, ClientID: k.ClientID, TLS: k.TLS, SASLMechanism: k.SASLMechanism,
-		SASLUsername: k.SASLUsername, SASLPassword: k.SASLPassword,
-	})
+	pub, err := kafka.NewPublisher(k)
 	if err != nil {
 		return err
 	}

@@ -290,8 +290,14 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 // behind the record policy. A handler call running longer than stallAfter
 // is hung, and /healthz says so.
 func (m *Main) openConsumer(brokers []string, h ports.Handler, stallAfter time.Duration) error {
-	kcfg := m.kafkaConfig(brokers)
-	kcfg.StallAfter = stallAfter
+	// Kafka's own settings, with the worker's budgets, retry backoff and
+	// shutdown time.
+	c, kcfg := m.Config, m.kafka
+	kcfg.Brokers, kcfg.StallAfter = brokers, stallAfter
+	kcfg.MaxInFlight, kcfg.MaxBufferedBytes = c.MaxInFlight, c.MaxBufferedBytes
+	kcfg.RetryInitialBackoff, kcfg.RetryMaxBackoff = c.RetryInitialBackoff, c.RetryMaxBackoff
+	kcfg.ShutdownTimeout = c.ShutdownTimeout
+	kcfg.Logger, kcfg.Metrics = m.logger, m.metrics
 	var err error
 	if m.consumer, err = kafka.NewConsumer(kcfg); err != nil {
 		return err
@@ -494,19 +500,6 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, erro
 	}, nil
 }
 
-// kafkaConfig is the consumer's configuration: Kafka's own settings
-// (m.kafka) on brokers, with the worker's budgets, retry backoff and
-// shutdown time.
-func (m *Main) kafkaConfig(brokers []string) kafka.Config {
-	c, kcfg := m.Config, m.kafka
-	kcfg.Brokers = brokers
-	kcfg.MaxInFlight, kcfg.MaxBufferedBytes = c.MaxInFlight, c.MaxBufferedBytes
-	kcfg.RetryInitialBackoff, kcfg.RetryMaxBackoff = c.RetryInitialBackoff, c.RetryMaxBackoff
-	kcfg.ShutdownTimeout = c.ShutdownTimeout
-	kcfg.Logger, kcfg.Metrics = m.logger, m.metrics
-	return kcfg
-}
-
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "text" {
@@ -516,7 +509,9 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 }
 
 // observers returns an Observer telling each non-nil one in turn.
-func observers(obs ...ports.Observer) ports.Observer { return multiObserver(nonNil(obs)) }
+func observers(obs ...ports.Observer) ports.Observer {
+	return multiObserver(slices.DeleteFunc(obs, func(o ports.Observer) bool { return o == nil }))
+}
 
 type multiObserver []ports.Observer
 
@@ -524,16 +519,4 @@ func (all multiObserver) Observe(ch ports.Channel, o ports.Outcome) {
 	for _, x := range all {
 		x.Observe(ch, o)
 	}
-}
-
-// nonNil returns the elements of xs that are not nil interfaces.
-func nonNil[T comparable](xs []T) []T {
-	var zero T
-	out := make([]T, 0, len(xs))
-	for _, x := range xs {
-		if x != zero {
-			out = append(out, x)
-		}
-	}
-	return out
 }

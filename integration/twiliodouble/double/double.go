@@ -13,10 +13,8 @@
 // Control API, besides the Twilio endpoint:
 //
 //	GET    /messages  every accepted message, oldest first (JSON list of Message)
-//	DELETE /messages  forget the messages (faults stay)
 //	GET    /attempts  every send request, accepted or failed (JSON list of Attempt)
 //	POST   /faults    add a Fault (JSON body)
-//	DELETE /faults    remove every fault
 //	GET    /connections  {"accepted": n}: connections accepted so far
 //	GET    /list-requests  {"requests": n}: Messages list requests answered so far
 //	                    (?to=<number>: of those filtering by that To)
@@ -43,6 +41,7 @@
 package double
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -84,7 +83,7 @@ type Fault struct {
 	// To limits the fault to sends to this number; empty matches every send.
 	To string `json:"to,omitempty"`
 	// Count is how many sends the fault answers before it is used up; zero
-	// means until DELETE /faults.
+	// means for good.
 	Count int `json:"count,omitempty"`
 	// Status is the HTTP status to answer (503, 429, 400...). Zero with a
 	// Delay means "accept, but slowly".
@@ -167,10 +166,8 @@ func New(accountSID, authToken string) *Double {
 	d.mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", d.createMessage)
 	d.mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages.json", d.listMessages)
 	d.mux.HandleFunc("GET /messages", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Messages()) })
-	d.mux.HandleFunc("DELETE /messages", func(w http.ResponseWriter, _ *http.Request) { d.Reset(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /attempts", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Attempts()) })
 	d.mux.HandleFunc("POST /faults", d.addFault)
-	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]int64{"accepted": d.Connections()})
 	})
@@ -254,13 +251,6 @@ func (d *Double) Fail(f Fault) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.faults = append(d.faults, &f)
-}
-
-// ClearFaults removes every fault: sends succeed again.
-func (d *Double) ClearFaults() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.faults = nil
 }
 
 // Reset forgets messages, attempts, the senders' paces and the counts of
@@ -410,9 +400,7 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sender := m.From
-	if sender == "" {
-		sender = m.MessagingServiceSID
-	}
+	sender = cmp.Or(sender, m.MessagingServiceSID)
 	if ok, after := d.admit(sender); !ok {
 		// Whole seconds, as the header carries them, rounded up so a
 		// client that honours it finds the pace free.
@@ -459,13 +447,9 @@ func (d *Double) fault(w http.ResponseWriter, r *http.Request, m *Message, f *Fa
 	}
 	if f.Status >= 300 {
 		code := f.Code
-		if code == 0 {
-			code = 20000 + f.Status
-		}
+		code = cmp.Or(code, 20000+f.Status)
 		msg := f.Message
-		if msg == "" {
-			msg = defaultMessage(code, m.To)
-		}
+		msg = cmp.Or(msg, defaultMessage(code, m.To))
 		d.answer(w, *m, f.Status, code, msg)
 		return true
 	}
