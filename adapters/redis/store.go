@@ -23,80 +23,14 @@
 // it has none): every command of the call, and the replicas'
 // acknowledgement with Config.MinReplicas, runs within it.
 //
-// # Redis Cluster
+// # What the store needs of the server
 //
-// Every command touches exactly one key (SET, and a Lua script with one KEY),
-// so the store works on Redis Cluster unchanged: rueidis asks the node in the
-// URL for the slot map (CLUSTER SLOTS; CLUSTER SHARDS from Redis 8 on), sends
-// each command to the node that owns its key's slot, follows MOVED when a
-// slot has moved since, and falls back to a single-node client when the
-// server is not a cluster. One node's URL is enough: the store then uses
-// every node of the slot map. More seed nodes can be given as
-// "?addr=host:port" query parameters; a seed refusing connections is
-// skipped, at the cost of up to a second more in New (a delayed rueidis
-// topology refresh).
-//
-// On Cluster the URL must name database 0 or none: New fails otherwise
-// (Cluster has no SELECT). An ACL user needs, on every node (ACLs are not
-// shared between nodes), the rights listed under ACL plus "+cluster|slots"
-// (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map;
-// on Redis 7, "+cluster|shards" alone is not enough. Without them, rueidis
-// treats the seed as a standalone server, and every key in a slot the seed
-// does not own fails with MOVED: New's self-check (selfCheck), whose keys
-// spread over slots 0, 1024, ..., 15360, refuses that, saying the ACL must
-// allow CLUSTER SLOTS and CLUSTER SHARDS. A KeyPrefix with a hash tag of
-// its own puts every key, these included, in the prefix's one slot: the
-// check then covers that slot, the only one used. The check needs every
-// one of those slots served: on a cluster running with cluster-require-full-coverage no
-// and a primary down, New fails (and a new pod does not start) until the
-// slots are served again, while stores already running go on, the keys of
-// the missing slots failing over to the worker's failure mode.
-//
-// During a failover a node answers CLUSTERDOWN or TRYAGAIN. rueidis retries
-// those, within the call's budget, only for commands marked retryable:
-// Record and Release are, Claim is not (see Claim), so a Claim then fails
-// and the worker's failure mode applies, as in any other store outage.
-//
-// # ACL
-//
-// The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
-// (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
-// (Release and the takeovers), PING, INFO (the store's watch over the
-// server, below), WAIT with Config.MinReplicas and WAITAOF with
-// Config.WaitAOF, plus CLUSTER SLOTS or SHARDS on Cluster (see above); the
-// scripts themselves run GET, SET and DEL, which ACL checks too. A user
-// restricted to "~<prefix>* ~<other prefix>* +@connection +select +set
-// +get +del +evalsha +eval +ping +info" is enough on a standalone server;
-// New's self-check fails when the other prefix is not readable, and New
-// fails when INFO is refused. INFO, not CONFIG GET, is what the store reads
-// the server's settings with: an ACL user rarely has CONFIG. With
-// Config.MinReplicas (by default, beside a replica) the user needs WAIT
-// too, and WAITAOF with Config.WaitAOF, both in "+@connection": New fails
-// when either is refused.
-//
-// # Eviction and resets
-//
-// A sent record must stay in Redis for its TTL: evicted, or lost in a
-// restart without persistence, it no longer suppresses a replay. At New and
-// every HealthConfig.Interval, the store reads INFO from every primary
-// (on Cluster, every primary in the slot map): New refuses a server whose
-// maxmemory-policy can evict its keys, unless told to accept it; evictions
-// while running are logged and reported; and a primary that restarted
-// without the store's marker keys is reported as a reset (health.go).
-//
-// # Replicas and Sentinel
-//
-// Redis replicates asynchronously: a write the primary acknowledged is lost
-// when the primary dies before a replica copied it, and a replay then finds
-// no record. Config.MinReplicas makes each claim and record wait for that
-// many replicas (WAIT on the connection that made the write, after it; see
-// acked) and fail, rather than succeed silently, when they do not answer
-// in time; by default (AutoMinReplicas) one, when the primary has a
-// replica. Concurrent calls share one WAIT, sent after all their writes (a
-// group commit): the acknowledgement costs about one replica round trip
-// per batch, not per call. Sentinels named in Config.URL (master_set), or
-// in SentinelAddrs and SentinelMaster, find the primary through Redis
-// Sentinel, and follow its failovers.
+// Redis 7 or later; every command touches one key, so Redis Cluster works
+// unchanged; the commands an ACL must allow, the Cluster's slot map,
+// eviction and resets, replicas and Sentinel: docs/runbook.md, "What the
+// worker needs of Redis". New checks each at start and refuses what breaks
+// the guarantee (selfCheck, health.go, replicas.go); Claim is not retried
+// by rueidis on CLUSTERDOWN or TRYAGAIN, Record and Release are.
 package redis
 
 import (
