@@ -7,7 +7,7 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Channel is what the domain knows of one way to reach a customer: the
+// ChannelSpec is what the domain knows of one way to reach a customer: the
 // recipient field its address is read from, how that address is checked,
 // normalised and masked, and how a message is rendered for it. A channel is
 // a value, not a case in a switch: the worker is given its channels (see
@@ -16,7 +16,7 @@ import (
 //
 // Every function field must be safe for concurrent use and free of side
 // effects; none may be nil but Shaped.
-type Channel struct {
+type ChannelSpec struct {
 	// Name is the channel's name: in an event's "channels", in idempotency
 	// keys and in metrics labels.
 	Name ports.Channel
@@ -55,7 +55,7 @@ type Channel struct {
 // SMS is the text-message channel: an E.164 phone number in
 // recipient.phone, masked by ports.MaskPhone, and the "sms" block cut to
 // MaxSMSRunes.
-var SMS = Channel{
+var SMS = ChannelSpec{
 	Name:      ports.ChannelSMS,
 	Field:     "phone",
 	Normalize: ports.NormalizePhone,
@@ -73,7 +73,7 @@ var SMS = Channel{
 // ports.MaskEmail; the "subject" block (one line, cut to MaxSubjectRunes),
 // the "text" block as the plain-text part and "<type>.html" as the HTML
 // part.
-var Email = Channel{
+var Email = ChannelSpec{
 	Name:      ports.ChannelEmail,
 	Field:     "email",
 	Normalize: normalizeEmail,
@@ -96,4 +96,4 @@ var Email = Channel{
 
 // Builtin are SMS and Email, in that order: the channels of Decode, and of
 // LoadTemplates when it is given none. The worker passes its own list.
-var Builtin = []Channel{SMS, Email}
+var Builtin = []ChannelSpec{SMS, Email}

@@ -12,7 +12,7 @@ import (
 func TestChannel_Mask(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ch   domain.Channel
+		ch   domain.ChannelSpec
 		in   string
 		want string
 	}{
@@ -45,7 +45,7 @@ func TestRender_ToMasked(t *testing.T) {
 
 // pigeon is a third channel as a test declares it: its own recipient field,
 // address rule, mask and template block.
-var pigeon = domain.Channel{
+var pigeon = domain.ChannelSpec{
 	Name:  "pigeon",
 	Field: "loft",
 	Normalize: func(a string) (string, error) {

@@ -146,7 +146,7 @@ func invalid(field, value, reason string) error {
 func Decode(value []byte) (Event, error) { return decode(value, Builtin) }
 
 // decode is Decode for chans.
-func decode(value []byte, chans []Channel) (Event, error) {
+func decode(value []byte, chans []ChannelSpec) (Event, error) {
 	if !utf8.Valid(value) {
 		return Event{}, invalid("", "", "not valid UTF-8")
 	}
@@ -263,10 +263,10 @@ func noControls(s string) string {
 // is the name or an address, and an address the worker does not know
 // ("mobile" for "phone") would otherwise be dropped without a word, and its
 // channel never notified.
-func (ev *Event) validate(given map[string]string, chans []Channel) error {
+func (ev *Event) validate(given map[string]string, chans []ChannelSpec) error {
 	ev.Recipient.Addresses = map[ports.Channel]string{}
 	for _, name := range slices.Sorted(maps.Keys(given)) { // the same error for the same bytes
-		i := slices.IndexFunc(chans, func(c Channel) bool { return c.Field == name })
+		i := slices.IndexFunc(chans, func(c ChannelSpec) bool { return c.Field == name })
 		switch {
 		case name == "name":
 			ev.Recipient.Name = given[name]
@@ -305,7 +305,7 @@ func (ev *Event) validate(given map[string]string, chans []Channel) error {
 
 // unknownRecipientField is the error for the recipient field name, which is
 // neither "name" nor a field of chans.
-func unknownRecipientField(name string, chans []Channel) error {
+func unknownRecipientField(name string, chans []ChannelSpec) error {
 	keys := recipientKeys(chans)
 	for _, k := range keys {
 		if strings.EqualFold(name, k) {
@@ -317,7 +317,7 @@ func unknownRecipientField(name string, chans []Channel) error {
 
 // recipientKeys are the keys a recipient may hold: "name", then each
 // channel's Field.
-func recipientKeys(chans []Channel) []string {
+func recipientKeys(chans []ChannelSpec) []string {
 	keys := []string{"name"}
 	for _, c := range chans {
 		keys = append(keys, c.Field)
@@ -329,7 +329,7 @@ func recipientKeys(chans []Channel) []string {
 // address is no address: a producer that writes "phone": " " has no phone
 // for the customer, and the email should still go out. A refused address
 // is shown masked only when its channel's Shaped says it could be one.
-func (r *Recipient) normalize(chans []Channel) error {
+func (r *Recipient) normalize(chans []ChannelSpec) error {
 	for _, c := range chans {
 		v := strings.TrimSpace(r.Addresses[c.Name])
 		if v == "" {
@@ -356,7 +356,7 @@ func (r *Recipient) normalize(chans []Channel) error {
 
 // pickChannels defaults ev's channels to every one of chans the recipient
 // has an address for, or checks those given and drops repeats.
-func (ev *Event) pickChannels(chans []Channel) error {
+func (ev *Event) pickChannels(chans []ChannelSpec) error {
 	if len(ev.Channels) == 0 {
 		for _, c := range chans {
 			if ev.Recipient.Address(c.Name) != "" {
@@ -369,7 +369,7 @@ func (ev *Event) pickChannels(chans []Channel) error {
 	out := ev.Channels[:0]
 	for _, ch := range ev.Channels {
 		switch {
-		case !slices.ContainsFunc(chans, func(c Channel) bool { return c.Name == ch }):
+		case !slices.ContainsFunc(chans, func(c ChannelSpec) bool { return c.Name == ch }):
 			return invalid("channels", string(ch), "unknown channel")
 		case ev.Recipient.Address(ch) == "":
 			return invalid("channels", string(ch), "the recipient has no address for this channel")
@@ -384,7 +384,7 @@ func (ev *Event) pickChannels(chans []Channel) error {
 
 // noAddress says that the recipient has none of chans' fields: "neither
 // phone nor email", "none of phone, email, device_token".
-func noAddress(chans []Channel) string {
+func noAddress(chans []ChannelSpec) string {
 	fields := recipientKeys(chans)[1:]
 	switch len(fields) {
 	case 1:

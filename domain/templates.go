@@ -47,7 +47,7 @@ var ErrUnknownEventType = errors.New("domain: unknown event type")
 type Templates struct {
 	text  map[string]*texttemplate.Template
 	html  map[string]*htmltemplate.Template
-	chans []Channel
+	chans []ChannelSpec
 }
 
 // LoadTemplates parses the embedded templates and then, if overrides is
@@ -59,7 +59,7 @@ type Templates struct {
 // missing. A channel whose blocks the embedded templates lack brings them
 // in Channel.Templates. Two channels of one name or one recipient field
 // are refused.
-func LoadTemplates(overrides fs.FS, chans ...Channel) (*Templates, error) {
+func LoadTemplates(overrides fs.FS, chans ...ChannelSpec) (*Templates, error) {
 	if len(chans) == 0 {
 		chans = Builtin
 	}
@@ -129,7 +129,7 @@ func (t *Templates) parse(files map[string][]byte) (problems []string) {
 // of the event types t has, where the type's own file does not define them:
 // an operator's TEMPLATES_DIR may reword a channel's text. It returns what
 // could not be read or parsed.
-func (t *Templates) addBlocks(c Channel) (problems []string) {
+func (t *Templates) addBlocks(c ChannelSpec) (problems []string) {
 	if c.Templates == nil {
 		return nil
 	}
@@ -219,7 +219,7 @@ type view struct {
 // checkChannels refuses a list that names a channel twice or reads one
 // recipient field for two channels, and a channel missing what DecodeEvent
 // and Render call.
-func checkChannels(chans []Channel) error {
+func checkChannels(chans []ChannelSpec) error {
 	names, fields := map[ports.Channel]bool{}, map[string]bool{"name": true}
 	for _, c := range chans {
 		switch {
@@ -260,7 +260,7 @@ func (t *Templates) Render(ev Event, ch ports.Channel) (ports.Message, error) {
 	if !ok {
 		return ports.Message{}, fmt.Errorf("%w %q", ErrUnknownEventType, ev.Type)
 	}
-	i := slices.IndexFunc(t.chans, func(c Channel) bool { return c.Name == ch })
+	i := slices.IndexFunc(t.chans, func(c ChannelSpec) bool { return c.Name == ch })
 	if i < 0 {
 		return ports.Message{}, fmt.Errorf("render %s: unknown channel %q", ev.Type, ch)
 	}

@@ -184,7 +184,7 @@ func EmailShaped(v string) bool {
 // customers apart in a log or an error, and too little to contact either.
 // They are here, not in an adapter, because every adapter and the domain log
 // recipients and adapters must not import each other. A channel names its
-// mask (domain.Channel.Mask), which fills ports.Message.ToMasked.
+// mask (domain.ChannelSpec.Mask), which fills ports.Message.ToMasked.
 
 // MaskPhone masks a phone number down to its country code and at most its
 // last 2 digits ("+15551234567" -> "+1********67"): enough to tell a

@@ -16,7 +16,7 @@ import (
 // Channel names the way a notification reaches a customer. What a channel
 // is (its recipient field, its address rules, its templates, its
 // notifier) is declared where the worker is wired, as one value per
-// channel (domain.Channel); the worker knows the channels it is given.
+// channel (domain.ChannelSpec); the worker knows the channels it is given.
 type Channel string
 
 // The names of the two channels every worker has.

@@ -63,7 +63,7 @@ type Main struct {
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
-	channels []channel         // the rows of channels this worker offers
+	channels []route         // the rows of channels this worker offers
 	adapters map[string]string // what was built for each port, for the start-up log
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
@@ -209,7 +209,7 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	store = m.tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers := map[ports.Channel]ports.Notifier{}
 	for _, ch := range channels {
-		if !slices.ContainsFunc(m.channels, func(c channel) bool { return c.Name == ch.Name }) {
+		if !slices.ContainsFunc(m.channels, func(c route) bool { return c.Name == ch.Name }) {
 			m.adapters[string(ch.Name)] = "off (" + ch.Provider.Variable + " unset, and " + ch.Provider.Name + " not configured)"
 			continue
 		}
