@@ -63,7 +63,7 @@ type Main struct {
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
-	channels []route         // the rows of channels this worker offers
+	channels []route           // the rows of channels this worker offers
 	adapters map[string]string // what was built for each port, for the start-up log
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
