@@ -1,7 +1,9 @@
 # The notification-worker production image: one static binary on scratch,
 # non-root, configured by environment only (see README.md, Configuration).
 # It builds for amd64 and arm64: the binary is cross-compiled by the host's
-# Go toolchain, and the image only copies the one of its platform.
+# Go toolchain (go1.27.3, which go.mod asks for; GOTOOLCHAIN=go1.27.3, as
+# the Makefile and scripts/build-images.sh set it, fetches it where the
+# local Go is older), and the image only copies the one of its platform.
 #
 # (Each command on one line.)
 #
@@ -29,7 +31,8 @@
 # Why not a multi-stage build with a golang base image: the machines this
 # project builds on (CI included) reach no container registry, and
 # `FROM scratch` is the only base that needs no pull. The binary is built by
-# the host's Go toolchain, the same one the tests ran with.
+# the host's Go toolchain, the same one the tests ran with (the toolchain
+# comes through Go's module proxy, not a container registry).
 FROM scratch
 
 ARG VERSION=dev

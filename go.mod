@@ -1,9 +1,10 @@
 module github.com/harborlight/notification-worker
 
-go 1.26.0
+go 1.27.3
 
 require (
 	github.com/IBM/sarama v1.61.1
+	github.com/agnivade/levenshtein v1.2.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6
 	github.com/emersion/go-smtp v0.25.1

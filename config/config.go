@@ -1,6 +1,9 @@
 // Package config reads the worker's configuration from the environment once,
-// at start, into a typed Config, so that no other package calls os.Getenv and
-// a bad setting stops the worker before it consumes a single record.
+// at start, so that no other package calls os.Getenv and a bad setting stops
+// the worker before it consumes a single record. It composes the adapters
+// (Providers), each of which declares, reads and checks its own settings,
+// reads the worker's own settings into a typed Config, and checks only the
+// rules that span adapters.
 //
 // Reference is the one list of variables: Load takes its defaults from it and
 // the README's configuration table is generated from it, so the code and the
@@ -12,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,47 +56,31 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Config is the worker's whole configuration. The zero value is not useful;
 // get one from Load, which fills in every default and validates the result.
-// Each field's comment names its variable; Reference has the defaults.
+// Each field's comment names its variable; Reference has the defaults. The
+// providers' settings are read through Settings, by the adapter that
+// declared them.
 type Config struct {
 	// Adapters names the adapter chosen for each port, as given; "" where
-	// the variable is unset and its default depends on the others (the
-	// worker's adapter registry resolves it and refuses a contradiction).
+	// the variable is unset and its default depends on the others
+	// (LoadWorker resolves it and refuses a contradiction).
 	Adapters struct {
 		EventSource string // EVENT_SOURCE: "kafka" or "embedded"
 		Store       string // IDEMPOTENCY_STORE: "", "redis" or "memory"
-		SMS         string // SMS_NOTIFIER: "", "twilio" or "console"
-		Email       string // EMAIL_NOTIFIER: "", "smtp" or "console"
-		// Provided holds, by its Variable, the notifier of each channel
-		// whose provider LoadWorker was given (ports.Provider): its
-		// name, "console", or "" for a channel that is off.
-		Provided map[string]string
+		// Notifiers holds each channel's notifier by the variable that
+		// chooses it (SMS_NOTIFIER, EMAIL_NOTIFIER, PUSH_NOTIFIER): its
+		// provider's name, "console", or "" for a channel that is off.
+		Notifiers map[string]string
 	}
-	Kafka struct {
-		// Brokers is empty for the embedded in-process broker.
-		Brokers             []string      // KAFKA_BROKERS
-		Topic               string        // KAFKA_TOPIC
-		GroupID             string        // KAFKA_GROUP_ID
-		ClientID            string        // KAFKA_CLIENT_ID, HOSTNAME by default
-		DLQTopic            string        // KAFKA_DLQ_TOPIC
-		TLS                 bool          // KAFKA_TLS
-		TLSCAFile           string        // KAFKA_TLS_CA_FILE
-		SASLMechanism       string        // KAFKA_SASL_MECHANISM: "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
-		SASLUsername        string        // KAFKA_SASL_USERNAME
-		SASLPassword        Secret        // KAFKA_SASL_PASSWORD
-		RebalanceStrategy   string        // KAFKA_REBALANCE_STRATEGY: cooperative-sticky, range or cooperative-sticky,range
-		GroupInstanceID     string        // KAFKA_GROUP_INSTANCE_ID: "" for a dynamic member
-		SessionTimeout      time.Duration // KAFKA_SESSION_TIMEOUT
-		MaxInFlight         int           // MAX_IN_FLIGHT
-		MaxRecordBytes      int           // MAX_RECORD_BYTES
-		MaxBufferedBytes    int64         // MAX_BUFFERED_BYTES
-		RetryMaxAttempts    int           // RETRY_MAX_ATTEMPTS
-		RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
-		RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
-		// ExpectedReplicas is how many replicas of the worker share the
-		// group: each paces by its share of a rate limit while the
-		// fleet's limiter (Redis) cannot answer.
-		ExpectedReplicas int // KAFKA_EXPECTED_REPLICAS
-	}
+	MaxInFlight         int           // MAX_IN_FLIGHT
+	MaxRecordBytes      int           // MAX_RECORD_BYTES
+	MaxBufferedBytes    int64         // MAX_BUFFERED_BYTES
+	RetryMaxAttempts    int           // RETRY_MAX_ATTEMPTS
+	RetryInitialBackoff time.Duration // RETRY_INITIAL_BACKOFF
+	RetryMaxBackoff     time.Duration // RETRY_MAX_BACKOFF
+	// ExpectedReplicas is how many replicas of the worker share the
+	// group: each paces by its share of a rate limit while the fleet's
+	// limiter (Redis) cannot answer.
+	ExpectedReplicas int // KAFKA_EXPECTED_REPLICAS
 	// RateLimit paces each channel's sender, shared by every replica (on
 	// the Redis store; on the memory store, per process). A Rate of 0: no
 	// limit; otherwise the Limit is Valid.
@@ -110,46 +98,10 @@ type Config struct {
 		BreakerCooldown time.Duration // IDEMPOTENCY_BREAKER_COOLDOWN
 		LedgerSize      int           // IDEMPOTENCY_LEDGER_SIZE
 	}
-	// Redis holds the Redis store's settings (redis.Settings), as
-	// redis.LoadSettings read and checked them.
-	Redis struct {
-		// URL is empty for another store. It is a Secret because a
-		// redis:// URL may carry the password.
-		URL             Secret // REDIS_URL
-		MinReplicas     int    // IDEMPOTENCY_MIN_REPLICAS
-		WaitAOF         bool   // IDEMPOTENCY_WAIT_AOF
-		KeyFormat       string // IDEMPOTENCY_KEY_FORMAT: "compact" or "readable"
-		CompactPrefix   string // IDEMPOTENCY_COMPACT_KEY_PREFIX
-		KeyPrefix       string // IDEMPOTENCY_KEY_PREFIX
-		ReadBothFormats bool   // IDEMPOTENCY_READ_BOTH_FORMATS
-		AllowEviction   bool   // IDEMPOTENCY_ALLOW_EVICTION
-		// SentinelAddrs and SentinelMaster are both set or both empty.
-		SentinelAddrs    []string // REDIS_SENTINEL_ADDRS
-		SentinelMaster   string   // REDIS_SENTINEL_MASTER
-		SentinelUsername string   // REDIS_SENTINEL_USERNAME
-		SentinelPassword Secret   // REDIS_SENTINEL_PASSWORD
-	}
 	// MaxEventAge and MaxEventAgeByType: MAX_EVENT_AGE, and
 	// MAX_EVENT_AGE_OVERRIDES by event type (nil when unset).
 	MaxEventAge       time.Duration
 	MaxEventAgeByType map[string]time.Duration
-	Twilio            struct {
-		AccountSID          string        // TWILIO_ACCOUNT_SID
-		AuthToken           Secret        // TWILIO_AUTH_TOKEN
-		FromNumber          string        // TWILIO_FROM_NUMBER, E.164
-		MessagingServiceSID string        // TWILIO_MESSAGING_SERVICE_SID
-		APIURL              string        // TWILIO_API_URL, without a trailing slash
-		ListLag             time.Duration // TWILIO_LIST_LAG
-	}
-	SMTP struct {
-		// Host is empty when email goes to the console.
-		Host      string // SMTP_HOST
-		Port      int    // SMTP_PORT
-		Username  string // SMTP_USERNAME
-		Password  Secret // SMTP_PASSWORD
-		From      string // SMTP_FROM, as given (display name allowed)
-		TLSPolicy string // SMTP_TLS_POLICY: "mandatory", "opportunistic" or "none"
-	}
 	// AllowInsecureTransport lifts Load's refusal of clear-text credentials
 	// (see ALLOW_INSECURE_TRANSPORT), for a test lab.
 	AllowInsecureTransport bool // ALLOW_INSECURE_TRANSPORT
@@ -181,8 +133,6 @@ type Config struct {
 	// DebugAddr is DEBUG_ADDR with a missing host made 127.0.0.1; empty:
 	// no debug server.
 	DebugAddr string
-	// Hostname is HOSTNAME, the pod's name in Kubernetes.
-	Hostname  string
 	LogLevel  slog.Level // LOG_LEVEL
 	LogFormat string     // LOG_FORMAT: "json" or "text"
 
@@ -192,17 +142,48 @@ type Config struct {
 	// Only LoadWorkerEnviron, which sees the environment's names, sets it.
 	UnknownVariables []string
 
-	// declared and values are the variables the providers given to
-	// LoadWorker declared, and their values (each printed masked, as a
-	// Secret: which are secrets is the provider's word), for Settings.
-	declared map[string]Var
+	// settings are the variables the providers declared, in order, and
+	// values what Load took for each (each printed masked, as a Secret:
+	// which are secrets is the provider's word), for Settings and the
+	// start-up line; enabled holds, by name, whether each notifier's
+	// settings configure it.
+	settings []Var
 	values   map[string]Secret
+	enabled  map[string]bool
 }
 
-// TwilioEnabled reports whether SMS goes through Twilio: the account SID,
-// the auth token and a sender (from number or messaging service) are all
-// set. Load rejects a partial set, so otherwise SMS goes to the console.
-func (c Config) TwilioEnabled() bool { return c.TwilioConfig().Configured() }
+// Enabled reports whether the settings of the notifier named provider
+// ("twilio", "smtp") configure it; its channel then sends through it
+// unless its variable asks for the console.
+func (c Config) Enabled(provider string) bool { return c.enabled[provider] }
+
+// Notifier returns the notifier chosen by variable, a channel's
+// (SMS_NOTIFIER, a Provider's Variable), as LoadWorker resolved it; "" for
+// a channel that is off, and for a variable that names no notifier.
+func (c Config) Notifier(variable string) string { return c.Adapters.Notifiers[variable] }
+
+// Settings returns the providers' settings, with the values Load accepted,
+// for the adapters to read their own (their Open, a LoadSettings). What a
+// getter refuses here is not reported: Load has.
+func (c Config) Settings() ports.Settings {
+	values := c.values
+	return &loader{
+		lookup:   func(name string) (string, bool) { v, ok := values[name]; return v.Reveal(), ok },
+		declared: index(c.settings),
+	}
+}
+
+// With returns a copy of c whose provider setting name holds value,
+// unchecked: for a caller that sets what the environment does not give
+// (the demo's embedded broker, a test's group).
+func (c Config) With(name, value string) Config {
+	c.values = maps.Clone(c.values)
+	if c.values == nil {
+		c.values = map[string]Secret{}
+	}
+	c.values[name] = Secret(value)
+	return c
+}
 
 // TracesURL returns the URL spans are exported to over OTLP/HTTP:
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else
@@ -219,98 +200,97 @@ func (c Config) TracesURL() string {
 	return ""
 }
 
-// SMTPEnabled reports whether email goes through SMTP (SMTP_HOST is set);
-// otherwise email goes to the console.
-func (c Config) SMTPEnabled() bool { return c.SMTP.Host != "" }
-
 // LogValue implements slog.LogValuer: the effective configuration for the
 // start-up line, so an operator can see what the worker actually runs with,
 // defaults included. Secrets show as "***" (or "" when unset); REDIS_URL
 // keeps its host and database and loses only its password. Durations are
-// rendered as "10s" rather than nanoseconds, for people to read.
+// rendered as "10s" rather than nanoseconds, for people to read. Each
+// provider's settings show as Load took them, in the group of their name
+// (startupKey); the groups follow the top's attributes, by name.
 func (c Config) LogValue() slog.Value {
-	k, i, r, t, s, a := c.Kafka, c.Idempotency, c.Redis, c.Twilio, c.SMTP, c.Adapters
-	return slog.GroupValue(
-		slog.Group("adapters",
-			slog.String("event_source", a.EventSource),
-			slog.String("store", a.Store),
-			slog.String("sms", a.SMS),
-			slog.String("email", a.Email),
-		),
-		slog.Group("kafka",
-			slog.String("brokers", strings.Join(k.Brokers, ",")),
-			slog.String("topic", k.Topic),
-			slog.String("group_id", k.GroupID),
-			slog.String("client_id", k.ClientID),
-			slog.String("dlq_topic", k.DLQTopic),
-			slog.Bool("tls", k.TLS),
-			slog.String("tls_ca_file", k.TLSCAFile),
-			slog.String("sasl_mechanism", k.SASLMechanism),
-			slog.String("sasl_username", k.SASLUsername),
-			slog.Any("sasl_password", k.SASLPassword),
-			slog.String("rebalance_strategy", k.RebalanceStrategy),
-			slog.String("group_instance_id", k.GroupInstanceID),
-			slog.String("session_timeout", k.SessionTimeout.String()),
-			slog.Int("max_in_flight", k.MaxInFlight),
-			slog.Int("max_record_bytes", k.MaxRecordBytes),
-			slog.Int64("max_buffered_bytes", k.MaxBufferedBytes),
-			slog.Int("retry_max_attempts", k.RetryMaxAttempts),
-			slog.String("retry_initial_backoff", k.RetryInitialBackoff.String()),
-			slog.String("retry_max_backoff", k.RetryMaxBackoff.String()),
-			slog.Int("expected_replicas", k.ExpectedReplicas),
-		),
-		slog.Float64("sms_rate_limit", c.RateLimit.SMS.Rate),
-		slog.Int("sms_rate_burst", c.RateLimit.SMS.Burst),
-		slog.Float64("email_rate_limit", c.RateLimit.Email.Rate),
-		slog.Int("email_rate_burst", c.RateLimit.Email.Burst),
-		// The start-up line keeps the store's settings in one group.
-		slog.Group("idempotency",
-			slog.String("redis_url", ports.MaskURL(r.URL.Reveal())),
-			slog.String("ttl", i.TTL.String()),
-			slog.String("claim_ttl", i.ClaimTTL.String()),
-			slog.String("timeout", i.Timeout.String()),
-			slog.String("failure_mode", i.FailureMode),
-			slog.String("key_format", r.KeyFormat),
-			slog.String("compact_key_prefix", r.CompactPrefix),
-			slog.String("key_prefix", r.KeyPrefix),
-			slog.Bool("read_both_formats", r.ReadBothFormats),
-			slog.Int("breaker_failures", i.BreakerFailures),
-			slog.String("breaker_cooldown", i.BreakerCooldown.String()),
-			slog.Int("ledger_size", i.LedgerSize),
-			slog.Bool("allow_eviction", r.AllowEviction),
-			slog.Int("min_replicas", r.MinReplicas),
-			slog.Bool("wait_aof", r.WaitAOF),
-			slog.String("redis_sentinel_addrs", strings.Join(r.SentinelAddrs, ",")),
-			slog.String("redis_sentinel_master", r.SentinelMaster),
-			slog.String("redis_sentinel_username", r.SentinelUsername),
-			slog.Any("redis_sentinel_password", r.SentinelPassword),
-		),
-		slog.Group("twilio",
-			slog.Bool("enabled", c.TwilioEnabled()),
-			slog.String("account_sid", t.AccountSID),
-			slog.Any("auth_token", t.AuthToken),
-			slog.String("from_number", t.FromNumber),
-			slog.String("messaging_service_sid", t.MessagingServiceSID),
-			slog.String("api_url", t.APIURL),
-			slog.String("list_lag", t.ListLag.String()),
-		),
-		slog.Group("smtp",
-			slog.Bool("enabled", c.SMTPEnabled()),
-			slog.String("host", s.Host),
-			slog.Int("port", s.Port),
-			slog.String("username", s.Username),
-			slog.Any("password", s.Password),
-			slog.String("from", s.From),
-			slog.String("tls_policy", s.TLSPolicy),
-		),
-		slog.Bool("allow_insecure_transport", c.AllowInsecureTransport),
-		slog.Group("tracing",
+	groups := map[string][]slog.Attr{
+		"adapters":    c.adapterAttrs(),
+		"kafka":       c.recordAttrs(),
+		"idempotency": c.idempotencyAttrs(),
+		"tracing": {
 			slog.Bool("enabled", c.TracesURL() != ""),
 			slog.String("traces_url", c.TracesURL()),
 			slog.String("service_name", c.Tracing.ServiceName),
 			slog.Any("headers", c.Tracing.Headers),
 			slog.Any("traces_headers", c.Tracing.TracesHeaders),
-		),
+		},
+	}
+	for name, on := range c.enabled {
+		groups[name] = append(groups[name], slog.Bool("enabled", on))
+	}
+	top := c.workerAttrs()
+	for _, v := range c.settings {
+		group, key := startupKey(v.Name)
+		if group == "" {
+			top = append(top, slog.Attr{Key: key, Value: c.shown(v)})
+		} else {
+			groups[group] = append(groups[group], slog.Attr{Key: key, Value: c.shown(v)})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(groups)) {
+		top = append(top, slog.Attr{Key: name, Value: slog.GroupValue(groups[name]...)})
+	}
+	return slog.GroupValue(top...)
+}
+
+// String returns c as the start-up line shows it (LogValue), so that no
+// fmt verb prints a secret; GoString does the same for %#v.
+func (c Config) String() string   { return c.LogValue().String() }
+func (c Config) GoString() string { return "config.Config" + c.String() }
+
+// adapterAttrs are the start-up line's adapters: each port's as resolved,
+// each channel's notifier by its variable's first word ("sms").
+func (c Config) adapterAttrs() []slog.Attr {
+	a := c.Adapters
+	attrs := []slog.Attr{slog.String("event_source", a.EventSource), slog.String("store", a.Store)}
+	for _, variable := range slices.Sorted(maps.Keys(a.Notifiers)) {
+		word, _, _ := strings.Cut(strings.ToLower(variable), "_")
+		attrs = append(attrs, slog.String(word, a.Notifiers[variable]))
+	}
+	return attrs
+}
+
+// recordAttrs are the start-up line's settings of how records are
+// consumed and retried, in the kafka group.
+func (c Config) recordAttrs() []slog.Attr {
+	return []slog.Attr{
+		slog.Int("max_in_flight", c.MaxInFlight),
+		slog.Int("max_record_bytes", c.MaxRecordBytes),
+		slog.Int64("max_buffered_bytes", c.MaxBufferedBytes),
+		slog.Int("retry_max_attempts", c.RetryMaxAttempts),
+		slog.String("retry_initial_backoff", c.RetryInitialBackoff.String()),
+		slog.String("retry_max_backoff", c.RetryMaxBackoff.String()),
+		slog.Int("expected_replicas", c.ExpectedReplicas),
+	}
+}
+
+// idempotencyAttrs are the start-up line's settings of every store.
+func (c Config) idempotencyAttrs() []slog.Attr {
+	i := c.Idempotency
+	return []slog.Attr{
+		slog.String("ttl", i.TTL.String()),
+		slog.String("claim_ttl", i.ClaimTTL.String()),
+		slog.String("timeout", i.Timeout.String()),
+		slog.String("failure_mode", i.FailureMode),
+		slog.Int("breaker_failures", i.BreakerFailures),
+		slog.String("breaker_cooldown", i.BreakerCooldown.String()),
+		slog.Int("ledger_size", i.LedgerSize),
+	}
+}
+
+// workerAttrs are the start-up line's other settings, at its top.
+func (c Config) workerAttrs() []slog.Attr {
+	return []slog.Attr{
+		slog.Float64("sms_rate_limit", c.RateLimit.SMS.Rate),
+		slog.Int("sms_rate_burst", c.RateLimit.SMS.Burst),
+		slog.Float64("email_rate_limit", c.RateLimit.Email.Rate),
+		slog.Int("email_rate_burst", c.RateLimit.Email.Burst),
+		slog.Bool("allow_insecure_transport", c.AllowInsecureTransport),
 		slog.String("max_event_age", c.MaxEventAge.String()),
 		slog.String("max_event_age_overrides", maxAgeOverrides(c.MaxEventAgeByType)),
 		slog.String("send_timeout", c.SendTimeout.String()),
@@ -321,10 +301,45 @@ func (c Config) LogValue() slog.Value {
 		slog.String("templates_dir", c.TemplatesDir),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("debug_addr", c.DebugAddr),
-		slog.String("hostname", c.Hostname),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
-	)
+	}
+}
+
+// shown is a provider's setting v as the start-up line shows it: a
+// secret masked, a value that reads as an integer or as true or false as
+// one, any other as given.
+func (c Config) shown(v Var) slog.Value {
+	value := c.values[v.Name]
+	switch s := value.Reveal(); {
+	case v.MaskURL:
+		return slog.StringValue(ports.MaskURL(s))
+	case v.Secret:
+		return slog.StringValue(value.String())
+	case strings.EqualFold(s, "true") || strings.EqualFold(s, "false"):
+		return slog.BoolValue(strings.EqualFold(s, "true"))
+	default:
+		if n, err := strconv.Atoi(s); err == nil {
+			return slog.IntValue(n)
+		}
+		return slog.StringValue(s)
+	}
+}
+
+// startupKey is where the start-up line shows a provider's setting: in the
+// group of its name's first word, under the rest (KAFKA_TOPIC:
+// kafka.topic), the Redis store's among the store's (REDIS_URL:
+// idempotency.redis_url), a name of one word at the top (HOSTNAME).
+func startupKey(name string) (group, key string) {
+	lower := strings.ToLower(name)
+	word, rest, ok := strings.Cut(lower, "_")
+	switch {
+	case !ok:
+		return "", lower
+	case word == "redis":
+		return "idempotency", lower
+	}
+	return word, rest
 }
 
 // maxAgeOverrides writes MAX_EVENT_AGE_OVERRIDES as an operator would,

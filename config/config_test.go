@@ -3,11 +3,14 @@ package config_test
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -15,9 +18,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/config"
 )
+
+// Each provider's settings in a Config, as its adapter reads them.
+func kafkaOf(c config.Config) kafka.Config   { return kafka.LoadSettings(c.Settings()) }
+func redisOf(c config.Config) redis.Config   { return redis.LoadSettings(c.Settings()) }
+func twilioOf(c config.Config) twilio.Config { return twilio.LoadSettings(c.Settings()) }
+func smtpOf(c config.Config) smtp.Config     { return smtp.LoadSettings(c.Settings()) }
 
 // env returns a lookup over kv, as os.LookupEnv would answer it.
 func env(kv map[string]string) func(string) (string, bool) {
@@ -63,6 +75,7 @@ const (
 	smtpPassword  = "smtp-Pa55word "
 	saslPassword  = "sasl-Pa55word!"
 	otlpKey       = "otlp-K3y-0f-the-collector"
+	pushKey       = "push-K3y-0f-the-gateway"
 )
 
 // fullEnv sets every variable in Reference to a valid value that differs from
@@ -80,7 +93,7 @@ var fullEnv = map[string]string{
 	"DEBUG_ADDR":                     ":6061",
 	"KAFKA_DLQ_TOPIC":                "orders-v2-dead",
 	"KAFKA_TLS":                      "true",
-	"KAFKA_TLS_CA_FILE":              "/etc/kafka/ca.pem",
+	"KAFKA_TLS_CA_FILE":              caFile,
 	"KAFKA_SASL_MECHANISM":           "scram-sha-512",
 	"KAFKA_SASL_USERNAME":            "nw",
 	"KAFKA_SASL_PASSWORD":            saslPassword,
@@ -131,6 +144,10 @@ var fullEnv = map[string]string{
 	"SMTP_PASSWORD":                  smtpPassword,
 	"SMTP_FROM":                      "Harborlight <noreply@harborlight.example>",
 	"SMTP_TLS_POLICY":                "opportunistic",
+	"PUSH_NOTIFIER":                  "push",
+	"PUSH_API_URL":                   "https://push.internal",
+	"PUSH_API_KEY":                   pushKey,
+	"PUSH_CA_FILE":                   caFile,
 	"ALLOW_INSECURE_TRANSPORT":       "true", // TWILIO_API_URL is an http:// double
 	"SEND_TIMEOUT":                   "7s",
 	"RECONCILE_TIMEOUT":              "5m",
@@ -155,68 +172,72 @@ type field struct {
 var fields = map[string]field{
 	"EVENT_SOURCE":                   {func(c config.Config) any { return c.Adapters.EventSource }, "embedded"},
 	"IDEMPOTENCY_STORE":              {func(c config.Config) any { return c.Adapters.Store }, "redis"},
-	"SMS_NOTIFIER":                   {func(c config.Config) any { return c.Adapters.SMS }, "twilio"},
-	"EMAIL_NOTIFIER":                 {func(c config.Config) any { return c.Adapters.Email }, "smtp"},
-	"KAFKA_BROKERS":                  {func(c config.Config) any { return c.Kafka.Brokers }, []string{"k1.internal:9092", "k2.internal:9093"}},
-	"KAFKA_TOPIC":                    {func(c config.Config) any { return c.Kafka.Topic }, "orders-v2"},
-	"KAFKA_GROUP_ID":                 {func(c config.Config) any { return c.Kafka.GroupID }, "nw-test"},
-	"KAFKA_CLIENT_ID":                {func(c config.Config) any { return c.Kafka.ClientID }, "nw-test-client"},
-	"HOSTNAME":                       {func(c config.Config) any { return c.Hostname }, "nw-test-0"},
+	"SMS_NOTIFIER":                   {func(c config.Config) any { return c.Notifier("SMS_NOTIFIER") }, "twilio"},
+	"EMAIL_NOTIFIER":                 {func(c config.Config) any { return c.Notifier("EMAIL_NOTIFIER") }, "smtp"},
+	"KAFKA_BROKERS":                  {func(c config.Config) any { return kafkaOf(c).Brokers }, []string{"k1.internal:9092", "k2.internal:9093"}},
+	"KAFKA_TOPIC":                    {func(c config.Config) any { return kafkaOf(c).Topic }, "orders-v2"},
+	"KAFKA_GROUP_ID":                 {func(c config.Config) any { return kafkaOf(c).GroupID }, "nw-test"},
+	"KAFKA_CLIENT_ID":                {func(c config.Config) any { return kafkaOf(c).ClientID }, "nw-test-client"},
+	"HOSTNAME":                       {func(c config.Config) any { return c.Settings().String("HOSTNAME") }, "nw-test-0"},
 	"DEBUG_ADDR":                     {func(c config.Config) any { return c.DebugAddr }, "127.0.0.1:6061"},
-	"KAFKA_DLQ_TOPIC":                {func(c config.Config) any { return c.Kafka.DLQTopic }, "orders-v2-dead"},
-	"KAFKA_TLS":                      {func(c config.Config) any { return c.Kafka.TLS }, true},
-	"KAFKA_TLS_CA_FILE":              {func(c config.Config) any { return c.Kafka.TLSCAFile }, "/etc/kafka/ca.pem"},
-	"KAFKA_SASL_MECHANISM":           {func(c config.Config) any { return c.Kafka.SASLMechanism }, "SCRAM-SHA-512"},
-	"KAFKA_SASL_USERNAME":            {func(c config.Config) any { return c.Kafka.SASLUsername }, "nw"},
-	"KAFKA_SASL_PASSWORD":            {func(c config.Config) any { return c.Kafka.SASLPassword }, config.Secret(saslPassword)},
-	"KAFKA_REBALANCE_STRATEGY":       {func(c config.Config) any { return c.Kafka.RebalanceStrategy }, "range"},
-	"KAFKA_GROUP_INSTANCE_ID":        {func(c config.Config) any { return c.Kafka.GroupInstanceID }, "notification-worker-2"},
-	"KAFKA_SESSION_TIMEOUT":          {func(c config.Config) any { return c.Kafka.SessionTimeout }, 45 * time.Second},
-	"MAX_IN_FLIGHT":                  {func(c config.Config) any { return c.Kafka.MaxInFlight }, 17},
-	"MAX_RECORD_BYTES":               {func(c config.Config) any { return c.Kafka.MaxRecordBytes }, 2097152},
-	"MAX_BUFFERED_BYTES":             {func(c config.Config) any { return c.Kafka.MaxBufferedBytes }, int64(8388608)},
-	"KAFKA_EXPECTED_REPLICAS":        {func(c config.Config) any { return c.Kafka.ExpectedReplicas }, 3},
+	"KAFKA_DLQ_TOPIC":                {func(c config.Config) any { return kafkaOf(c).DLQTopic }, "orders-v2-dead"},
+	"KAFKA_TLS":                      {func(c config.Config) any { return kafkaOf(c).TLS != nil }, true},
+	"KAFKA_TLS_CA_FILE":              {func(c config.Config) any { return c.Settings().String("KAFKA_TLS_CA_FILE") }, caFile},
+	"KAFKA_SASL_MECHANISM":           {func(c config.Config) any { return kafkaOf(c).SASLMechanism }, "SCRAM-SHA-512"},
+	"KAFKA_SASL_USERNAME":            {func(c config.Config) any { return kafkaOf(c).SASLUsername }, "nw"},
+	"KAFKA_SASL_PASSWORD":            {func(c config.Config) any { return kafkaOf(c).SASLPassword }, saslPassword},
+	"KAFKA_REBALANCE_STRATEGY":       {func(c config.Config) any { return kafkaOf(c).RebalanceStrategy }, "range"},
+	"KAFKA_GROUP_INSTANCE_ID":        {func(c config.Config) any { return kafkaOf(c).GroupInstanceID }, "notification-worker-2"},
+	"KAFKA_SESSION_TIMEOUT":          {func(c config.Config) any { return kafkaOf(c).SessionTimeout }, 45 * time.Second},
+	"MAX_IN_FLIGHT":                  {func(c config.Config) any { return c.MaxInFlight }, 17},
+	"MAX_RECORD_BYTES":               {func(c config.Config) any { return c.MaxRecordBytes }, 2097152},
+	"MAX_BUFFERED_BYTES":             {func(c config.Config) any { return c.MaxBufferedBytes }, int64(8388608)},
+	"KAFKA_EXPECTED_REPLICAS":        {func(c config.Config) any { return c.ExpectedReplicas }, 3},
 	"SMS_RATE_LIMIT":                 {func(c config.Config) any { return c.RateLimit.SMS.Rate }, 0.5},
 	"SMS_RATE_BURST":                 {func(c config.Config) any { return c.RateLimit.SMS.Burst }, 4},
 	"EMAIL_RATE_LIMIT":               {func(c config.Config) any { return c.RateLimit.Email.Rate }, 20.0},
 	"EMAIL_RATE_BURST":               {func(c config.Config) any { return c.RateLimit.Email.Burst }, 5},
-	"RETRY_MAX_ATTEMPTS":             {func(c config.Config) any { return c.Kafka.RetryMaxAttempts }, 9},
-	"RETRY_INITIAL_BACKOFF":          {func(c config.Config) any { return c.Kafka.RetryInitialBackoff }, 150 * time.Millisecond},
-	"RETRY_MAX_BACKOFF":              {func(c config.Config) any { return c.Kafka.RetryMaxBackoff }, 45 * time.Second},
-	"REDIS_URL":                      {func(c config.Config) any { return c.Redis.URL }, config.Secret("rediss://worker:" + redisPassword + "@redis.internal:6380/2")},
+	"RETRY_MAX_ATTEMPTS":             {func(c config.Config) any { return c.RetryMaxAttempts }, 9},
+	"RETRY_INITIAL_BACKOFF":          {func(c config.Config) any { return c.RetryInitialBackoff }, 150 * time.Millisecond},
+	"RETRY_MAX_BACKOFF":              {func(c config.Config) any { return c.RetryMaxBackoff }, 45 * time.Second},
+	"REDIS_URL":                      {func(c config.Config) any { return redisOf(c).URL }, "rediss://worker:" + redisPassword + "@redis.internal:6380/2"},
 	"IDEMPOTENCY_TTL":                {func(c config.Config) any { return c.Idempotency.TTL }, 72 * time.Hour},
 	"IDEMPOTENCY_CLAIM_TTL":          {func(c config.Config) any { return c.Idempotency.ClaimTTL }, 90 * time.Second},
 	"IDEMPOTENCY_TIMEOUT":            {func(c config.Config) any { return c.Idempotency.Timeout }, 350 * time.Millisecond},
 	"IDEMPOTENCY_FAILURE_MODE":       {func(c config.Config) any { return c.Idempotency.FailureMode }, "closed"},
-	"IDEMPOTENCY_MIN_REPLICAS":       {func(c config.Config) any { return c.Redis.MinReplicas }, 2},
-	"IDEMPOTENCY_WAIT_AOF":           {func(c config.Config) any { return c.Redis.WaitAOF }, true},
-	"REDIS_SENTINEL_ADDRS":           {func(c config.Config) any { return c.Redis.SentinelAddrs }, []string{"s1.internal:26379", "s2.internal:26379"}},
-	"REDIS_SENTINEL_MASTER":          {func(c config.Config) any { return c.Redis.SentinelMaster }, "idem"},
-	"REDIS_SENTINEL_USERNAME":        {func(c config.Config) any { return c.Redis.SentinelUsername }, "sentinel-user"},
-	"REDIS_SENTINEL_PASSWORD":        {func(c config.Config) any { return c.Redis.SentinelPassword }, config.Secret("sentinel-secret")},
-	"IDEMPOTENCY_KEY_PREFIX":         {func(c config.Config) any { return c.Redis.KeyPrefix }, "nw-test:"},
-	"IDEMPOTENCY_KEY_FORMAT":         {func(c config.Config) any { return c.Redis.KeyFormat }, "readable"},
-	"IDEMPOTENCY_COMPACT_KEY_PREFIX": {func(c config.Config) any { return c.Redis.CompactPrefix }, "x"},
-	"IDEMPOTENCY_READ_BOTH_FORMATS":  {func(c config.Config) any { return c.Redis.ReadBothFormats }, false},
+	"IDEMPOTENCY_MIN_REPLICAS":       {func(c config.Config) any { return redisOf(c).MinReplicas }, 2},
+	"IDEMPOTENCY_WAIT_AOF":           {func(c config.Config) any { return redisOf(c).WaitAOF }, true},
+	"REDIS_SENTINEL_ADDRS":           {func(c config.Config) any { return redisOf(c).SentinelAddrs }, []string{"s1.internal:26379", "s2.internal:26379"}},
+	"REDIS_SENTINEL_MASTER":          {func(c config.Config) any { return redisOf(c).SentinelMaster }, "idem"},
+	"REDIS_SENTINEL_USERNAME":        {func(c config.Config) any { return redisOf(c).SentinelUsername }, "sentinel-user"},
+	"REDIS_SENTINEL_PASSWORD":        {func(c config.Config) any { return redisOf(c).SentinelPassword }, "sentinel-secret"},
+	"IDEMPOTENCY_KEY_PREFIX":         {func(c config.Config) any { return redisOf(c).KeyPrefix }, "nw-test:"},
+	"IDEMPOTENCY_KEY_FORMAT":         {func(c config.Config) any { return redisOf(c).Format.String() }, "readable"},
+	"IDEMPOTENCY_COMPACT_KEY_PREFIX": {func(c config.Config) any { return redisOf(c).CompactPrefix }, "x"},
+	"IDEMPOTENCY_READ_BOTH_FORMATS":  {func(c config.Config) any { return redisOf(c).ReadBoth }, false},
 	"IDEMPOTENCY_BREAKER_FAILURES":   {func(c config.Config) any { return c.Idempotency.BreakerFailures }, 7},
 	"IDEMPOTENCY_BREAKER_COOLDOWN":   {func(c config.Config) any { return c.Idempotency.BreakerCooldown }, 3 * time.Second},
 	"IDEMPOTENCY_LEDGER_SIZE":        {func(c config.Config) any { return c.Idempotency.LedgerSize }, 2500},
-	"IDEMPOTENCY_ALLOW_EVICTION":     {func(c config.Config) any { return c.Redis.AllowEviction }, true},
+	"IDEMPOTENCY_ALLOW_EVICTION":     {func(c config.Config) any { return redisOf(c).Health.AllowEviction }, true},
 	"MAX_EVENT_AGE":                  {func(c config.Config) any { return c.MaxEventAge }, 36 * time.Hour},
 	"MAX_EVENT_AGE_OVERRIDES": {func(c config.Config) any { return c.MaxEventAgeByType }, map[string]time.Duration{
 		"shipment.out_for_delivery": 6 * time.Hour, "shipment.delayed": 12 * time.Hour}},
-	"TWILIO_ACCOUNT_SID":           {func(c config.Config) any { return c.Twilio.AccountSID }, "AC0123456789abcdef0123456789abcdef"},
-	"TWILIO_AUTH_TOKEN":            {func(c config.Config) any { return c.Twilio.AuthToken }, config.Secret(twilioToken)},
-	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return c.Twilio.FromNumber }, "+15557654321"},
-	"TWILIO_MESSAGING_SERVICE_SID": {func(c config.Config) any { return c.Twilio.MessagingServiceSID }, "MG0123456789abcdef0123456789abcdef"},
-	"TWILIO_API_URL":               {func(c config.Config) any { return c.Twilio.APIURL }, "http://twilio-double:4010"},
-	"TWILIO_LIST_LAG":              {func(c config.Config) any { return c.Twilio.ListLag }, 90 * time.Second},
-	"SMTP_HOST":                    {func(c config.Config) any { return c.SMTP.Host }, "smtp.internal"},
-	"SMTP_PORT":                    {func(c config.Config) any { return c.SMTP.Port }, 2525},
-	"SMTP_USERNAME":                {func(c config.Config) any { return c.SMTP.Username }, "mailer"},
-	"SMTP_PASSWORD":                {func(c config.Config) any { return c.SMTP.Password }, config.Secret(smtpPassword)},
-	"SMTP_FROM":                    {func(c config.Config) any { return c.SMTP.From }, "Harborlight <noreply@harborlight.example>"},
-	"SMTP_TLS_POLICY":              {func(c config.Config) any { return c.SMTP.TLSPolicy }, "opportunistic"},
+	"TWILIO_ACCOUNT_SID":           {func(c config.Config) any { return twilioOf(c).AccountSID }, "AC0123456789abcdef0123456789abcdef"},
+	"TWILIO_AUTH_TOKEN":            {func(c config.Config) any { return twilioOf(c).AuthToken }, twilioToken},
+	"TWILIO_FROM_NUMBER":           {func(c config.Config) any { return twilioOf(c).From }, "+15557654321"},
+	"TWILIO_MESSAGING_SERVICE_SID": {func(c config.Config) any { return twilioOf(c).MessagingServiceSID }, "MG0123456789abcdef0123456789abcdef"},
+	"TWILIO_API_URL":               {func(c config.Config) any { return twilioOf(c).APIURL }, "http://twilio-double:4010"},
+	"TWILIO_LIST_LAG":              {func(c config.Config) any { return twilioOf(c).ListLag }, 90 * time.Second},
+	"SMTP_HOST":                    {func(c config.Config) any { return smtpOf(c).Host }, "smtp.internal"},
+	"SMTP_PORT":                    {func(c config.Config) any { return smtpOf(c).Port }, 2525},
+	"SMTP_USERNAME":                {func(c config.Config) any { return smtpOf(c).Username }, "mailer"},
+	"SMTP_PASSWORD":                {func(c config.Config) any { return smtpOf(c).Password }, smtpPassword},
+	"SMTP_FROM":                    {func(c config.Config) any { return smtpOf(c).From }, "Harborlight <noreply@harborlight.example>"},
+	"SMTP_TLS_POLICY":              {func(c config.Config) any { return smtpOf(c).TLSPolicy }, "opportunistic"},
+	"PUSH_NOTIFIER":                {func(c config.Config) any { return c.Notifier("PUSH_NOTIFIER") }, "push"},
+	"PUSH_API_URL":                 {func(c config.Config) any { return c.Settings().URL("PUSH_API_URL") }, "https://push.internal"},
+	"PUSH_API_KEY":                 {func(c config.Config) any { return c.Settings().String("PUSH_API_KEY") }, pushKey},
+	"PUSH_CA_FILE":                 {func(c config.Config) any { return c.Settings().String("PUSH_CA_FILE") }, caFile},
 	"ALLOW_INSECURE_TRANSPORT":     {func(c config.Config) any { return c.AllowInsecureTransport }, true},
 	"SEND_TIMEOUT":                 {func(c config.Config) any { return c.SendTimeout }, 7 * time.Second},
 	"RECONCILE_TIMEOUT":            {func(c config.Config) any { return c.ReconcileTimeout }, 5 * time.Minute},
@@ -254,6 +275,23 @@ func init() {
 	maps.Copy(fields, tracingFields)
 }
 
+// caFile is a PEM file of a CA, for the variables that name one: written
+// by TestMain, since a provider reads it with its settings.
+var caFile = filepath.Join(os.TempDir(), fmt.Sprintf("config-test-ca-%d.pem", os.Getpid()))
+
+func TestMain(m *testing.M) {
+	srv := httptest.NewTLSServer(nil)
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	srv.Close()
+	if err := os.WriteFile(caFile, cert, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.Remove(caFile)
+	os.Exit(code)
+}
+
 func referenceNames() []string {
 	names := make([]string, 0, len(config.Reference))
 	for _, v := range config.Reference {
@@ -267,72 +305,73 @@ func referenceNames() []string {
 // Reference, so a changed default is a visible decision.
 func TestLoad_Defaults(t *testing.T) {
 	c := MustLoad(t, nil)
+	k, r, tw, sm := kafkaOf(c), redisOf(c), twilioOf(c), smtpOf(c)
 	for _, tt := range []struct {
 		name      string
 		got, want any
 	}{
-		{"KAFKA_BROKERS", c.Kafka.Brokers, []string(nil)},
+		{"KAFKA_BROKERS", k.Brokers, []string(nil)},
 		{"EVENT_SOURCE", c.Adapters.EventSource, "kafka"},
 		{"IDEMPOTENCY_STORE", c.Adapters.Store, ""},
-		{"SMS_NOTIFIER", c.Adapters.SMS, ""},
-		{"EMAIL_NOTIFIER", c.Adapters.Email, ""},
-		{"KAFKA_TOPIC", c.Kafka.Topic, "shipment-events"},
-		{"KAFKA_GROUP_ID", c.Kafka.GroupID, "notification-worker"},
-		{"KAFKA_CLIENT_ID", c.Kafka.ClientID, "notification-worker"},
+		{"SMS_NOTIFIER", c.Notifier("SMS_NOTIFIER"), ""},
+		{"EMAIL_NOTIFIER", c.Notifier("EMAIL_NOTIFIER"), ""},
+		{"KAFKA_TOPIC", k.Topic, "shipment-events"},
+		{"KAFKA_GROUP_ID", k.GroupID, "notification-worker"},
+		{"KAFKA_CLIENT_ID", k.ClientID, "notification-worker"},
 		{"DEBUG_ADDR", c.DebugAddr, ""},
-		{"KAFKA_DLQ_TOPIC", c.Kafka.DLQTopic, "shipment-events.dlq"},
-		{"KAFKA_TLS", c.Kafka.TLS, false},
-		{"KAFKA_TLS_CA_FILE", c.Kafka.TLSCAFile, ""},
-		{"KAFKA_SASL_MECHANISM", c.Kafka.SASLMechanism, ""},
-		{"KAFKA_SASL_USERNAME", c.Kafka.SASLUsername, ""},
-		{"KAFKA_SASL_PASSWORD", c.Kafka.SASLPassword, config.Secret("")},
-		{"KAFKA_REBALANCE_STRATEGY", c.Kafka.RebalanceStrategy, "cooperative-sticky"},
-		{"KAFKA_GROUP_INSTANCE_ID", c.Kafka.GroupInstanceID, ""},
-		{"KAFKA_SESSION_TIMEOUT", c.Kafka.SessionTimeout, 10 * time.Second},
-		{"MAX_IN_FLIGHT", c.Kafka.MaxInFlight, 64},
-		{"MAX_RECORD_BYTES", c.Kafka.MaxRecordBytes, 1048576},
-		{"MAX_BUFFERED_BYTES", c.Kafka.MaxBufferedBytes, int64(33554432)},
-		{"KAFKA_EXPECTED_REPLICAS", c.Kafka.ExpectedReplicas, 1},
+		{"KAFKA_DLQ_TOPIC", k.DLQTopic, "shipment-events.dlq"},
+		{"KAFKA_TLS", k.TLS != nil, false},
+		{"KAFKA_TLS_CA_FILE", c.Settings().String("KAFKA_TLS_CA_FILE"), ""},
+		{"KAFKA_SASL_MECHANISM", k.SASLMechanism, ""},
+		{"KAFKA_SASL_USERNAME", k.SASLUsername, ""},
+		{"KAFKA_SASL_PASSWORD", k.SASLPassword, ""},
+		{"KAFKA_REBALANCE_STRATEGY", k.RebalanceStrategy, "cooperative-sticky"},
+		{"KAFKA_GROUP_INSTANCE_ID", k.GroupInstanceID, ""},
+		{"KAFKA_SESSION_TIMEOUT", k.SessionTimeout, 10 * time.Second},
+		{"MAX_IN_FLIGHT", c.MaxInFlight, 64},
+		{"MAX_RECORD_BYTES", c.MaxRecordBytes, 1048576},
+		{"MAX_BUFFERED_BYTES", c.MaxBufferedBytes, int64(33554432)},
+		{"KAFKA_EXPECTED_REPLICAS", c.ExpectedReplicas, 1},
 		{"SMS_RATE_LIMIT", c.RateLimit.SMS.Rate, 0.0},
 		{"SMS_RATE_BURST", c.RateLimit.SMS.Burst, 1},
 		{"EMAIL_RATE_LIMIT", c.RateLimit.Email.Rate, 0.0},
 		{"EMAIL_RATE_BURST", c.RateLimit.Email.Burst, 1},
-		{"RETRY_MAX_ATTEMPTS", c.Kafka.RetryMaxAttempts, 12},
-		{"RETRY_INITIAL_BACKOFF", c.Kafka.RetryInitialBackoff, 200 * time.Millisecond},
-		{"RETRY_MAX_BACKOFF", c.Kafka.RetryMaxBackoff, 10 * time.Second},
-		{"REDIS_URL", c.Redis.URL, config.Secret("")},
+		{"RETRY_MAX_ATTEMPTS", c.RetryMaxAttempts, 12},
+		{"RETRY_INITIAL_BACKOFF", c.RetryInitialBackoff, 200 * time.Millisecond},
+		{"RETRY_MAX_BACKOFF", c.RetryMaxBackoff, 10 * time.Second},
+		{"REDIS_URL", r.URL, ""},
 		{"IDEMPOTENCY_TTL", c.Idempotency.TTL, 48 * time.Hour},
 		{"IDEMPOTENCY_CLAIM_TTL", c.Idempotency.ClaimTTL, 60 * time.Second},
 		{"IDEMPOTENCY_TIMEOUT", c.Idempotency.Timeout, 200 * time.Millisecond},
 		{"IDEMPOTENCY_FAILURE_MODE", c.Idempotency.FailureMode, "open"},
-		{"IDEMPOTENCY_MIN_REPLICAS", c.Redis.MinReplicas, redis.AutoMinReplicas},
-		{"IDEMPOTENCY_WAIT_AOF", c.Redis.WaitAOF, false},
-		{"REDIS_SENTINEL_ADDRS", c.Redis.SentinelAddrs, []string(nil)},
-		{"REDIS_SENTINEL_MASTER", c.Redis.SentinelMaster, ""},
-		{"REDIS_SENTINEL_USERNAME", c.Redis.SentinelUsername, ""},
-		{"REDIS_SENTINEL_PASSWORD", c.Redis.SentinelPassword, config.Secret("")},
-		{"IDEMPOTENCY_KEY_PREFIX", c.Redis.KeyPrefix, "notification-worker:idem:"},
-		{"IDEMPOTENCY_KEY_FORMAT", c.Redis.KeyFormat, "compact"},
-		{"IDEMPOTENCY_COMPACT_KEY_PREFIX", c.Redis.CompactPrefix, "n"},
-		{"IDEMPOTENCY_READ_BOTH_FORMATS", c.Redis.ReadBothFormats, true},
+		{"IDEMPOTENCY_MIN_REPLICAS", r.MinReplicas, redis.AutoMinReplicas},
+		{"IDEMPOTENCY_WAIT_AOF", r.WaitAOF, false},
+		{"REDIS_SENTINEL_ADDRS", r.SentinelAddrs, []string(nil)},
+		{"REDIS_SENTINEL_MASTER", r.SentinelMaster, ""},
+		{"REDIS_SENTINEL_USERNAME", r.SentinelUsername, ""},
+		{"REDIS_SENTINEL_PASSWORD", r.SentinelPassword, ""},
+		{"IDEMPOTENCY_KEY_PREFIX", r.KeyPrefix, "notification-worker:idem:"},
+		{"IDEMPOTENCY_KEY_FORMAT", r.Format.String(), "compact"},
+		{"IDEMPOTENCY_COMPACT_KEY_PREFIX", r.CompactPrefix, "n"},
+		{"IDEMPOTENCY_READ_BOTH_FORMATS", r.ReadBoth, true},
 		{"IDEMPOTENCY_BREAKER_FAILURES", c.Idempotency.BreakerFailures, 5},
 		{"IDEMPOTENCY_BREAKER_COOLDOWN", c.Idempotency.BreakerCooldown, time.Second},
 		{"IDEMPOTENCY_LEDGER_SIZE", c.Idempotency.LedgerSize, 10000},
-		{"IDEMPOTENCY_ALLOW_EVICTION", c.Redis.AllowEviction, false},
+		{"IDEMPOTENCY_ALLOW_EVICTION", r.Health.AllowEviction, false},
 		{"MAX_EVENT_AGE", c.MaxEventAge, 48 * time.Hour},
 		{"MAX_EVENT_AGE_OVERRIDES", c.MaxEventAgeByType, map[string]time.Duration(nil)},
-		{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID, ""},
-		{"TWILIO_AUTH_TOKEN", c.Twilio.AuthToken, config.Secret("")},
-		{"TWILIO_FROM_NUMBER", c.Twilio.FromNumber, ""},
-		{"TWILIO_MESSAGING_SERVICE_SID", c.Twilio.MessagingServiceSID, ""},
-		{"TWILIO_API_URL", c.Twilio.APIURL, "https://api.twilio.com"},
-		{"TWILIO_LIST_LAG", c.Twilio.ListLag, time.Minute},
-		{"SMTP_HOST", c.SMTP.Host, ""},
-		{"SMTP_PORT", c.SMTP.Port, 587},
-		{"SMTP_USERNAME", c.SMTP.Username, ""},
-		{"SMTP_PASSWORD", c.SMTP.Password, config.Secret("")},
-		{"SMTP_FROM", c.SMTP.From, ""},
-		{"SMTP_TLS_POLICY", c.SMTP.TLSPolicy, "mandatory"},
+		{"TWILIO_ACCOUNT_SID", tw.AccountSID, ""},
+		{"TWILIO_AUTH_TOKEN", tw.AuthToken, ""},
+		{"TWILIO_FROM_NUMBER", tw.From, ""},
+		{"TWILIO_MESSAGING_SERVICE_SID", tw.MessagingServiceSID, ""},
+		{"TWILIO_API_URL", tw.APIURL, "https://api.twilio.com"},
+		{"TWILIO_LIST_LAG", tw.ListLag, time.Minute},
+		{"SMTP_HOST", sm.Host, ""},
+		{"SMTP_PORT", sm.Port, 587},
+		{"SMTP_USERNAME", sm.Username, ""},
+		{"SMTP_PASSWORD", sm.Password, ""},
+		{"SMTP_FROM", sm.From, ""},
+		{"SMTP_TLS_POLICY", sm.TLSPolicy, "mandatory"},
 		{"ALLOW_INSECURE_TRANSPORT", c.AllowInsecureTransport, false},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", c.Tracing.Endpoint, ""},
 		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", c.Tracing.TracesEndpoint, ""},
@@ -358,8 +397,8 @@ func TestLoad_Defaults(t *testing.T) {
 		})
 	}
 	t.Run("ProvidersOff", func(t *testing.T) {
-		if c.TwilioEnabled() || c.SMTPEnabled() {
-			t.Errorf("TwilioEnabled=%v SMTPEnabled=%v with an empty environment, want both false", c.TwilioEnabled(), c.SMTPEnabled())
+		if c.Enabled("twilio") || c.Enabled("smtp") {
+			t.Errorf("Enabled twilio=%v smtp=%v with an empty environment, want both false", c.Enabled("twilio"), c.Enabled("smtp"))
 		}
 	})
 }
@@ -380,8 +419,8 @@ func TestLoad_EveryVariableParsed(t *testing.T) {
 		})
 	}
 	t.Run("ProvidersOn", func(t *testing.T) {
-		if !c.TwilioEnabled() || !c.SMTPEnabled() {
-			t.Errorf("TwilioEnabled=%v SMTPEnabled=%v, want both true", c.TwilioEnabled(), c.SMTPEnabled())
+		if !c.Enabled("twilio") || !c.Enabled("smtp") {
+			t.Errorf("Enabled twilio=%v smtp=%v, want both true", c.Enabled("twilio"), c.Enabled("smtp"))
 		}
 	})
 }
@@ -522,26 +561,26 @@ func TestLoad_EmptyAndUnknown(t *testing.T) {
 	})
 	t.Run("WhiteSpaceTrimmed", func(t *testing.T) {
 		c := MustLoad(t, map[string]string{"KAFKA_TOPIC": "  orders \n", "MAX_IN_FLIGHT": " 8 ", "SMTP_HOST": "   "})
-		if c.Kafka.Topic != "orders" || c.Kafka.MaxInFlight != 8 || c.SMTP.Host != "" {
-			t.Errorf("got topic %q, max in flight %d, SMTP host %q", c.Kafka.Topic, c.Kafka.MaxInFlight, c.SMTP.Host)
+		if kafkaOf(c).Topic != "orders" || c.MaxInFlight != 8 || smtpOf(c).Host != "" {
+			t.Errorf("got topic %q, max in flight %d, SMTP host %q", kafkaOf(c).Topic, c.MaxInFlight, smtpOf(c).Host)
 		}
 	})
 	t.Run("SecretsKeptVerbatim", func(t *testing.T) {
 		c := MustLoad(t, map[string]string{"SMTP_HOST": "smtp.internal", "SMTP_FROM": "a@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": " pw "})
-		if got := c.SMTP.Password.Reveal(); got != " pw " {
+		if got := smtpOf(c).Password; got != " pw " {
 			t.Errorf("password %q, want \" pw \": a secret's spaces are its own", got)
 		}
 	})
 	t.Run("UnknownIgnored", func(t *testing.T) {
 		c := MustLoad(t, map[string]string{"KAFKA_TOPICS": "typo", "PATH": "/bin", "NOTIFICATION_WORKER_X": "1"})
-		if c.Kafka.Topic != "shipment-events" {
-			t.Errorf("topic %q", c.Kafka.Topic)
+		if got := kafkaOf(c).Topic; got != "shipment-events" {
+			t.Errorf("topic %q", got)
 		}
 	})
 	t.Run("DLQFollowsTopic", func(t *testing.T) {
 		c := MustLoad(t, map[string]string{"KAFKA_TOPIC": "orders"})
-		if c.Kafka.DLQTopic != "orders.dlq" {
-			t.Errorf("DLQ topic %q, want orders.dlq", c.Kafka.DLQTopic)
+		if got := kafkaOf(c).DLQTopic; got != "orders.dlq" {
+			t.Errorf("DLQ topic %q, want orders.dlq", got)
 		}
 	})
 	t.Run("HTTPAddrOff", func(t *testing.T) {
@@ -551,14 +590,14 @@ func TestLoad_EmptyAndUnknown(t *testing.T) {
 	})
 	t.Run("MessagingServiceInsteadOfFrom", func(t *testing.T) {
 		c := MustLoad(t, map[string]string{"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "tok", "TWILIO_MESSAGING_SERVICE_SID": "MG1"})
-		if !c.TwilioEnabled() {
-			t.Error("TwilioEnabled false with a messaging service SID and no from number")
+		if !c.Enabled("twilio") {
+			t.Error("Enabled(twilio) false with a messaging service SID and no from number")
 		}
 	})
 	t.Run("SMTPWithoutAuth", func(t *testing.T) {
 		c := MustLoad(t, map[string]string{"SMTP_HOST": "10.0.0.5", "SMTP_FROM": "noreply@example.com", "SMTP_TLS_POLICY": "none"})
-		if !c.SMTPEnabled() || c.SMTP.Username != "" {
-			t.Errorf("SMTPEnabled %v, username %q", c.SMTPEnabled(), c.SMTP.Username)
+		if !c.Enabled("smtp") || smtpOf(c).Username != "" {
+			t.Errorf("Enabled(smtp) %v, username %q", c.Enabled("smtp"), smtpOf(c).Username)
 		}
 	})
 }
@@ -846,8 +885,8 @@ func TestLoad_HalfConfigured(t *testing.T) {
 		MustLoad(t, map[string]string{"KAFKA_TLS": "false"})
 	})
 	t.Run("APIURLAloneIsNotTwilio", func(t *testing.T) {
-		if c := MustLoad(t, map[string]string{"TWILIO_API_URL": "http://localhost:4010"}); c.TwilioEnabled() {
-			t.Error("TwilioEnabled with only TWILIO_API_URL set")
+		if c := MustLoad(t, map[string]string{"TWILIO_API_URL": "http://localhost:4010"}); c.Enabled("twilio") {
+			t.Error("Enabled(twilio) with only TWILIO_API_URL set")
 		}
 	})
 }
@@ -957,7 +996,7 @@ func TestLoad_ClearTextCredentials(t *testing.T) {
 // TestSecretsNeverShown renders a Config and a config Error every way a
 // program might, and looks for the secrets in the output.
 func TestSecretsNeverShown(t *testing.T) {
-	secrets := []string{redisPassword, twilioToken, strings.TrimSpace(smtpPassword), saslPassword, otlpKey}
+	secrets := []string{redisPassword, twilioToken, strings.TrimSpace(smtpPassword), saslPassword, otlpKey, pushKey}
 	assertNoSecret := func(t *testing.T, what, out string) {
 		t.Helper()
 		for _, s := range secrets {
@@ -983,7 +1022,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		"FmtPlusV":  func() string { return fmt.Sprintf("%+v", c) },
 		"FmtSharpV": func() string { return fmt.Sprintf("%#v", c) },
 		"FmtSecretS": func() string {
-			return fmt.Sprintf("%s %q %x", c.Twilio.AuthToken, c.Twilio.AuthToken, c.Twilio.AuthToken)
+			return fmt.Sprintf("%s %q %x", c.Tracing.Headers, c.Tracing.Headers, c.Tracing.Headers)
 		},
 		"JSONMarshal": func() string { b, _ := json.Marshal(c); return string(b) },
 	}

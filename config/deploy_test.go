@@ -83,7 +83,7 @@ func TestDeployManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("filled-in manifests: %v", err)
 	}
-	if a := c.Adapters; a.Store != "redis" || a.SMS != "twilio" || a.Email != "smtp" {
+	if a := c.Adapters; a.Store != "redis" || a.Notifiers["SMS_NOTIFIER"] != "twilio" || a.Notifiers["EMAIL_NOTIFIER"] != "smtp" {
 		t.Errorf("filled-in manifests run with %+v, want redis, twilio and smtp", a)
 	}
 }

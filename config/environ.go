@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
+
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -66,39 +68,17 @@ func (l *loader) names(env map[string]string) []string {
 	return unknown
 }
 
-// nearest returns the name in known fewest edits from name, at most
-// maxTypoEdits, letter case aside; "" when there is none.
+// nearest returns the name in known fewest edits from name (Levenshtein
+// distance), at most maxTypoEdits, letter case aside; "" when there is
+// none.
 func nearest(name string, known map[string]bool) string {
 	best, bestEdits := "", maxTypoEdits+1
 	for _, k := range slices.Sorted(maps.Keys(known)) {
-		if d := edits(strings.ToUpper(name), k); d < bestEdits {
+		if d := levenshtein.ComputeDistance(strings.ToUpper(name), k); d < bestEdits {
 			best, bestEdits = k, d
 		}
 	}
 	return best
-}
-
-// edits returns the Levenshtein distance between a and b: the fewest
-// single-byte insertions, deletions and substitutions that turn one into
-// the other.
-func edits(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := range len(a) {
-		cur := make([]int, len(b)+1)
-		cur[0] = i + 1
-		for j := range len(b) {
-			cost := 1
-			if a[i] == b[j] {
-				cost = 0
-			}
-			cur[j+1] = min(prev[j+1]+1, cur[j]+1, prev[j]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 var (

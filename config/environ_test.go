@@ -81,8 +81,8 @@ func TestLoadWorkerEnviron_UnknownVariables(t *testing.T) {
 	if want := []string{"KAFKA_FETCH_BYTES", "REDIS_HOST"}; !slices.Equal(c.UnknownVariables, want) {
 		t.Errorf("unknown variables %v, want %v", c.UnknownVariables, want)
 	}
-	if c.SMTP.Port != 587 {
-		t.Errorf("SMTP port %d, want the default 587: a service link is no setting", c.SMTP.Port)
+	if got := smtpOf(c).Port; got != 587 {
+		t.Errorf("SMTP port %d, want the default 587: a service link is no setting", got)
 	}
 }
 
@@ -119,8 +119,8 @@ func TestLoadWorker_SentinelURL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("LoadWorker: %v", err)
 		}
-		if c.Redis.URL.Reveal() != urlForm || c.Redis.SentinelPassword.Reveal() != "sentinel-secret" {
-			t.Errorf("REDIS_URL %q, Sentinel password %q", c.Redis.URL.Reveal(), c.Redis.SentinelPassword.Reveal())
+		if r := redisOf(c); r.URL != urlForm || r.SentinelPassword != "sentinel-secret" {
+			t.Errorf("REDIS_URL %q, Sentinel password %q", r.URL, r.SentinelPassword)
 		}
 	})
 	for name, tt := range map[string]struct {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"log/slog"
 	"maps"
 	"math"
 	"net"
@@ -13,17 +12,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
-	"github.com/harborlight/notification-worker/adapters/redis"
-	"github.com/harborlight/notification-worker/adapters/smtp"
-	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
 
 // Load reads the configuration through lookup (pass os.LookupEnv), applies
-// the defaults from Reference and validates the result. It touches nothing
-// but lookup, so tests feed it a map.
+// the defaults from Reference and validates the result: each provider's
+// settings through its own Load, and the worker's own. It reads nothing
+// but lookup and the files a provider's settings name (a CA file), so
+// tests feed it a map.
 //
 // A variable set to the empty string counts as unset: orchestrators often
 // render an absent value as "", and that must not switch a feature to a
@@ -46,121 +43,99 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	return c, nil
 }
 
-// load reads and checks every variable, for Load and LoadWorker, and the
-// variables declared by providers besides Reference (read by their own
-// Load, in LoadWorker); the loader holds the problems found.
-func load(lookup func(string) (string, bool), providers []ports.Provider) (*loader, Config) {
-	l := &loader{lookup: lookup, declared: declared(providers)}
+// load reads and checks every variable, for Load and LoadWorker: the
+// worker's own, and the settings of Providers and of more, through each
+// one's Load. The loader holds the problems found.
+func load(lookup func(string) (string, bool), more []ports.Provider) (*loader, Config) {
+	providers := slices.Concat(Providers, more)
+	l := &loader{lookup: lookup, declared: index(providerVars(more...)), configured: map[string]bool{}}
 	var c Config
 	l.placeholders()
 
-	ad := &c.Adapters
-	ad.EventSource = l.oneOf("EVENT_SOURCE", false, "kafka", "embedded")
-	ad.Store = l.oneOf("IDEMPOTENCY_STORE", false, storeNames(providers)...)
-	ad.SMS = l.oneOf("SMS_NOTIFIER", false, "twilio", "console")
-	ad.Email = l.oneOf("EMAIL_NOTIFIER", false, "smtp", "console")
-
-	l.kafka(&c)
+	c.Adapters.EventSource = l.OneOf(ports.SourceVariable, append(names(providers, ports.SourceVariable), "embedded")...)
+	c.Adapters.Store = l.OneOf(ports.StoreVariable, names(providers, ports.StoreVariable)...)
+	l.providers(&c, providers)
+	l.records(&c)
 	l.idempotency(&c)
 	c.RateLimit.SMS = l.rateLimit("SMS_RATE_LIMIT", "SMS_RATE_BURST")
 	c.RateLimit.Email = l.rateLimit("EMAIL_RATE_LIMIT", "EMAIL_RATE_BURST")
 	l.eventAge(&c)
-	l.providers(&c)
+	l.tracing(&c)
 
-	tr := &c.Tracing
-	tr.Endpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_ENDPOINT")
-	tr.TracesEndpoint = l.optionalHTTPURL("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if tr.Protocol = l.str("OTEL_EXPORTER_OTLP_PROTOCOL"); tr.Protocol != "http/protobuf" {
-		// Ignoring it would send HTTP to a gRPC port, and lose every span.
-		l.fail("OTEL_EXPORTER_OTLP_PROTOCOL", "only http/protobuf is supported (OTLP over HTTP, usually port 4318)")
-		tr.Protocol = ""
-	}
-	tr.ServiceName = l.str("OTEL_SERVICE_NAME")
-	tr.Headers = Secret(l.str("OTEL_EXPORTER_OTLP_HEADERS"))
-	tr.TracesHeaders = Secret(l.str("OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
-
-	c.AllowInsecureTransport = l.boolean("ALLOW_INSECURE_TRANSPORT")
+	c.AllowInsecureTransport = l.Bool("ALLOW_INSECURE_TRANSPORT")
 	if !c.AllowInsecureTransport {
 		l.refuseClearText(&c)
 	}
 
-	c.SendTimeout = l.duration("SEND_TIMEOUT", positive)
-	c.ReconcileTimeout = l.duration("RECONCILE_TIMEOUT", positive)
-	c.UnknownOutcomePolicy = l.oneOf("UNKNOWN_OUTCOME_POLICY", false, "resend", "dead_letter")
-	c.ShutdownTimeout = l.duration("SHUTDOWN_TIMEOUT", positive)
-	c.StartupTimeout = l.duration("STARTUP_TIMEOUT", time.Second)
-	c.TemplatesDir = l.str("TEMPLATES_DIR")
+	c.SendTimeout = l.Duration("SEND_TIMEOUT", positive)
+	c.ReconcileTimeout = l.Duration("RECONCILE_TIMEOUT", positive)
+	c.UnknownOutcomePolicy = l.OneOf("UNKNOWN_OUTCOME_POLICY", "resend", "dead_letter")
+	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", positive)
+	c.StartupTimeout = l.Duration("STARTUP_TIMEOUT", time.Second)
+	c.TemplatesDir = l.String("TEMPLATES_DIR")
 	c.HTTPAddr = l.listenAddr("HTTP_ADDR")
 	c.DebugAddr = l.debugAddr("DEBUG_ADDR")
-	c.LogLevel = l.level("LOG_LEVEL")
-	c.LogFormat = l.oneOf("LOG_FORMAT", false, "json", "text")
+	if err := c.LogLevel.UnmarshalText([]byte(l.value("LOG_LEVEL"))); err != nil {
+		l.Fail("LOG_LEVEL", "want one of debug, info, warn, error")
+	}
+	c.LogFormat = l.OneOf("LOG_FORMAT", "json", "text")
 
 	// Checked here, once every value is known.
 	for _, v := range c.invariants() {
-		l.fail(v.Var, v.Reason)
+		l.Fail(v.Var, v.Reason)
 	}
 	return l, c
 }
 
-// storeNames are the values IDEMPOTENCY_STORE takes: redis, and each
-// store providers offer (memory among them for the worker).
-func storeNames(providers []ports.Provider) []string {
-	names := []string{"redis"}
+// names are the names of the providers chosen by variable.
+func names(providers []ports.Provider, variable string) []string {
+	var out []string
 	for _, p := range providers {
-		if p.OpenStore != nil && !slices.Contains(names, p.Name) {
-			names = append(names, p.Name)
+		if p.Variable == variable {
+			out = append(out, p.Name)
 		}
 	}
-	if !slices.Contains(names, "memory") {
-		names = append(names, "memory")
-	}
-	return names
+	return out
 }
 
-// kafka reads the Kafka variables into c.Kafka.
-func (l *loader) kafka(c *Config) {
-	k := &c.Kafka
-	k.Brokers = l.hostPorts("KAFKA_BROKERS")
-	k.Topic = l.topic("KAFKA_TOPIC")
-	k.GroupID = l.str("KAFKA_GROUP_ID")
-	c.Hostname = l.str("HOSTNAME")
-	k.ClientID = l.str("KAFKA_CLIENT_ID")
-	// The DLQ default derives from KAFKA_TOPIC; when that is bad, the one
-	// problem is reported once, against the variable the operator set.
-	if k.Topic != "" || l.set("KAFKA_DLQ_TOPIC") {
-		k.DLQTopic = l.topic("KAFKA_DLQ_TOPIC")
+// providers reads each provider's settings through its Load, which checks
+// them, and a notifier's variable as given, into c: the values, for
+// Settings, and which notifiers are configured. The loader keeps whether
+// each provider is configured, for LoadWorker's choices.
+func (l *loader) providers(c *Config, providers []ports.Provider) {
+	c.Adapters.Notifiers = map[string]string{}
+	c.values, c.enabled = map[string]Secret{}, map[string]bool{}
+	for _, p := range providers {
+		l.configured[p.Name] = p.Load(l)
+		if notifier(p) {
+			c.Adapters.Notifiers[p.Variable] = l.OneOf(p.Variable, p.Name, "console")
+			c.enabled[p.Name] = l.configured[p.Name]
+		}
+		for _, s := range p.Settings {
+			c.values[s.Name] = Secret(l.value(s.Name))
+		}
+		c.settings = append(c.settings, p.Settings...)
 	}
-	if kafka.CheckDLQTopic(k.Topic, k.DLQTopic) != nil {
-		l.fail("KAFKA_DLQ_TOPIC", "must differ from KAFKA_TOPIC, or dead-lettered records come straight back")
-	}
-	k.TLS = l.boolean("KAFKA_TLS")
-	k.TLSCAFile = l.str("KAFKA_TLS_CA_FILE")
-	k.SASLMechanism = strings.ToUpper(l.oneOf("KAFKA_SASL_MECHANISM", true, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
-	k.SASLUsername = l.str("KAFKA_SASL_USERNAME")
-	k.SASLPassword = Secret(l.str("KAFKA_SASL_PASSWORD"))
-	k.RebalanceStrategy = l.oneOf("KAFKA_REBALANCE_STRATEGY", true, "cooperative-sticky", "range", "cooperative-sticky,range")
-	k.GroupInstanceID = l.groupInstanceID("KAFKA_GROUP_INSTANCE_ID")
-	k.SessionTimeout = l.duration("KAFKA_SESSION_TIMEOUT", 6*time.Second)
-	if k.SessionTimeout > 30*time.Minute {
-		l.fail("KAFKA_SESSION_TIMEOUT", "must be at most 30m (the broker's group.max.session.timeout.ms default)")
-	}
-	k.MaxInFlight = l.intIn("MAX_IN_FLIGHT", 1, 4096)
-	k.MaxRecordBytes = l.intIn("MAX_RECORD_BYTES", 1<<10, 64<<20)
-	k.MaxBufferedBytes = int64(l.intIn("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
-	if k.MaxRecordBytes > 0 && k.MaxBufferedBytes > 0 && k.MaxBufferedBytes < int64(k.MaxRecordBytes) {
+}
+
+// records reads how records are consumed and retried.
+func (l *loader) records(c *Config) {
+	c.MaxInFlight = l.Int("MAX_IN_FLIGHT", 1, 4096)
+	c.MaxRecordBytes = l.Int("MAX_RECORD_BYTES", 1<<10, 64<<20)
+	c.MaxBufferedBytes = int64(l.Int("MAX_BUFFERED_BYTES", 1<<20, 1<<30))
+	if c.MaxRecordBytes > 0 && c.MaxBufferedBytes > 0 && c.MaxBufferedBytes < int64(c.MaxRecordBytes) {
 		// Still correct (a record larger than the budget is handled alone),
 		// but a worker that handles its largest records one at a time is a
 		// mistake to catch at start, not to find in a backlog.
-		l.fail("MAX_BUFFERED_BYTES", "must be at least MAX_RECORD_BYTES ("+strconv.Itoa(k.MaxRecordBytes)+"), or a record that size is handled alone, one at a time")
+		l.Fail("MAX_BUFFERED_BYTES", "must be at least MAX_RECORD_BYTES ("+strconv.Itoa(c.MaxRecordBytes)+"), or a record that size is handled alone, one at a time")
 	}
-	k.RetryMaxAttempts = l.intIn("RETRY_MAX_ATTEMPTS", 1, 100)
-	k.RetryInitialBackoff = l.duration("RETRY_INITIAL_BACKOFF", positive)
-	k.RetryMaxBackoff = l.duration("RETRY_MAX_BACKOFF", positive)
-	if k.RetryInitialBackoff > 0 && k.RetryMaxBackoff > 0 && policy.CheckBackoff(k.RetryInitialBackoff, k.RetryMaxBackoff) != nil {
-		l.fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+k.RetryInitialBackoff.String()+")")
+	c.RetryMaxAttempts = l.Int("RETRY_MAX_ATTEMPTS", 1, 100)
+	c.RetryInitialBackoff = l.Duration("RETRY_INITIAL_BACKOFF", positive)
+	c.RetryMaxBackoff = l.Duration("RETRY_MAX_BACKOFF", positive)
+	if c.RetryInitialBackoff > 0 && c.RetryMaxBackoff > 0 && policy.CheckBackoff(c.RetryInitialBackoff, c.RetryMaxBackoff) != nil {
+		l.Fail("RETRY_MAX_BACKOFF", "must be at least RETRY_INITIAL_BACKOFF ("+c.RetryInitialBackoff.String()+")")
 	}
-	k.ExpectedReplicas = l.intIn("KAFKA_EXPECTED_REPLICAS", 1, 10000)
-	l.kafkaSecurity()
+	c.ExpectedReplicas = l.Int("KAFKA_EXPECTED_REPLICAS", 1, 10000)
 }
 
 // rateLimit reads a rate (sends per second, 0: no limit) and its burst.
@@ -168,55 +143,40 @@ func (l *loader) kafka(c *Config) {
 func (l *loader) rateLimit(rate, burst string) ports.Limit {
 	r, err := strconv.ParseFloat(l.value(rate), 64)
 	if err != nil || math.IsNaN(r) || r < 0 || r > 1e6 {
-		l.fail(rate, "want messages per second, a number from 0 (no limit) to 1000000")
+		l.Fail(rate, "want messages per second, a number from 0 (no limit) to 1000000")
 		return ports.Limit{}
 	}
-	b := l.intIn(burst, 1, 1000000)
+	b := l.Int(burst, 1, 1000000)
 	lim := ports.Limit{Rate: r, Burst: b}
 	if r > 0 && b > 0 && !lim.Valid() {
-		l.fail(burst, "with "+rate+"="+l.value(rate)+", the burst must fit in ten years of sends")
+		l.Fail(burst, "with "+rate+"="+l.value(rate)+", the burst must fit in ten years of sends")
 		return ports.Limit{}
 	}
 	return lim
 }
 
-// idempotency reads the store's variables: the generic ones into
-// c.Idempotency, and the Redis store's into c.Redis through the adapter's
-// own loader, which checks them.
+// idempotency reads the settings of every store into c.Idempotency.
 func (l *loader) idempotency(c *Config) {
-	l.redis(c)
 	i := &c.Idempotency
 	// Redis expiries (PX) count whole milliseconds: anything shorter would
 	// be sent as 0, which Redis rejects.
-	i.TTL = l.duration("IDEMPOTENCY_TTL", time.Millisecond)
-	i.ClaimTTL = l.duration("IDEMPOTENCY_CLAIM_TTL", time.Millisecond)
+	i.TTL = l.Duration("IDEMPOTENCY_TTL", time.Millisecond)
+	i.ClaimTTL = l.Duration("IDEMPOTENCY_CLAIM_TTL", time.Millisecond)
 	// Below a millisecond no Redis call can answer, and the worker would
 	// fail open on every notification.
-	i.Timeout = l.duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
-	i.FailureMode = l.oneOf("IDEMPOTENCY_FAILURE_MODE", false, "open", "closed")
+	i.Timeout = l.Duration("IDEMPOTENCY_TIMEOUT", time.Millisecond)
+	i.FailureMode = l.OneOf("IDEMPOTENCY_FAILURE_MODE", "open", "closed")
 	if l.value("IDEMPOTENCY_BREAKER_FAILURES") == "0" {
 		// 0 would mean "no breaker", which is refused: the breaker is the
 		// one layer that decides Redis is unavailable, and what bounds the
 		// calls a silent Redis leaves waiting; without it, calls would hang
 		// past IDEMPOTENCY_TIMEOUT.
-		l.fail("IDEMPOTENCY_BREAKER_FAILURES", "the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000")
+		l.Fail("IDEMPOTENCY_BREAKER_FAILURES", "the circuit breaker can no longer be turned off: it is what keeps store calls within IDEMPOTENCY_TIMEOUT when Redis stops answering; want an integer from 1 to 1000")
 	} else {
-		i.BreakerFailures = l.intIn("IDEMPOTENCY_BREAKER_FAILURES", 1, 1000)
+		i.BreakerFailures = l.Int("IDEMPOTENCY_BREAKER_FAILURES", 1, 1000)
 	}
-	i.BreakerCooldown = l.duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
-	i.LedgerSize = l.intIn("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
-}
-
-// redis reads the Redis store's variables into c.Redis: the adapter's
-// loader (redis.LoadSettings) reads and checks them.
-func (l *loader) redis(c *Config) {
-	rc := redis.LoadSettings(settings{l})
-	r := &c.Redis
-	r.URL, r.MinReplicas, r.WaitAOF = Secret(rc.URL), rc.MinReplicas, rc.WaitAOF
-	r.KeyFormat, r.CompactPrefix, r.KeyPrefix, r.ReadBothFormats = rc.Format.String(), rc.CompactPrefix, rc.KeyPrefix, rc.ReadBoth
-	r.AllowEviction = rc.Health.AllowEviction
-	r.SentinelAddrs, r.SentinelMaster = rc.SentinelAddrs, rc.SentinelMaster
-	r.SentinelUsername, r.SentinelPassword = rc.SentinelUsername, Secret(rc.SentinelPassword)
+	i.BreakerCooldown = l.Duration("IDEMPOTENCY_BREAKER_COOLDOWN", positive)
+	i.LedgerSize = l.Int("IDEMPOTENCY_LEDGER_SIZE", 1, 1000000)
 }
 
 // eventAge reads MAX_EVENT_AGE and its overrides, once c.Idempotency is
@@ -225,61 +185,37 @@ func (l *loader) eventAge(c *Config) {
 	i := &c.Idempotency
 	// The default derives from IDEMPOTENCY_TTL; when that is bad, the one
 	// problem is reported once, against the variable the operator set.
-	if i.TTL > 0 || l.set("MAX_EVENT_AGE") {
-		c.MaxEventAge = l.duration("MAX_EVENT_AGE", positive)
+	if i.TTL > 0 || l.Set("MAX_EVENT_AGE") {
+		c.MaxEventAge = l.Duration("MAX_EVENT_AGE", positive)
 	}
 	c.MaxEventAgeByType = l.ageOverrides("MAX_EVENT_AGE_OVERRIDES")
-	if i.TTL > 0 {
-		if c.MaxEventAge > i.TTL {
-			l.fail("MAX_EVENT_AGE", "must be at most IDEMPOTENCY_TTL ("+i.TTL.String()+
-				"): an older event may have been sent and its record forgotten, and a replay of it would be sent again")
-		}
-		for _, typ := range sortedKeys(c.MaxEventAgeByType) {
-			if d := c.MaxEventAgeByType[typ]; d > i.TTL {
-				l.fail("MAX_EVENT_AGE_OVERRIDES", fmt.Sprintf("%s=%v: must be at most IDEMPOTENCY_TTL (%v), or a replay after the store forgot an event could send it again", typ, d, i.TTL))
-			}
-		}
-	}
-}
-
-// providers reads Twilio's and SMTP's variables into c.Twilio and c.SMTP,
-// through each adapter's own loader, which checks them.
-func (l *loader) providers(c *Config) {
-	// The Twilio and SMTP adapters read and check their own settings.
-	tc := twilio.LoadSettings(settings{l})
-	t := &c.Twilio
-	t.AccountSID, t.AuthToken, t.FromNumber, t.MessagingServiceSID = tc.AccountSID, Secret(tc.AuthToken), tc.From, tc.MessagingServiceSID
-	t.APIURL, t.ListLag = tc.APIURL, tc.ListLag
-
-	sc := smtp.LoadSettings(settings{l})
-	s := &c.SMTP
-	s.Host, s.Port, s.Username, s.Password, s.From, s.TLSPolicy = sc.Host, sc.Port, sc.Username, Secret(sc.Password), sc.From, sc.TLSPolicy
-}
-
-// kafkaSecurity rejects TLS and SASL settings that cannot take effect: on
-// the embedded broker (which speaks neither), without their counterparts,
-// or a CA file while TLS is off. Each is a deployment that believes it is
-// secured and is not.
-func (l *loader) kafkaSecurity() {
-	tlsOn, tlsErr := strconv.ParseBool(l.value("KAFKA_TLS"))
-	if !l.set("KAFKA_BROKERS") {
-		if tlsErr == nil && tlsOn {
-			l.fail("KAFKA_TLS", "true, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset KAFKA_TLS")
-		}
-		// KAFKA_TLS=false configures nothing, so it is left alone.
-		for _, name := range []string{"KAFKA_TLS_CA_FILE", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"} {
-			if l.set(name) {
-				l.fail(name, "set, but KAFKA_BROKERS is empty and the embedded broker takes neither TLS nor SASL; set KAFKA_BROKERS or unset "+name)
-			}
-		}
+	if i.TTL <= 0 {
 		return
 	}
-	if l.set("KAFKA_TLS_CA_FILE") {
-		if tlsErr == nil && !tlsOn {
-			l.fail("KAFKA_TLS_CA_FILE", "set, but KAFKA_TLS is false; set KAFKA_TLS=true to use it")
+	if c.MaxEventAge > i.TTL {
+		l.Fail("MAX_EVENT_AGE", "must be at most IDEMPOTENCY_TTL ("+i.TTL.String()+
+			"): an older event may have been sent and its record forgotten, and a replay of it would be sent again")
+	}
+	for _, typ := range slices.Sorted(maps.Keys(c.MaxEventAgeByType)) {
+		if d := c.MaxEventAgeByType[typ]; d > i.TTL {
+			l.Fail("MAX_EVENT_AGE_OVERRIDES", fmt.Sprintf("%s=%v: must be at most IDEMPOTENCY_TTL (%v), or a replay after the store forgot an event could send it again", typ, d, i.TTL))
 		}
 	}
-	l.requiredWith("KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")
+}
+
+// tracing reads the OpenTelemetry variables into c.Tracing.
+func (l *loader) tracing(c *Config) {
+	tr := &c.Tracing
+	tr.Endpoint = l.URL("OTEL_EXPORTER_OTLP_ENDPOINT")
+	tr.TracesEndpoint = l.URL("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if tr.Protocol = l.String("OTEL_EXPORTER_OTLP_PROTOCOL"); tr.Protocol != "http/protobuf" {
+		// Ignoring it would send HTTP to a gRPC port, and lose every span.
+		l.Fail("OTEL_EXPORTER_OTLP_PROTOCOL", "only http/protobuf is supported (OTLP over HTTP, usually port 4318)")
+		tr.Protocol = ""
+	}
+	tr.ServiceName = l.String("OTEL_SERVICE_NAME")
+	tr.Headers = Secret(l.String("OTEL_EXPORTER_OTLP_HEADERS"))
+	tr.TracesHeaders = Secret(l.String("OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
 }
 
 // refuseClearText rejects the settings that would send a credential
@@ -298,14 +234,19 @@ func (l *loader) kafkaSecurity() {
 // that is set is taken to hold a credential: which header is one cannot be
 // told from its name.
 //
-// It reads the URLs from c as Load parsed them, "" where one was invalid
-// (and reported already).
+// It passes over a URL already reported invalid. The opt-out spans the
+// adapters, so the rule is the worker's: it reads the Twilio and Kafka
+// settings by name.
 func (l *loader) refuseClearText(c *Config) {
-	if clearTextToAnotherHost(c.Twilio.APIURL) {
+	if !l.bad("TWILIO_API_URL") && clearTextToAnotherHost(l.value("TWILIO_API_URL")) {
 		l.refuse("TWILIO_API_URL", "the Twilio auth token")
 	}
 	// The traces headers replace the general ones when both are set.
-	if headers := l.firstSet("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"); headers != "" && clearTextToAnotherHost(c.TracesURL()) {
+	headers := "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+	if !l.Set(headers) {
+		headers = "OTEL_EXPORTER_OTLP_HEADERS"
+	}
+	if l.Set(headers) && clearTextToAnotherHost(c.TracesURL()) {
 		endpoint := "OTEL_EXPORTER_OTLP_ENDPOINT"
 		if c.Tracing.TracesEndpoint != "" {
 			endpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -313,8 +254,8 @@ func (l *loader) refuseClearText(c *Config) {
 		l.refuse(endpoint, headers)
 	}
 	tlsOn, _ := strconv.ParseBool(l.value("KAFKA_TLS"))
-	if l.set("KAFKA_BROKERS") && strings.EqualFold(l.value("KAFKA_SASL_MECHANISM"), "PLAIN") && !tlsOn {
-		l.fail("KAFKA_SASL_MECHANISM", "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, "+insecureOptOut)
+	if l.Set("KAFKA_BROKERS") && strings.EqualFold(l.value("KAFKA_SASL_MECHANISM"), "PLAIN") && !tlsOn {
+		l.Fail("KAFKA_SASL_MECHANISM", "PLAIN without KAFKA_TLS=true would send the SASL password in clear text; set KAFKA_TLS=true, "+insecureOptOut)
 	}
 }
 
@@ -324,7 +265,7 @@ const insecureOptOut = "or, in a test lab only, set ALLOW_INSECURE_TRANSPORT=tru
 // refuse reports name, whose http:// URL to a host that is not loopback
 // would carry credential in clear text.
 func (l *loader) refuse(name, credential string) {
-	l.fail(name, "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send "+credential+" in clear text; use https://, "+insecureOptOut)
+	l.Fail(name, "http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost) would send "+credential+" in clear text; use https://, "+insecureOptOut)
 }
 
 // clearTextToAnotherHost reports whether rawURL is an http:// URL whose
@@ -347,19 +288,17 @@ func loopback(host string) bool {
 }
 
 // loader reads variables through lookup and collects problems, so that one
-// Load reports every bad variable rather than the first.
+// Load reports every bad variable rather than the first. It is the
+// ports.Settings the providers read their own settings through.
 type loader struct {
 	lookup    func(string) (string, bool)
 	problems  []Problem
 	placeheld map[string]bool // variables holding the placeholder
 	// declared are the variables providers declared, besides Reference.
 	declared map[string]Var
-	// provided is set when a provider's notifier is chosen or configured
-	// (see providers), for the store's choice.
-	provided bool
-	// stores are the store providers, by name, and whether each one's
-	// settings configure it.
-	stores map[string]storeProvided
+	// configured holds, by name, whether each provider's settings
+	// configure it (its Load's answer).
+	configured map[string]bool
 }
 
 // explicit returns the value the environment gives name, trimmed unless
@@ -377,8 +316,10 @@ func (l *loader) explicit(name string) string {
 	return strings.TrimSpace(v)
 }
 
-// set reports whether the environment gives name a non-empty value.
-func (l *loader) set(name string) bool { return l.explicit(name) != "" }
+// The loader's getters (Set, String, Bool, Int, Duration, OneOf,
+// HostPorts, URL) and Fail are ports.Settings', as documented there.
+
+func (l *loader) Set(name string) bool { return l.explicit(name) != "" }
 
 // value returns name's effective value: the environment's, or else the
 // default from Reference with ${NAME} references expanded.
@@ -389,47 +330,18 @@ func (l *loader) value(name string) string {
 	return os.Expand(l.varOf(name).Default, l.value)
 }
 
-// firstSet returns the first of names that is set, or "".
-func (l *loader) firstSet(names ...string) string {
-	for _, n := range names {
-		if l.set(n) {
-			return n
-		}
-	}
-	return ""
-}
-
-// requiredWith reports each of required that is unset while name is set.
-func (l *loader) requiredWith(name string, required ...string) {
-	for _, r := range required {
-		if l.set(name) && !l.set(r) {
-			l.fail(r, "required when "+name+" is set")
-		}
-	}
-	// The reverse: credentials without a mechanism would be ignored.
-	if !l.set(name) {
-		if given := l.firstSet(required...); given != "" {
-			l.fail(name, "required when "+given+" is set")
-		}
-	}
-}
-
 // placeholder marks a value a manifest ships for the operator to replace
 // (deploy/k8s writes REPLACE_ME). Such a value can parse (REPLACE_ME:9092
 // is a host:port), so it is refused by name, wherever it stands.
 const placeholder = "REPLACE_ME"
 
 // placeholders reports each variable whose value holds the placeholder.
-// fail reports nothing more against such a variable: what else is wrong
+// Fail reports nothing more against such a variable: what else is wrong
 // with it is the placeholder.
 func (l *loader) placeholders() {
-	vars := slices.Clone(Reference)
-	for _, name := range slices.Sorted(maps.Keys(l.declared)) {
-		vars = append(vars, l.declared[name])
-	}
-	for _, v := range vars {
+	for _, v := range slices.Concat(Reference, slices.SortedFunc(maps.Values(l.declared), byName)) {
 		if strings.Contains(l.explicit(v.Name), placeholder) {
-			l.fail(v.Name, "holds the placeholder "+placeholder+": set the real value")
+			l.Fail(v.Name, "holds the placeholder "+placeholder+": set the real value")
 			if l.placeheld == nil {
 				l.placeheld = map[string]bool{}
 			}
@@ -438,8 +350,8 @@ func (l *loader) placeholders() {
 	}
 }
 
-// fail records a problem with name's effective value, masked if secret.
-func (l *loader) fail(name, reason string) {
+// Fail records a problem with name's effective value, masked if secret.
+func (l *loader) Fail(name, reason string) {
 	if l.placeheld[name] {
 		return
 	}
@@ -460,23 +372,23 @@ func (l *loader) varOf(name string) Var {
 	if v, ok := l.declared[name]; ok {
 		return v
 	}
-	panic("config: " + name + " is read by Load but missing from Reference and from every provider's Settings")
+	panic("config: " + name + " is read but missing from Reference and from every provider's Settings")
 }
 
-func (l *loader) str(name string) string { return l.value(name) }
+func (l *loader) String(name string) string { return l.value(name) }
 
-func (l *loader) boolean(name string) bool {
+func (l *loader) Bool(name string) bool {
 	b, err := strconv.ParseBool(l.value(name))
 	if err != nil {
-		l.fail(name, "want true or false")
+		l.Fail(name, "want true or false")
 	}
 	return b
 }
 
-func (l *loader) intIn(name string, lo, hi int) int {
+func (l *loader) Int(name string, lo, hi int) int {
 	n, err := strconv.Atoi(l.value(name))
 	if err != nil || n < lo || n > hi {
-		l.fail(name, fmt.Sprintf("want an integer from %d to %d", lo, hi))
+		l.Fail(name, fmt.Sprintf("want an integer from %d to %d", lo, hi))
 		return 0
 	}
 	return n
@@ -485,20 +397,19 @@ func (l *loader) intIn(name string, lo, hi int) int {
 // positive is the least duration that is not zero, for duration's lo.
 const positive = time.Nanosecond
 
-// duration parses a Go duration ("200ms", "48h") of at least lo. It returns
-// 0 for a bad value, which the cross-checks in Load take as "already
-// reported".
-func (l *loader) duration(name string, lo time.Duration) time.Duration {
+// Duration returns 0 for a bad value, which the cross-checks in Load take
+// as "already reported".
+func (l *loader) Duration(name string, lo time.Duration) time.Duration {
 	d, err := time.ParseDuration(l.value(name))
 	switch {
 	case err != nil:
-		l.fail(name, "want a duration such as 500ms, 30s or 48h")
+		l.Fail(name, "want a duration such as 500ms, 30s or 48h")
 		return 0
 	case d < lo && lo == positive:
-		l.fail(name, "must be positive")
+		l.Fail(name, "must be positive")
 		return 0
 	case d < lo:
-		l.fail(name, "must be at least "+lo.String())
+		l.Fail(name, "must be at least "+lo.String())
 		return 0
 	}
 	return d
@@ -520,11 +431,11 @@ func (l *loader) ageOverrides(name string) map[string]time.Duration {
 		d, err := time.ParseDuration(ds)
 		switch {
 		case !ok || typ == "" || strings.ContainsAny(typ, " \t"):
-			l.fail(name, fmt.Sprintf("entry %d (%q): want type=duration, such as shipment.out_for_delivery=6h", n+1, e))
+			l.Fail(name, fmt.Sprintf("entry %d (%q): want type=duration, such as shipment.out_for_delivery=6h", n+1, e))
 		case err != nil || d <= 0:
-			l.fail(name, fmt.Sprintf("entry %d (%q): want a positive duration such as 6h after the =", n+1, e))
+			l.Fail(name, fmt.Sprintf("entry %d (%q): want a positive duration such as 6h after the =", n+1, e))
 		case out[typ] != 0:
-			l.fail(name, fmt.Sprintf("entry %d (%q): type %s is given twice", n+1, e, typ))
+			l.Fail(name, fmt.Sprintf("entry %d (%q): type %s is given twice", n+1, e, typ))
 		default:
 			out[typ] = d
 		}
@@ -532,50 +443,16 @@ func (l *loader) ageOverrides(name string) map[string]time.Duration {
 	return out
 }
 
-// sortedKeys returns m's keys in order, so problems are reported in a
-// stable order.
-func sortedKeys(m map[string]time.Duration) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// oneOf returns the value if it is one of allowed (compared case-insensitively
-// when fold is set), or "" when unset with no default.
-func (l *loader) oneOf(name string, fold bool, allowed ...string) string {
+func (l *loader) OneOf(name string, allowed ...string) string {
 	v := l.value(name)
-	if v == "" {
-		return ""
+	if v == "" || slices.Contains(allowed, v) {
+		return v
 	}
-	for _, a := range allowed {
-		if v == a || fold && strings.EqualFold(v, a) {
-			return a
-		}
-	}
-	l.fail(name, "want one of "+strings.Join(allowed, ", "))
+	l.Fail(name, "want one of "+strings.Join(allowed, ", "))
 	return ""
 }
 
-func (l *loader) level(name string) slog.Level {
-	switch strings.ToLower(l.value(name)) {
-	case "debug":
-		return slog.LevelDebug
-	case "info":
-		return slog.LevelInfo
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	l.fail(name, "want one of debug, info, warn, error")
-	return slog.LevelInfo
-}
-
-// hostPorts parses a comma-separated list of host:port.
-func (l *loader) hostPorts(name string) []string {
+func (l *loader) HostPorts(name string) []string {
 	v := l.value(name)
 	if v == "" {
 		return nil
@@ -586,9 +463,9 @@ func (l *loader) hostPorts(name string) []string {
 		e = strings.TrimSpace(e)
 		if !validHostPort(e, false) {
 			if len(entries) == 1 {
-				l.fail(name, "want host:port")
+				l.Fail(name, "want host:port")
 			} else {
-				l.fail(name, fmt.Sprintf("want comma-separated host:port; entry %d (%q) is not", n+1, e))
+				l.Fail(name, fmt.Sprintf("want comma-separated host:port; entry %d (%q) is not", n+1, e))
 			}
 			continue
 		}
@@ -621,7 +498,7 @@ func (l *loader) listenAddr(name string) string {
 		return ""
 	}
 	if !validHostPort(v, true) {
-		l.fail(name, "want [host]:port, such as :8080, or off")
+		l.Fail(name, "want [host]:port, such as :8080, or off")
 		return ""
 	}
 	return v
@@ -637,7 +514,7 @@ func (l *loader) debugAddr(name string) string {
 		return ""
 	}
 	if !validHostPort(v, true) {
-		l.fail(name, "want [host]:port, such as :6060 (loopback) or 0.0.0.0:6060, or empty for off")
+		l.Fail(name, "want [host]:port, such as :6060 (loopback) or 0.0.0.0:6060, or empty for off")
 		return ""
 	}
 	if host, port, _ := net.SplitHostPort(v); host == "" {
@@ -646,45 +523,21 @@ func (l *loader) debugAddr(name string) string {
 	return v
 }
 
-func (l *loader) topic(name string) string {
-	v := l.value(name)
-	if err := kafka.CheckTopicName(v); err != nil {
-		l.fail(name, "want a Kafka topic name: it "+err.Error())
-		return ""
-	}
-	return v
-}
-
-// groupInstanceID returns the value if Kafka accepts it as a
-// group.instance.id: up to 249 of [a-zA-Z0-9._-], not "." or "..".
-func (l *loader) groupInstanceID(name string) string {
+func (l *loader) URL(name string) string {
 	v := l.value(name)
 	if v == "" {
 		return ""
 	}
-	legal := v != "." && v != ".." && len(v) <= 249
-	for _, r := range v {
-		legal = legal && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
-	}
-	if !legal {
-		l.fail(name, "want up to 249 letters, digits, '.', '_' or '-' (not \".\" or \"..\"), unique in the group")
-		return ""
-	}
-	return v
-}
-
-func (l *loader) httpURL(name string) string {
-	v := l.value(name)
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		l.fail(name, "want an absolute http:// or https:// URL")
+		l.Fail(name, "want an absolute http:// or https:// URL")
 		return ""
 	}
 	// Credentials in the URL would be printed wherever the URL is (the
 	// start-up line, provider errors), and a query or fragment would be
 	// dropped when request paths are joined on: refuse both.
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
-		l.fail(name, "want a URL without user info, query or fragment")
+		l.Fail(name, "want a URL without user info, query or fragment")
 		if u.User != nil {
 			// The user info may hold a password: do not echo it back.
 			l.problems[len(l.problems)-1].Value = masked
@@ -694,10 +547,5 @@ func (l *loader) httpURL(name string) string {
 	return v
 }
 
-// optionalHTTPURL is httpURL for a variable that may be unset ("").
-func (l *loader) optionalHTTPURL(name string) string {
-	if l.value(name) == "" {
-		return ""
-	}
-	return l.httpURL(name)
-}
+// byName orders variables by name.
+func byName(a, b Var) int { return strings.Compare(a.Name, b.Name) }

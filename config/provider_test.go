@@ -107,6 +107,7 @@ func TestLoadWorker_Provider(t *testing.T) {
 // vault is a shared store as its adapter declares it.
 var vault = ports.Provider{
 	Name:     "vault",
+	Variable: ports.StoreVariable,
 	Settings: []ports.Setting{{Name: "VAULT_DSN", Secret: true}},
 	Load:     func(s ports.Settings) bool { return s.Set("VAULT_DSN") },
 	OpenStore: func(ports.Settings, ports.StoreEnv) (ports.IdempotencyStore, error) {

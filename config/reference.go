@@ -6,6 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/push"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/smtp"
 	"github.com/harborlight/notification-worker/adapters/twilio"
@@ -14,46 +17,30 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Var documents one environment variable.
-type Var struct {
-	// Name is the environment variable.
-	Name string
-	// Default is the value Load uses when the variable is unset or empty,
-	// written as an operator would write it. It may refer to another
-	// variable's effective value as ${NAME}. Empty means no default: the
-	// feature the variable configures is off (Meaning says what happens then).
-	Default string
-	// Meaning is one or two sentences of Markdown for the README.
-	Meaning string
-	// Secret marks a value that never appears in logs or error messages.
-	Secret bool
-}
+// Var is one environment variable the worker reads, a provider's setting
+// or one of the worker's own; an empty Default means the feature it
+// configures is off, which Meaning (Markdown, for the README) explains.
+type Var = ports.Setting
 
-// Reference lists every variable Load reads, in the order the README shows
-// them. Load takes its defaults from here, and the README table is rendered
-// from here (the comment above the table says how), so a new variable is one
-// entry here plus its parsing in Load. An adapter that reads its own
-// settings (redis.Settings, twilio.Settings, smtp.Settings) has them merged here, where the
-// README lists them.
+// Providers are the adapters built into the worker, each declaring,
+// reading and checking its own settings (ports.Provider): the event
+// source, the stores, the notifiers. Load reads every one's settings; the
+// worker's channel table and stores name the same values.
+var Providers = []ports.Provider{kafka.Provider, redis.Provider, memory.Provider, twilio.Provider, smtp.Provider, push.Provider}
+
+// Reference lists every variable Load reads, in the order the README
+// shows them: the adapters' choice, Kafka's settings (the first
+// provider's), the worker's own for records and their store, the other
+// providers' settings, then the rest. Load takes its defaults from here,
+// and the README table is rendered from here (the comment above the table
+// says how), so a new variable is its entry, a provider's or the worker's,
+// plus its reading.
 var Reference = slices.Concat([]Var{
-	{Name: "EVENT_SOURCE", Default: "kafka", Meaning: "Where events come from: `kafka` (the brokers in `KAFKA_BROKERS`, which must be set) or `embedded` (an in-process broker for development, which loses everything on restart; `KAFKA_BROKERS` must be empty)."},
+	{Name: "EVENT_SOURCE", Default: "kafka", Meaning: "Where events come from: `kafka` (the brokers in `KAFKA_BROKERS`, which must be set) or `embedded` (an in-process broker for development, which loses everything on restart; `KAFKA_BROKERS` must be empty; only a development build, `-tags devbroker` as `make run` builds, has one: the production binary refuses it with exit 2)."},
 	{Name: "IDEMPOTENCY_STORE", Meaning: "Where sent records are kept: `redis` (`REDIS_URL`, which must be set) or `memory` (this process only, forgotten on restart; `REDIS_URL` must be empty). Empty: `redis` when `REDIS_URL` is set; else `memory` when no real provider is configured (SMS and email both on the console: the development run); else refused at start, naming `REDIS_URL`: with Twilio or SMTP configured, an in-memory store would send again whatever a restart replays. Set to `memory` beside Twilio or SMTP, it is used, for a test lab, and the worker starts with the warning `memory_store_with_real_providers`."},
 	{Name: "SMS_NOTIFIER", Meaning: "How SMS is sent: `twilio` (the `TWILIO_*` variables, which must be set) or `console` (printed, reaching no customer). Empty: `twilio` when Twilio is configured, else `console`, which is refused with the `redis` store: its sent records would suppress the real SMS for `IDEMPOTENCY_TTL` once Twilio is configured. Setting `console` with `redis` is allowed, for a test lab, and logged (`console_notifier_shared_store`)."},
 	{Name: "EMAIL_NOTIFIER", Meaning: "How email is sent: `smtp` (`SMTP_HOST`, which must be set) or `console`. Empty: `smtp` when `SMTP_HOST` is set, else `console`, refused with the `redis` store as for `SMS_NOTIFIER`."},
-	{Name: "KAFKA_BROKERS", Meaning: "Comma-separated `host:port` list of Kafka brokers; required with `EVENT_SOURCE=kafka`, empty with `EVENT_SOURCE=embedded` (which takes neither TLS nor SASL)."},
-	{Name: "KAFKA_TOPIC", Default: "shipment-events", Meaning: "Topic the shipment events are consumed from."},
-	{Name: "KAFKA_GROUP_ID", Default: "notification-worker", Meaning: "Consumer group; every replica of the worker must share it."},
-	{Name: "KAFKA_CLIENT_ID", Default: "${HOSTNAME}", Meaning: "Kafka `client.id` of every connection, so that broker logs, metrics and client quotas tell the pods apart. Default: the pod's name (`HOSTNAME`)."},
-	{Name: "HOSTNAME", Default: "notification-worker", Meaning: "Set by Kubernetes to the pod's name (by Docker to the container id); not for an operator to set. Read only as the default of `KAFKA_CLIENT_ID`."},
-	{Name: "KAFKA_DLQ_TOPIC", Default: "${KAFKA_TOPIC}.dlq", Meaning: "Dead letter topic for poison records and records out of retries. Must differ from `KAFKA_TOPIC`."},
-	{Name: "KAFKA_REBALANCE_STRATEGY", Default: "cooperative-sticky", Meaning: "`cooperative-sticky`: a rebalance moves only the partitions that change hands, the others keep being consumed. `range`: eager, every rebalance stops every partition. `cooperative-sticky,range`: the first step of moving a group from `range` (docs/runbook.md); members with `range` and with `cooperative-sticky` cannot share a group."},
-	{Name: "KAFKA_GROUP_INSTANCE_ID", Meaning: "Static group membership: an id unique in the group and stable across restarts of one replica (in Kubernetes, a StatefulSet's pod name). A restart back within `KAFKA_SESSION_TIMEOUT` gets its partitions back with no rebalance; the member does not leave the group at shutdown. Empty: a dynamic member, which leaves at shutdown."},
-	{Name: "KAFKA_SESSION_TIMEOUT", Default: "10s", Meaning: "How long the group waits for a silent member before giving its partitions away (6s to 30m, within the broker's group session bounds). With `KAFKA_GROUP_INSTANCE_ID` it is also the longest a restart may take without a rebalance, and how long a crashed member's partitions stand still."},
-	{Name: "KAFKA_TLS", Default: "false", Meaning: "Connect to the brokers over TLS."},
-	{Name: "KAFKA_TLS_CA_FILE", Meaning: "PEM file of the CA that signed the brokers' certificates, read at start (a file that cannot be read or holds no certificate is refused with the other variables). Empty: the system roots. Needs `KAFKA_TLS=true`."},
-	{Name: "KAFKA_SASL_MECHANISM", Meaning: "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`. Empty: no SASL. Needs `KAFKA_SASL_USERNAME` and `KAFKA_SASL_PASSWORD`."},
-	{Name: "KAFKA_SASL_USERNAME", Meaning: "SASL user name."},
-	{Name: "KAFKA_SASL_PASSWORD", Meaning: "SASL password.", Secret: true},
+}, providerVars(Providers[:1]...), []Var{
 	{Name: "MAX_IN_FLIGHT", Default: "64", Meaning: "Most records this worker handles at once, across all its partitions (1 to 4096). Records with the same key (one shipment) still go one at a time, in order. It also sizes the pool of connections kept open to Twilio."},
 	{Name: "MAX_RECORD_BYTES", Default: strconv.Itoa(policy.DefaultMaxRecordBytes), Meaning: "Largest record value handled (1 KiB to 64 MiB); a larger one is poison and goes to the dead letter topic."},
 	{Name: "MAX_BUFFERED_BYTES", Default: "33554432", Meaning: "Most bytes of records this worker holds, across all its partitions: fetched and not yet handled, in the handler included (1 MiB to 1 GiB, at least `MAX_RECORD_BYTES`). Once spent, the worker stops fetching until records finish; Kafka's read-ahead is sized from it. The default (32 MiB) keeps a worker under 192 MiB whatever the backlog; see docs/capacity.md."},
@@ -74,7 +61,7 @@ var Reference = slices.Concat([]Var{
 	{Name: "IDEMPOTENCY_BREAKER_FAILURES", Default: "5", Meaning: "Consecutive store failures that open the circuit breaker, after which the failure mode applies without waiting for the timeout (1 to 1000). The breaker cannot be turned off: it also opens once more than `MAX_IN_FLIGHT` + this many calls failed within the time Redis may keep an unanswered command (13 s by default), which keeps every store call within `IDEMPOTENCY_TIMEOUT` when Redis stops answering."},
 	{Name: "IDEMPOTENCY_BREAKER_COOLDOWN", Default: "1s", Meaning: "How long the open breaker waits before it tests whether the store has recovered (a `PING` to every Redis node, which closes it): a store that answers again is used again within one cooldown."},
 	{Name: "IDEMPOTENCY_LEDGER_SIZE", Default: strconv.Itoa(domain.DefaultLedgerSize), Meaning: "Most sent records the worker owes the store before it stops taking records (1 to 1000000). While the store cannot take a sent record, the worker keeps it, suppresses its replays and writes it when the store answers again; once this many are owed, a new record waits, unsent and retried without spending its retries, until the store takes some, while the records already taken finish, so what they still send may be owed beyond it. Nothing owed is dropped. About 200 bytes each."},
-}, vars(redis.Settings), vars(twilio.Settings), vars(smtp.Settings), []Var{
+}, providerVars(Providers[1:]...), []Var{
 	{Name: "ALLOW_INSECURE_TRANSPORT", Default: "false", Meaning: "`true` lets credentials cross the network in clear text, which the worker otherwise refuses at start: an `http://` `TWILIO_API_URL` whose host is not loopback (127.0.0.0/8, ::1, `localhost`), OTLP headers (`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TRACES_HEADERS`) to an `http://` traces endpoint whose host is not loopback, and `KAFKA_SASL_MECHANISM=PLAIN` without `KAFKA_TLS=true`. For a test lab only; the worker logs `insecure_transport_allowed` at start."},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Meaning: "Base `http(s)` URL of an OTLP/HTTP receiver (a collector, port 4318); traces go to its `/v1/traces`. Empty (and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` empty): tracing is off, at no cost. The scheme alone decides TLS: `OTEL_EXPORTER_OTLP_INSECURE` has no effect on OTLP/HTTP. The exporter reads the other standard `OTEL_EXPORTER_OTLP_*` variables (timeout, compression, certificates), the SDK `OTEL_TRACES_SAMPLER` and `OTEL_RESOURCE_ATTRIBUTES`."},
 	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Meaning: "Full `http(s)` URL traces are sent to, path included; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`."},
@@ -94,32 +81,38 @@ var Reference = slices.Concat([]Var{
 	{Name: "LOG_FORMAT", Default: "json", Meaning: "`json` (JSON lines on stdout) or `text`."},
 })
 
-// ReferenceWith is Reference with the variables providers declare
-// (ProviderVars) after the built-in notifiers' settings (smtp.Settings,
-// the last of them): every variable the worker built with these providers
-// reads, in the order its README lists them.
-func ReferenceWith(providers ...ports.Provider) []Var {
-	last := slices.IndexFunc(Reference, func(v Var) bool { return v.Name == smtp.Settings[len(smtp.Settings)-1].Name })
-	return slices.Concat(Reference[:last+1], ProviderVars(providers...), Reference[last+1:])
-}
-
-// vars are an adapter's settings as Reference lists them.
-func vars(settings []ports.Setting) []Var {
-	out := make([]Var, len(settings))
-	for n, s := range settings {
-		out[n] = Var{Name: s.Name, Default: s.Default, Meaning: s.Meaning, Secret: s.Secret}
+// providerVars returns the variables providers declare, in their order:
+// the Variable of a notifier whose channel is off unless configured, then
+// each one's Settings. The other choices' variables (EVENT_SOURCE,
+// IDEMPOTENCY_STORE, SMS_NOTIFIER, EMAIL_NOTIFIER) are the worker's own:
+// Reference documents them with the rules that resolve them.
+func providerVars(providers ...ports.Provider) []Var {
+	var out []Var
+	for _, p := range providers {
+		if notifier(p) && !p.AlwaysOn {
+			out = append(out, Var{Name: p.Variable, Meaning: "How the " + p.Name + " channel's notifications are sent: `" + p.Name + "` or `console`; unset, `" + p.Name + "` when configured, else the channel is off."})
+		}
+		out = append(out, p.Settings...)
 	}
 	return out
 }
 
+// notifier reports whether p is a channel's notifier.
+func notifier(p ports.Provider) bool {
+	return p.Variable != ports.SourceVariable && p.Variable != ports.StoreVariable
+}
+
 // reference indexes Reference by name for Load.
-var reference = func() map[string]Var {
-	m := make(map[string]Var, len(Reference))
-	for _, v := range Reference {
+var reference = index(Reference)
+
+// index returns vars by name.
+func index(vars []Var) map[string]Var {
+	m := make(map[string]Var, len(vars))
+	for _, v := range vars {
 		m[v.Name] = v
 	}
 	return m
-}()
+}
 
 // durationText writes d as an operator would: "48h", "2m", "60s", "200ms",
 // not time.Duration's "48h0m0s".

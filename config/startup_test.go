@@ -14,14 +14,14 @@ import (
 // Config.LogValue) shows a variable, as a path of JSON keys under "config".
 // A variable's field is found by its prefix: KAFKA_X is kafka.x,
 // IDEMPOTENCY_X idempotency.x, REDIS_X idempotency.redis_x, TWILIO_X
-// twilio.x, SMTP_X smtp.x, anything else x at the top; startupFields names
-// the exceptions.
+// twilio.x, SMTP_X smtp.x, PUSH_X push.x, anything else x at the top;
+// startupFields names the exceptions.
 func startupField(name string) []string {
 	if path, ok := startupFields[name]; ok {
 		return path
 	}
 	lower := strings.ToLower(name)
-	for prefix, group := range map[string]string{"kafka_": "kafka", "idempotency_": "idempotency", "twilio_": "twilio", "smtp_": "smtp"} {
+	for prefix, group := range map[string]string{"kafka_": "kafka", "idempotency_": "idempotency", "twilio_": "twilio", "smtp_": "smtp", "push_": "push"} {
 		if rest, ok := strings.CutPrefix(lower, prefix); ok {
 			return []string{group, rest}
 		}
@@ -37,6 +37,7 @@ var startupFields = map[string][]string{
 	"IDEMPOTENCY_STORE":                  {"adapters", "store"},
 	"SMS_NOTIFIER":                       {"adapters", "sms"},
 	"EMAIL_NOTIFIER":                     {"adapters", "email"},
+	"PUSH_NOTIFIER":                      {"adapters", "push"},
 	"MAX_IN_FLIGHT":                      {"kafka", "max_in_flight"},
 	"MAX_RECORD_BYTES":                   {"kafka", "max_record_bytes"},
 	"MAX_BUFFERED_BYTES":                 {"kafka", "max_buffered_bytes"},

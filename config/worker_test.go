@@ -67,7 +67,7 @@ func TestLoadWorker_MemoryStoreOnlyWhenAskedOrInDevelopment(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadWorker: %v", err)
 			}
-			if a := c.Adapters; a.Store != tt.store || a.SMS != tt.sms || a.Email != tt.email || a.EventSource != "kafka" {
+			if a := c.Adapters; a.Store != tt.store || c.Notifier("SMS_NOTIFIER") != tt.sms || c.Notifier("EMAIL_NOTIFIER") != tt.email || a.EventSource != "kafka" {
 				t.Errorf("adapters %+v, want store %s, sms %s, email %s, event source kafka", a, tt.store, tt.sms, tt.email)
 			}
 		})

@@ -7,16 +7,16 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Channel is what the domain knows of one way to reach a customer: the
+// ChannelSpec is what the domain knows of one way to reach a customer: the
 // recipient field its address is read from, how that address is checked,
 // normalised and masked, and how a message is rendered for it. A channel is
 // a value, not a case in a switch: the worker is given its channels (see
-// LoadTemplates), and each of them is what Decode, Render, Fingerprint and
+// LoadTemplates), and each of them is what DecodeEvent, Render, Fingerprint and
 // the logs ask about an address.
 //
 // Every function field must be safe for concurrent use and free of side
 // effects; none may be nil but Shaped.
-type Channel struct {
+type ChannelSpec struct {
 	// Name is the channel's name: in an event's "channels", in idempotency
 	// keys and in metrics labels.
 	Name ports.Channel
@@ -25,7 +25,7 @@ type Channel struct {
 	Field string
 	// Normalize checks addr (trimmed of surrounding white space) and
 	// returns it in the one form the notifier is given. Its error says why
-	// addr is refused and never quotes addr: Decode shows the masked
+	// addr is refused and never quotes addr: DecodeEvent shows the masked
 	// address beside it, or only its length.
 	Normalize func(addr string) (string, error)
 	// Shaped reports whether a refused addr could be an address of this
@@ -41,8 +41,6 @@ type Channel struct {
 	// Blocks are the text/template blocks every "<type>.tmpl" must define
 	// for this channel; LoadTemplates refuses templates that lack one.
 	Blocks []string
-	// HTML is set when the channel renders "<type>.html" too.
-	HTML bool
 	// Templates holds the channel's own "<type>.tmpl" files, defining its
 	// Blocks for the event types the worker's templates define: a channel
 	// brings its text with it. A block the event type's own file defines
@@ -54,27 +52,19 @@ type Channel struct {
 	Render func(r Rendered, m *ports.Message) error
 }
 
-// Rendered gives a Channel's Render the blocks of one event's templates.
-type Rendered interface {
-	// Text executes the text block name ("sms", "subject", ...).
-	Text(name string) (string, error)
-	// HTML executes the event type's "<type>.html".
-	HTML() (string, error)
-}
-
 // SMS is the text-message channel: an E.164 phone number in
 // recipient.phone, masked by ports.MaskPhone, and the "sms" block cut to
 // MaxSMSRunes.
-var SMS = Channel{
+var SMS = ChannelSpec{
 	Name:      ports.ChannelSMS,
 	Field:     "phone",
-	Normalize: NormalizePhone,
-	Shaped:    phoneShaped,
+	Normalize: ports.NormalizePhone,
+	Shaped:    ports.PhoneShaped,
 	Mask:      ports.MaskPhone,
 	Blocks:    []string{"sms"},
 	Render: func(r Rendered, m *ports.Message) error {
 		text, err := r.Text("sms")
-		m.Text = TruncateUTF16(strings.TrimSpace(text), MaxSMSRunes)
+		m.Text = Truncate(strings.TrimSpace(text), MaxSMSRunes)
 		return err
 	},
 }
@@ -83,14 +73,13 @@ var SMS = Channel{
 // ports.MaskEmail; the "subject" block (one line, cut to MaxSubjectRunes),
 // the "text" block as the plain-text part and "<type>.html" as the HTML
 // part.
-var Email = Channel{
+var Email = ChannelSpec{
 	Name:      ports.ChannelEmail,
 	Field:     "email",
 	Normalize: normalizeEmail,
-	Shaped:    emailShaped,
+	Shaped:    ports.EmailShaped,
 	Mask:      ports.MaskEmail,
 	Blocks:    []string{"subject", "text"},
-	HTML:      true,
 	Render: func(r Rendered, m *ports.Message) error {
 		subject, err := r.Text("subject")
 		if err != nil {
@@ -107,4 +96,4 @@ var Email = Channel{
 
 // Builtin are SMS and Email, in that order: the channels of Decode, and of
 // LoadTemplates when it is given none. The worker passes its own list.
-var Builtin = []Channel{SMS, Email}
+var Builtin = []ChannelSpec{SMS, Email}

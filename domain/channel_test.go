@@ -12,7 +12,7 @@ import (
 func TestChannel_Mask(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ch   domain.Channel
+		ch   domain.ChannelSpec
 		in   string
 		want string
 	}{
@@ -30,7 +30,7 @@ func TestChannel_Mask(t *testing.T) {
 // TestRender_ToMasked: a message carries its address as its channel masks
 // it, so nothing downstream guesses the channel's kind.
 func TestRender_ToMasked(t *testing.T) {
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestRender_ToMasked(t *testing.T) {
 
 // pigeon is a third channel as a test declares it: its own recipient field,
 // address rule, mask and template block.
-var pigeon = domain.Channel{
+var pigeon = domain.ChannelSpec{
 	Name:  "pigeon",
 	Field: "loft",
 	Normalize: func(a string) (string, error) {
@@ -68,13 +68,13 @@ type errTest string
 func (e errTest) Error() string { return string(e) }
 
 func TestTemplates_ThirdChannel(t *testing.T) {
-	tpl, err := domain.LoadTemplates("", domain.SMS, domain.Email, pigeon)
+	tpl, err := domain.LoadTemplates(nil, domain.SMS, domain.Email, pigeon)
 	if err == nil || !strings.Contains(err.Error(), `no {{define "pigeon"}}`) {
 		t.Fatalf("LoadTemplates with a block missing for most types: %v, want it named", err)
 	}
 	pigeon := pigeon
 	files := fstest.MapFS{}
-	tpl, err = domain.LoadTemplates("")
+	tpl, err = domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestTemplates_ThirdChannel(t *testing.T) {
 		files[typ+".tmpl"] = &fstest.MapFile{Data: []byte(`{{define "pigeon"}}Coo {{.ShipmentID}}{{end}}`)}
 	}
 	pigeon.Templates = files
-	tpl, err = domain.LoadTemplates("", domain.SMS, domain.Email, pigeon)
+	tpl, err = domain.LoadTemplates(nil, domain.SMS, domain.Email, pigeon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestTemplates_ThirdChannel(t *testing.T) {
 	}
 
 	t.Run("DecodeReadsItsField", func(t *testing.T) {
-		ev, err := tpl.Decode([]byte(`{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"loft":"north"}}`))
+		ev, err := tpl.DecodeEvent([]byte(`{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"loft":"north"}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestTemplates_ThirdChannel(t *testing.T) {
 		}
 	})
 	t.Run("BadAddressIsRefusedUnshown", func(t *testing.T) {
-		_, err := tpl.Decode([]byte(`{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"loft":"north pole"}}`))
+		_, err := tpl.DecodeEvent([]byte(`{"event_id":"e1","type":"shipment.created","shipment_id":"S","recipient":{"loft":"north pole"}}`))
 		if err == nil || !strings.Contains(err.Error(), "recipient.loft") || strings.Contains(err.Error(), "pole") {
 			t.Fatalf("err = %v, want recipient.loft refused without its value", err)
 		}
@@ -118,7 +118,7 @@ func TestTemplates_ThirdChannel(t *testing.T) {
 	t.Run("TwoChannelsOneFieldRefused", func(t *testing.T) {
 		twin := pigeon
 		twin.Name = "dove"
-		if _, err := domain.LoadTemplates("", domain.SMS, pigeon, twin); err == nil {
+		if _, err := domain.LoadTemplates(nil, domain.SMS, pigeon, twin); err == nil {
 			t.Fatal("LoadTemplates took two channels reading recipient.loft")
 		}
 	})

@@ -1,19 +1,18 @@
 package domain
 
 import (
-	"bytes"
-	"encoding/json"
+	"encoding/json/jsontext"
+	"encoding/json/v2"
 	"errors"
 	"fmt"
+	"maps"
 	"net/mail"
+	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/nyaruka/phonenumbers"
 
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -24,7 +23,7 @@ import (
 const (
 	MaxIDBytes   = 128
 	MaxNameRunes = 100
-	MaxEmailLen  = 254 // RFC 5321 path limit
+	MaxEmailLen  = ports.MaxEmailLen
 )
 
 // MaxJSONDepth bounds how deeply objects and arrays nest in a record. The
@@ -35,24 +34,15 @@ const (
 const MaxJSONDepth = 32
 
 // Event is a shipment event, decoded and validated (README: "The event").
+// Decode reads each field from the record's member of the field's JSON
+// name, and validate checks it: a field added here is decoded with no
+// other change, and checked where validate checks the others.
 type Event struct {
 	EventID    string          `json:"event_id"`
 	Type       string          `json:"type"`
 	OccurredAt time.Time       `json:"occurred_at"`
 	ShipmentID string          `json:"shipment_id"`
 	Recipient  Recipient       `json:"recipient"`
-	Channels   []ports.Channel `json:"channels"`
-	Data       Data            `json:"data"`
-}
-
-// wireEvent is an Event as a record carries it: the recipient is read by
-// the channels' fields once the rest decoded.
-type wireEvent struct {
-	EventID    string          `json:"event_id"`
-	Type       string          `json:"type"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	ShipmentID string          `json:"shipment_id"`
-	Recipient  json.RawMessage `json:"recipient"`
 	Channels   []ports.Channel `json:"channels"`
 	Data       Data            `json:"data"`
 }
@@ -64,64 +54,47 @@ type Recipient struct {
 	// Addresses holds the address of each channel the event gave one for;
 	// a channel without an address is absent.
 	Addresses map[ports.Channel]string
-	// fields names the recipient field each address was read from.
-	fields map[ports.Channel]string
 }
 
 // Address returns the recipient's address on ch, or "" when there is none.
 func (r Recipient) Address(ch ports.Channel) string { return r.Addresses[ch] }
 
-// MarshalJSON encodes r as an event's recipient object: "name" and each
-// address under its channel's recipient field (under the channel's name
-// for a Recipient that Decode did not make).
-func (r Recipient) MarshalJSON() ([]byte, error) {
-	obj := make(map[string]string, len(r.Addresses)+1)
-	obj["name"] = r.Name
-	for ch, a := range r.Addresses {
-		f := r.fields[ch]
-		if f == "" {
-			f = string(ch)
-		}
-		obj[f] = a
-	}
-	return json.Marshal(obj)
-}
-
 // Data holds the template values of an event. JSON strings, numbers and
-// booleans are accepted and kept as their text; nested objects and arrays are
-// not, because no template can print them sensibly.
+// booleans are accepted and kept as their text, a null as no value; nested
+// objects and arrays are not, because no template can print them sensibly.
 type Data map[string]string
 
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Data) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (d *Data) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	tok, err := dec.ReadToken()
+	switch {
+	case err != nil:
+		return err
+	case tok.Kind() == 'n':
 		*d = nil
 		return nil
+	case tok.Kind() != '{':
+		return invalid("data", "", "want a JSON object, got "+kindName(tok.Kind()))
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("data: want an object of scalars: %w", err)
-	}
-	out := make(Data, len(raw))
-	for k, v := range raw {
-		v = bytes.TrimSpace(v)
+	*d = Data{}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		k := name.String() // the next read voids name
+		v, err := dec.ReadToken()
 		switch {
-		case len(v) == 0 || string(v) == "null":
-			continue
-		case v[0] == '"':
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
-				return fmt.Errorf("data.%s: %w", k, err)
-			}
-			out[k] = s
-		case v[0] == '{' || v[0] == '[':
-			return fmt.Errorf("data.%s: want a string, number or boolean, got a nested value", k)
-		default: // number, true, false: already valid JSON text
-			out[k] = string(v)
+		case err != nil:
+			return err
+		case v.Kind() == '{' || v.Kind() == '[':
+			return invalid("data."+clip(k, 64), "", "want a string, number or boolean, got a nested value")
+		case v.Kind() != 'n':
+			(*d)[k] = v.String()
 		}
 	}
-	*d = out
-	return nil
+	_, err = dec.ReadToken()
+	return err
 }
 
 // InvalidEventError says why a record is not a valid event. It is permanent:
@@ -147,77 +120,132 @@ func (e *InvalidEventError) Error() string {
 	return fmt.Sprintf("invalid event: %s %q: %s", e.Field, e.Value, e.Reason)
 }
 
+// invalid returns the *InvalidEventError for field, value and reason. A
+// field may be a producer's member name: its control characters are not
+// printed.
 func invalid(field, value, reason string) error {
-	return &InvalidEventError{Field: field, Value: clip(value, 64), Reason: reason}
+	return &InvalidEventError{Field: noControls(field), Value: clip(value, 64), Reason: reason}
 }
 
-// Decode is Templates.Decode for the Builtin channels: it parses and
+// Decode is Templates.DecodeEvent for the Builtin channels: it parses and
 // validates a record value whose recipient may give a phone and an email.
+// The returned event is normalised: each address by its channel, the name
+// on one line, the channels defaulted (in the channels' order) and
+// de-duplicated. Any error is an *InvalidEventError.
+//
+// Besides the rules of the README's event section, Decode refuses what two
+// JSON readers could understand differently, so that no downstream system
+// (an audit consumer, a replay tool) can disagree with this worker on who
+// the customer is. It reads the record with encoding/json/v2: a name
+// repeated in any object of the record is refused, and names match fields
+// exactly. It also refuses a member beside the event's fields whose name
+// differs from a field's only in case (a case-insensitive reader would take
+// "Event_ID" for event_id), a recipient field that no channel reads,
+// records nested deeper than MaxJSONDepth, and text that is not valid
+// UTF-8, raw or as a lone surrogate escape ("\ud800").
 func Decode(value []byte) (Event, error) { return decode(value, Builtin) }
 
-// decode parses and validates a record value for chans. The returned event
-// is normalised: each address by its channel, the name on one line, the
-// channels defaulted (in the order of chans) and de-duplicated. Any error
-// is an *InvalidEventError.
-//
-// Besides the rules of the README's event section, Decode refuses what two JSON
-// readers could understand differently, so that no downstream system (an
-// audit consumer, a replay tool) can disagree with this worker on who the
-// customer is: a key repeated in the record, its recipient or its data, and
-// a key that differs from a field's name only in case (encoding/json would
-// read "Event_ID" as event_id; a case-sensitive reader would not). It also
-// refuses records nested deeper than MaxJSONDepth, and text that is not
-// valid UTF-8, including a lone surrogate escaped as "\ud800".
-func decode(value []byte, chans []Channel) (Event, error) {
+// decode is Decode for chans.
+func decode(value []byte, chans []ChannelSpec) (Event, error) {
 	if !utf8.Valid(value) {
-		// encoding/json would silently replace bad bytes with U+FFFD, and a
-		// customer would get a message with garbage in it.
 		return Event{}, invalid("", "", "not valid UTF-8")
 	}
-	valid, deep := checkJSON(value, MaxJSONDepth)
-	if deep || !valid && tooDeep(value, MaxJSONDepth) {
-		return Event{}, invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
+	var r record
+	// A lone surrogate escape decodes to U+FFFD, which validate refuses
+	// naming the field (raw bytes that are not UTF-8 were refused above).
+	if err := json.Unmarshal(value, &r, jsontext.AllowInvalidUTF8(true)); err != nil {
+		return Event{}, jsonError(err)
 	}
-	if valid {
-		if w, given, ok := decodeFast(value, chans); ok {
-			ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
-			ev.Recipient.Name = given["name"]
-			return ev, ev.normalize(chans, given)
+	ev := r.Event
+	err := ev.validate(r.Recipient, chans)
+	return ev, err
+}
+
+// record is an Event as a record carries it: the recipient's fields by
+// name, which validate reads against the channels (a null is ""), and the
+// members beside the event's fields.
+type record struct {
+	Event
+	Recipient map[string]string `json:"recipient"`
+	Others    map[string]other  `json:",embed"`
+}
+
+// other is a member beside the event's fields. The top level stays open:
+// producers may add members of their own (a trace context, say), which the
+// worker ignores, but not one named like a field but for case, nor one
+// nested deeper than MaxJSONDepth.
+type other struct{}
+
+// UnmarshalJSONFrom implements json.UnmarshalerFrom.
+func (other) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	name := dec.StackPointer().LastToken()
+	for _, f := range eventFields {
+		if strings.EqualFold(name, f) {
+			return invalid(clip(name, 64), "", fmt.Sprintf("field names are case-sensitive: want %q", f))
 		}
 	}
-	return decodeFull(value, chans)
+	depth := dec.StackDepth()
+	for {
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		switch d := dec.StackDepth(); {
+		case d > MaxJSONDepth:
+			return invalid("", "", fmt.Sprintf("JSON nested deeper than %d levels", MaxJSONDepth))
+		case d == depth:
+			return nil
+		}
+	}
 }
 
-// decodeFull is decode after its UTF-8 and depth checks, by encoding/json:
-// what decodeFast leaves to it, and the reference decodeFast agrees with.
-func decodeFull(value []byte, chans []Channel) (Event, error) {
-	var w wireEvent
-	if err := json.Unmarshal(value, &w); err != nil {
-		return Event{}, jsonError("", err)
+// eventFields are the JSON names of Event's fields.
+var eventFields = func() []string {
+	t := reflect.TypeFor[Event]()
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
 	}
-	given, err := recipientFields(w.Recipient, chans)
-	if err != nil {
-		return Event{}, err
+	return names
+}()
+
+// jsonError is the *InvalidEventError for err, json.Unmarshal's error on a
+// record. The error may quote the input (a bad occurred_at, say): it is
+// clipped so that a dead letter's reason stays readable, and its control
+// characters are not printed (time's errors quote a DEL or a C1 control raw).
+func jsonError(err error) error {
+	var (
+		ie  *InvalidEventError
+		syn *jsontext.SyntacticError
+		sem *json.SemanticError
+	)
+	switch {
+	case errors.As(err, &ie):
+		return ie
+	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
+		return invalid(fieldPath(syn.JSONPointer), "", "the key appears more than once: readers of the record could disagree on its value")
+	case errors.As(err, &sem) && sem.Err != nil:
+		return invalid(fieldPath(sem.JSONPointer), "", clip(noControls(sem.Err.Error()), 200))
+	case errors.As(err, &sem) && sem.JSONKind != 0:
+		return invalid(fieldPath(sem.JSONPointer), "", "unexpected JSON "+kindName(sem.JSONKind))
 	}
-	if err := checkKeys(value, chans); err != nil {
-		return Event{}, err
-	}
-	ev := Event{EventID: w.EventID, Type: w.Type, OccurredAt: w.OccurredAt, ShipmentID: w.ShipmentID, Channels: w.Channels, Data: w.Data}
-	ev.Recipient.Name = given["name"]
-	return ev, ev.normalize(chans, given)
+	return invalid("", "", "not a JSON event: "+clip(noControls(err.Error()), 200))
 }
 
-// jsonError is the *InvalidEventError for err, encoding/json's error
-// decoding the value at path ("" for the record).
-func jsonError(path string, err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return invalid(join(path, te.Field), "", "want a JSON "+te.Type.String()+", got "+te.Value)
+// fieldPath is p as an InvalidEventError's Field: "recipient.phone" for
+// /recipient/phone.
+func fieldPath(p jsontext.Pointer) string {
+	return clip(strings.Join(slices.Collect(p.Tokens()), "."), 200)
+}
+
+// kindName names the JSON kind k as a reason says it.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
 	}
-	// The error may quote the input (a bad occurred_at, say): clip it
-	// so a dead letter's reason stays readable, and print no control
-	// character of it (time's errors quote a DEL or a C1 control raw).
-	return invalid(path, "", "not a JSON event: "+clip(noControls(err.Error()), 200))
+	return k.String()
 }
 
 // noControls returns s with every control character made a '?'.
@@ -230,220 +258,24 @@ func noControls(s string) string {
 	}, s)
 }
 
-// recipientFields returns the recipient's name and the address fields of
-// chans that raw, the recipient object, gives, as given (a null is "").
-// Other keys are left to checkKeys.
-func recipientFields(raw json.RawMessage, chans []Channel) (map[string]string, error) {
-	given := map[string]string{}
-	if len(raw) == 0 || string(raw) == "null" {
-		return given, nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, invalid("recipient", "", "want a JSON object, got "+te.Value)
-		}
-		return nil, jsonError("recipient", err)
-	}
-	for _, f := range recipientKeys(chans) {
-		v, ok := obj[f]
-		if !ok {
-			continue
-		}
-		var s *string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return nil, jsonError("recipient."+f, err)
-		}
-		if s != nil {
-			given[f] = *s
-		}
-	}
-	return given, nil
-}
-
-// recipientKeys are the keys a recipient may hold: "name", then each
-// channel's Field.
-func recipientKeys(chans []Channel) []string {
-	keys := []string{"name"}
-	for _, c := range chans {
-		keys = append(keys, c.Field)
-	}
-	return keys
-}
-
-// tooDeep reports whether objects and arrays in b nest deeper than limit. It
-// runs before encoding/json, whose own limit (10000 levels) is far beyond any
-// event, and only counts brackets outside strings: a malformed b is left for
-// the parser to name.
-func tooDeep(b []byte, limit int) bool {
-	depth, inString, escaped := 0, false, false
-	for _, c := range b {
+// validate checks ev, whose recipient object held given, for chans, and
+// normalises it (see decode). The recipient is closed: each of its fields
+// is the name or an address, and an address the worker does not know
+// ("mobile" for "phone") would otherwise be dropped without a word, and its
+// channel never notified.
+func (ev *Event) validate(given map[string]string, chans []ChannelSpec) error {
+	ev.Recipient.Addresses = map[ports.Channel]string{}
+	for _, name := range slices.Sorted(maps.Keys(given)) { // the same error for the same bytes
+		i := slices.IndexFunc(chans, func(c ChannelSpec) bool { return c.Field == name })
 		switch {
-		case inString && escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case inString && c == '"':
-			inString = false
-		case inString:
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			if depth++; depth > limit {
-				return true
-			}
-		case c == '}' || c == ']':
-			depth--
+		case name == "name":
+			ev.Recipient.Name = given[name]
+		case i >= 0:
+			ev.Recipient.Addresses[chans[i].Name] = given[name]
+		default:
+			return unknownRecipientField(name, chans)
 		}
 	}
-	return false
-}
-
-// The JSON names of Event's fields, for checkKeys.
-var eventFields = []string{"event_id", "type", "occurred_at", "shipment_id", "recipient", "channels", "data"}
-
-// checkKeys refuses a record whose top-level, recipient or data object
-// repeats a key, or spells a field's name in another case, and a recipient
-// with a field not among recipientKeys(chans). value is valid JSON
-// (json.Unmarshal accepted it).
-//
-// The top level stays open: producers may add fields of their own (a trace
-// context, say), which the worker ignores. The recipient is closed: each of
-// its fields is an address or a name, and an address the worker does not
-// know ("mobile" for "phone") would otherwise be dropped without a word,
-// and its channel never notified.
-func checkKeys(value []byte, chans []Channel) error {
-	return checkObject("", value, eventFields, false, recipientKeys(chans))
-}
-
-// checkObject checks the members of the object raw (anything else is left
-// alone: the typed decode already judged it). fields are the names
-// encoding/json matches case-insensitively; nil for a map, whose keys it
-// matches exactly. closed refuses a key not among fields.
-// recipient are the recipient's fields, checked when path is the record.
-//
-// raw is valid JSON (json.Unmarshal accepted the record holding it), so it
-// is walked in one pass without a tokenizer: keys are read as encoding/json
-// reads them, members in the order written, and the first offending key is
-// the one named.
-func checkObject(path string, raw []byte, fields []string, closed bool, recipient []string) error {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return nil
-	}
-	var seen map[string]bool
-	for k, v := range members(raw[i:]) {
-		key := string(k)
-		field := join(path, key)
-		if seen[key] {
-			return invalid(field, "", "the key appears more than once: readers of the record could disagree on its value")
-		}
-		if seen == nil {
-			seen = make(map[string]bool, 8)
-		}
-		seen[key] = true
-		for _, f := range fields {
-			if key != f && strings.EqualFold(key, f) {
-				return invalid(field, "", fmt.Sprintf("field names are case-sensitive: want %q", f))
-			}
-		}
-		if closed && !slices.Contains(fields, key) {
-			return invalid(field, "", "unknown field: want one of "+strings.Join(fields, ", "))
-		}
-		var err error
-		switch {
-		case path == "" && key == "recipient":
-			err = checkObject(field, v, recipient, true, nil)
-		case path == "" && key == "data":
-			err = checkObject(field, v, nil, false, nil)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// jsonKey returns the string the JSON string literal q (quotes included)
-// holds, as encoding/json decodes it.
-func jsonKey(q []byte) string {
-	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1])
-	}
-	var s string
-	_ = json.Unmarshal(q, &s) // q is a valid literal: see checkObject
-	return s
-}
-
-// skipSpace returns the index of the first byte of b at or after i that is
-// not JSON white space.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just past the string literal starting at
-// b[i] (a '"').
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the JSON value starting at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
-}
-
-func join(path, key string) string {
-	key = clip(key, 64)
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func (ev *Event) normalize(chans []Channel, given map[string]string) error {
 	for _, f := range []struct{ name, value string }{
 		{"event_id", ev.EventID}, {"type", ev.Type}, {"shipment_id", ev.ShipmentID},
 	} {
@@ -451,9 +283,8 @@ func (ev *Event) normalize(chans []Channel, given map[string]string) error {
 			return err
 		}
 	}
-
-	// encoding/json turns a lone surrogate escape ("\ud800") into U+FFFD
-	// without a word: the same garbage utf8.Valid keeps out as raw bytes.
+	// A lone surrogate escape decodes to U+FFFD: garbage for the customer,
+	// as raw bytes that are not UTF-8 would be.
 	if strings.ContainsRune(ev.Recipient.Name, utf8.RuneError) {
 		return invalid("recipient.name", "", badText)
 	}
@@ -462,31 +293,70 @@ func (ev *Event) normalize(chans []Channel, given map[string]string) error {
 			return invalid("data."+clip(k, 64), "", badText)
 		}
 	}
-
 	ev.Recipient.Name = OneLine(ev.Recipient.Name)
 	if n := utf8.RuneCountInString(ev.Recipient.Name); n > MaxNameRunes {
 		return invalid("recipient.name", "", fmt.Sprintf("%d characters, longer than %d", n, MaxNameRunes))
 	}
-	// A blank address is no address: a producer that writes "phone": " "
-	// has no phone for the customer, and the email should still go out.
-	ev.Recipient.Addresses = map[ports.Channel]string{}
-	ev.Recipient.fields = map[ports.Channel]string{}
+	if err := ev.Recipient.normalize(chans); err != nil {
+		return err
+	}
+	return ev.pickChannels(chans)
+}
+
+// unknownRecipientField is the error for the recipient field name, which is
+// neither "name" nor a field of chans.
+func unknownRecipientField(name string, chans []ChannelSpec) error {
+	keys := recipientKeys(chans)
+	for _, k := range keys {
+		if strings.EqualFold(name, k) {
+			return invalid("recipient."+clip(name, 64), "", fmt.Sprintf("field names are case-sensitive: want %q", k))
+		}
+	}
+	return invalid("recipient."+clip(name, 64), "", "unknown field: want one of "+strings.Join(keys, ", "))
+}
+
+// recipientKeys are the keys a recipient may hold: "name", then each
+// channel's Field.
+func recipientKeys(chans []ChannelSpec) []string {
+	keys := []string{"name"}
 	for _, c := range chans {
-		v := strings.TrimSpace(given[c.Field])
+		keys = append(keys, c.Field)
+	}
+	return keys
+}
+
+// normalize normalises each address of r by its channel of chans. A blank
+// address is no address: a producer that writes "phone": " " has no phone
+// for the customer, and the email should still go out. A refused address
+// is shown masked only when its channel's Shaped says it could be one.
+func (r *Recipient) normalize(chans []ChannelSpec) error {
+	for _, c := range chans {
+		v := strings.TrimSpace(r.Addresses[c.Name])
 		if v == "" {
+			delete(r.Addresses, c.Name)
 			continue
 		}
 		a, err := c.Normalize(v)
-		if err != nil {
-			return invalidAddress("recipient."+c.Field, v, c.Shaped, c.Mask, err)
+		switch {
+		case err != nil && c.Shaped != nil && c.Shaped(v):
+			return invalid("recipient."+c.Field, c.Mask(v), err.Error())
+		case err != nil:
+			// Text that is no address of the kind (a name in the wrong
+			// field, a 10 kB value) is shown by its length alone: a mask
+			// could partly reveal it.
+			return invalid("recipient."+c.Field, "", fmt.Sprintf("%v (a value of %d bytes, not shown)", err, len(v)))
 		}
-		ev.Recipient.Addresses[c.Name] = a
-		ev.Recipient.fields[c.Name] = c.Field
+		r.Addresses[c.Name] = a
 	}
-	if len(ev.Recipient.Addresses) == 0 {
+	if len(r.Addresses) == 0 {
 		return invalid("recipient", "", noAddress(chans)+": nothing can be sent")
 	}
+	return nil
+}
 
+// pickChannels defaults ev's channels to every one of chans the recipient
+// has an address for, or checks those given and drops repeats.
+func (ev *Event) pickChannels(chans []ChannelSpec) error {
 	if len(ev.Channels) == 0 {
 		for _, c := range chans {
 			if ev.Recipient.Address(c.Name) != "" {
@@ -499,7 +369,7 @@ func (ev *Event) normalize(chans []Channel, given map[string]string) error {
 	out := ev.Channels[:0]
 	for _, ch := range ev.Channels {
 		switch {
-		case !slices.ContainsFunc(chans, func(c Channel) bool { return c.Name == ch }):
+		case !slices.ContainsFunc(chans, func(c ChannelSpec) bool { return c.Name == ch }):
 			return invalid("channels", string(ch), "unknown channel")
 		case ev.Recipient.Address(ch) == "":
 			return invalid("channels", string(ch), "the recipient has no address for this channel")
@@ -514,7 +384,7 @@ func (ev *Event) normalize(chans []Channel, given map[string]string) error {
 
 // noAddress says that the recipient has none of chans' fields: "neither
 // phone nor email", "none of phone, email, device_token".
-func noAddress(chans []Channel) string {
+func noAddress(chans []ChannelSpec) string {
 	fields := recipientKeys(chans)[1:]
 	switch len(fields) {
 	case 1:
@@ -523,39 +393,6 @@ func noAddress(chans []Channel) string {
 		return "neither " + fields[0] + " nor " + fields[1]
 	}
 	return "none of " + strings.Join(fields, ", ")
-}
-
-// invalidAddress reports the recipient's address v in field as invalid
-// for err. It shows v masked by mask only when shapely(v), when v could be
-// an address of that kind; anything else, text that a mask keeping a few
-// characters or the domain would partly reveal (a name in the wrong field,
-// a 10 kB value), is shown by its length alone.
-func invalidAddress(field, v string, shapely func(string) bool, mask func(string) string, err error) error {
-	if shapely == nil || !shapely(v) {
-		return invalid(field, "", fmt.Sprintf("%v (a value of %d bytes, not shown)", err, len(v)))
-	}
-	return invalid(field, mask(v), err.Error())
-}
-
-// phoneShaped reports whether v holds only what a written phone number
-// does: digits, "+" and the separators NormalizePhone drops, 32 bytes at
-// most.
-func phoneShaped(v string) bool {
-	return len(v) <= 32 && strings.Trim(v, "+0123456789 .-()") == ""
-}
-
-// emailShaped reports whether v could be an email address: at most
-// MaxEmailLen bytes, one "@", and no space, control or format character.
-func emailShaped(v string) bool {
-	if len(v) > MaxEmailLen || strings.Count(v, "@") != 1 {
-		return false
-	}
-	for _, r := range v {
-		if unicode.IsSpace(r) || !unicode.IsGraphic(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // badText is the reason for text holding U+FFFD, the mark of bytes that
@@ -590,157 +427,26 @@ func checkID(field, v string) error {
 	return nil
 }
 
-// NormalizePhone returns p in E.164 ("+", a country code and the national
-// number, 15 digits at most), after dropping surrounding white space and the
-// separators people write: spaces, dots, dashes and parentheses. The number
-// must start with "+": a leading "00" or a national number is ambiguous
-// without a known dialing country, so it is an error.
-//
-// The number is checked against libphonenumber's numbering plans
-// (github.com/nyaruka/phonenumbers): a country code that does not exist, a
-// length no number of that country has, or a number in no range the country
-// assigns is an error, before any provider is asked to send to it. A trunk
-// prefix written after the country code ("+44 (0)20 ...") is dropped, as
-// dialing from abroad does. Its output is a fixed point:
-// NormalizePhone(out) returns out. Its errors never quote a digit of p.
-func NormalizePhone(p string) (string, error) {
-	p = strings.TrimSpace(p)
-	var b strings.Builder
-	for i, r := range p {
-		switch {
-		case r == '+' && i == 0:
-			b.WriteByte('+')
-		case r >= '0' && r <= '9':
-			b.WriteRune(r)
-		case r == ' ' || r == '.' || r == '-' || r == '(' || r == ')':
-		default:
-			return "", errors.New("not an E.164 phone number: unexpected character")
-		}
-	}
-	s := b.String()
-	switch {
-	case !strings.HasPrefix(s, "+"):
-		return "", errors.New("not an E.164 phone number: must start with +")
-	case len(s) < 4:
-		return "", errors.New("impossible phone number: too short")
-	case len(s) > maxPhoneDigits+1:
-		// A trunk prefix may add a digit or two to the 15 of E.164; more
-		// than that is no number.
-		return "", errors.New("impossible phone number: too long")
-	case s[1] == '0':
-		return "", errors.New("not an E.164 phone number: country code cannot start with a zero")
-	}
-	return phones.get(s)
+// OneLine folds every run of white space and control characters into one
+// space, so a name can go into a header or an SMS without starting a new line.
+func OneLine(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}), " ")
 }
 
-// checkPhone is NormalizePhone's check of s, a "+" and 3 to maxPhoneDigits
-// digits, against the numbering plans.
-func checkPhone(s string) (string, error) {
-	num, err := phonenumbers.Parse(s, unknownRegion)
-	if err != nil {
-		// phonenumbers' errors name no digits, but say it in our words:
-		// its texts are not a contract.
-		if errors.Is(err, phonenumbers.ErrInvalidCountryCode) {
-			return "", errors.New("impossible phone number: no country has this country code")
-		}
-		return "", errors.New("impossible phone number: too short or too long")
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	switch phonenumbers.IsPossibleNumberWithReason(num) {
-	case phonenumbers.IS_POSSIBLE, phonenumbers.IS_POSSIBLE_LOCAL_ONLY:
-	case phonenumbers.INVALID_COUNTRY_CODE:
-		return "", errors.New("impossible phone number: no country has this country code")
-	case phonenumbers.TOO_SHORT:
-		return "", errors.New("impossible phone number: too short for its country")
-	case phonenumbers.TOO_LONG:
-		return "", errors.New("impossible phone number: too long for its country")
-	default:
-		return "", errors.New("impossible phone number: no number of its country has this length")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	if !phonenumbers.IsValidNumber(num) {
-		return "", errors.New("invalid phone number: in no range its country assigns")
-	}
-	out := phonenumbers.Format(num, phonenumbers.E164)
-	if len(out) > 16 {
-		// Some plans allow longer numbers than E.164 (and Twilio) carry.
-		return "", errors.New("impossible phone number: more digits than E.164 allows")
-	}
-	if !onlyTrunkDropped(s[1:], out[1:]) {
-		// A few plans rewrite a national number (Norfolk Island adds a
-		// digit): we send to the number the producer wrote, or to none.
-		return "", errors.New("not an E.164 phone number: written in a national form its country rewrites")
-	}
-	return out, nil
+	return s[:n] + "…"
 }
 
-// phones remembers checkPhone's answers: parsing a number against the
-// numbering plans is most of the CPU a record costs, and the same customers
-// get a notification per shipment event. checkPhone is a pure function of
-// its argument, so an answer remembered is the answer computed.
-var phones = &phoneCache{max: phoneCacheSize}
-
-// phoneCacheSize bounds the numbers phones holds: at about 100 bytes an
-// entry, 8192 of them are under a MiB.
-const phoneCacheSize = 8192
-
-// phoneCache is a bounded memo of checkPhone, safe for concurrent use. When
-// full it starts over empty: no eviction order to keep, and a worker's
-// working set of numbers refills it at once.
-type phoneCache struct {
-	mu  sync.Mutex
-	max int
-	m   map[string]phoneAnswer
-}
-
-type phoneAnswer struct {
-	out string
-	err error
-}
-
-// get returns checkPhone(s), from memory when s was asked before.
-func (c *phoneCache) get(s string) (string, error) {
-	c.mu.Lock()
-	a, ok := c.m[s]
-	c.mu.Unlock()
-	if ok {
-		return a.out, a.err
-	}
-	out, err := checkPhone(s)
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= c.max {
-		c.m = make(map[string]phoneAnswer, c.max)
-	}
-	c.m[s] = phoneAnswer{out, err}
-	c.mu.Unlock()
-	return out, err
-}
-
-// onlyTrunkDropped reports whether the digits out are the digits in, or in
-// with a run of at most two digits (a trunk prefix) removed right after a
-// country code of one to three digits.
-func onlyTrunkDropped(in, out string) bool {
-	n := len(in) - len(out)
-	switch {
-	case n == 0:
-		return in == out
-	case n < 0 || n > 2:
-		return false
-	}
-	for cc := 1; cc <= 3 && cc <= len(out); cc++ {
-		if in[:cc] == out[:cc] && in[cc+n:] == out[cc:] {
-			return true
-		}
-	}
-	return false
-}
-
-// maxPhoneDigits is the most digits NormalizePhone reads: 15 (E.164) and
-// room for a trunk prefix written after the country code.
-const maxPhoneDigits = 17
-
-// unknownRegion tells phonenumbers.Parse that no default country applies:
-// the number must carry its own country code.
-const unknownRegion = "ZZ"
-
+// normalizeEmail returns e as a bare address, without a display name.
 func normalizeEmail(e string) (string, error) {
 	if len(e) > MaxEmailLen {
 		return "", fmt.Errorf("longer than %d bytes", MaxEmailLen)
@@ -763,42 +469,4 @@ func normalizeEmail(e string) (string, error) {
 		}
 	}
 	return a.Address, nil
-}
-
-// OneLine folds every run of white space and control characters into one
-// space, so a name can go into a header or an SMS without starting a new line.
-func OneLine(s string) string {
-	if isOneLine(s) {
-		return s
-	}
-	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return unicode.IsSpace(r) || unicode.IsControl(r)
-	}), " ")
-}
-
-// isOneLine reports whether OneLine(s) is s itself, without allocating:
-// s is printable ASCII whose spaces stand one at a time between words.
-func isOneLine(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == ' ':
-			if i == 0 || i == len(s)-1 || s[i-1] == ' ' {
-				return false
-			}
-		case c < '!' || c > '~':
-			return false
-		}
-	}
-	return true
-}
-
-// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

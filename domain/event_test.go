@@ -1,7 +1,10 @@
 package domain_test
 
 import (
+	"encoding/json"
+	"encoding/json/jsontext"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +52,7 @@ func TestDecode(t *testing.T) {
 		{"NoAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"name":"Ada"}}`, "recipient"},
 		{"UnknownChannel", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"channels":["fax"]}`, "channels"},
 		{"ChannelWithoutAddress", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"channels":["email"]}`, "channels"},
-		{"NestedData", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"data":{"a":{"b":1}}}`, ""},
+		{"NestedData", `{"event_id":"e","type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"},"data":{"a":{"b":1}}}`, "data.a"},
 		{"WrongType", `{"event_id":42,"type":"t","shipment_id":"s","recipient":{"phone":"+31201234567"}}`, "event_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +68,72 @@ func TestDecode(t *testing.T) {
 				t.Fatalf("error %q repeats a phone or a huge value", err)
 			}
 		})
+	}
+}
+
+// TestDecode_NullIsNoValue: a null member is as good as an absent one, in
+// the record, its recipient and its data.
+func TestDecode_NullIsNoValue(t *testing.T) {
+	ev, err := domain.Decode([]byte(`{"event_id":"e","type":"t","shipment_id":"s","occurred_at":null,"channels":null,
+		"recipient":{"name":null,"phone":null,"email":"ada@example.com"},"data":{"eta":null,"n":1}}`))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if ev.Recipient.Name != "" || ev.Recipient.Address(ports.ChannelSMS) != "" || !ev.OccurredAt.IsZero() {
+		t.Errorf("name %q, phone %q, occurred_at %v: want none", ev.Recipient.Name, ev.Recipient.Address(ports.ChannelSMS), ev.OccurredAt)
+	}
+	if len(ev.Channels) != 1 || ev.Channels[0] != ports.ChannelEmail {
+		t.Errorf("channels %v, want [email]", ev.Channels)
+	}
+	if _, ok := ev.Data["eta"]; ok || ev.Data["n"] != "1" {
+		t.Errorf("data %v, want n alone", ev.Data)
+	}
+}
+
+// jsonGrammarSeeds are records at the edges of the JSON grammar, valid and
+// not.
+var jsonGrammarSeeds = []string{
+	``, ` `, `{}`, ` { } `, `[]`, `[ ]`, `""`, `"a"`, `0`, `-0`, `-`, `01`, `1.`, `1.5`, `.5`, `1e5`, `1E+5`, `1e-05`, `1e`, `1e+`,
+	`-1.25e+10`, `true`, `false`, `null`, `nul`, `truex`, `tru`, `[1,]`, `[,1]`, `[1 2]`, `{"a":1,}`, `{"a"}`, `{"a":}`, `{a:1}`,
+	`{"a":1 "b":2}`, `{"a":1}x`, `{"a":1}}`, `[[]]]`, `"\u00e9\ud800"`, `"\u12"`, `"\uZZZZ"`, `"\x"`, `"\/\b\f\n\r\t\"\\"`,
+	"\"tab\there\"", "\"\x1f\"", "\"\x7f\"", `"unterminated`, `"ends in backslash\`, "\t\n\r 1 \t\n\r", "\u00a01", "1\u00a0",
+	`{"event_id":"e","recipient":{"name":"Ada"},"channels":["sms"],"data":{"n":-1.5e3,"b":true,"z":null}}`,
+	strings.Repeat("[", 32) + strings.Repeat("]", 32), strings.Repeat("[", 33) + strings.Repeat("]", 33),
+	strings.Repeat(`{"a":`, 32) + "1" + strings.Repeat("}", 32), strings.Repeat(`{"a":`, 33) + "1" + strings.Repeat("}", 33),
+	strings.Repeat("[", 40) + "x", `"` + strings.Repeat("[", 40) + `"`, "[1,x" + strings.Repeat("[", 40),
+	`{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
+}
+
+// TestDecode_JSONGrammar: a record is refused as a whole (an error without
+// a Field) exactly when it is not one JSON object nested at most
+// MaxJSONDepth deep; the fields of one that is are judged on their own.
+func TestDecode_JSONGrammar(t *testing.T) {
+	for _, s := range jsonGrammarSeeds {
+		_, err := domain.Decode([]byte(s))
+		var ie *domain.InvalidEventError
+		if !errors.As(err, &ie) {
+			t.Fatalf("Decode(%.60q): %v, want *InvalidEventError", s, err)
+		}
+		checkReason(t, err.Error())
+		depth, object := jsonShape(s)
+		if wantWhole := !object || depth > domain.MaxJSONDepth; (ie.Field == "") != wantWhole {
+			t.Errorf("Decode(%.60q): %v; an object %v, nested %d deep", s, err, object, depth)
+		}
+	}
+}
+
+// jsonShape returns how deeply the JSON text s nests, and whether it is one
+// valid JSON object (or null, which decodes as an empty one).
+func jsonShape(s string) (depth int, object bool) {
+	dec := jsontext.NewDecoder(strings.NewReader(s), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return depth, err == io.EOF && json.Valid([]byte(s)) && (strings.HasPrefix(strings.TrimSpace(s), "{") || strings.TrimSpace(s) == "null")
+		}
+		if depth = max(depth, dec.StackDepth()); tok.Kind() == 0 {
+			return depth, false
+		}
 	}
 }
 
@@ -127,7 +196,7 @@ func TestTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +263,7 @@ func TestTemplates(t *testing.T) {
 		write("shipment.out_for_delivery.tmpl", `{{define "sms"}}custom {{.ShipmentID}}{{end}}{{define "subject"}}s{{end}}{{define "text"}}t{{end}}`)
 		write("shipment.returned.tmpl", `{{define "sms"}}returned{{end}}{{define "subject"}}s{{end}}{{define "text"}}t{{end}}`)
 		write("shipment.returned.html", `<p>returned</p>`)
-		tpl, err := domain.LoadTemplates(dir)
+		tpl, err := domain.LoadTemplates(os.DirFS(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +282,7 @@ func TestTemplates(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "shipment.lost.tmpl"), []byte(`{{define "sms"}}x{{end}}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := domain.LoadTemplates(dir)
+		_, err := domain.LoadTemplates(os.DirFS(dir))
 		if err == nil || !strings.Contains(err.Error(), `"subject"`) || !strings.Contains(err.Error(), "shipment.lost.html") {
 			t.Fatalf("LoadTemplates: %v, want the missing block and file named", err)
 		}

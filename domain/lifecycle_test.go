@@ -15,6 +15,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/ratelimit"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
 // answer is how the scripted SMS provider answers one send.
@@ -138,7 +139,7 @@ func newScene(t *testing.T, mode domain.FailureMode, script []answer, opts ...fu
 	base := func(c *domain.Config) {
 		c.Now = s.now
 		c.RateLimiter = s.limiter
-		c.Store.(*fakeStore).Store = s.mem
+		c.Store.(*storetest.Fake).Store = s.mem
 		c.Notifiers[ports.ChannelSMS] = s.sms
 		c.Reconcilers = map[ports.Channel]ports.Reconciler{ports.ChannelSMS: s.sms}
 		c.Observer = ports.ObserverFunc(func(ch ports.Channel, o ports.Outcome) {

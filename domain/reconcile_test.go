@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
 // lateProvider is a provider that accepts the first unknownSends messages
@@ -317,7 +318,7 @@ func mustRenderSMS(t *testing.T, id string) ports.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +437,7 @@ func TestService_AskOnSchedule(t *testing.T) {
 		p.lag, p.now = lag, func() time.Time { return time.Unix(0, clock.Load()).UTC() }
 		w := newWorld(t, domain.FailOpen, append([]func(*domain.Config){withLateSMS(p), func(c *domain.Config) {
 			c.Now = p.now
-			c.Store.(*fakeStore).Store = memory.New(p.now)
+			c.Store.(*storetest.Fake).Store = memory.New(p.now)
 		}}, opts...)...)
 		return w, func(d time.Duration) { clock.Add(int64(d)) }
 	}

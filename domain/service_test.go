@@ -17,38 +17,11 @@ import (
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
-// fakeStore is the memory store with faults injectable per method.
-type fakeStore struct {
-	*memory.Store
-	ClaimFunc   func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error)
-	RecordFunc  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
-	ReleaseFunc func(ctx context.Context, key, token string) error
-}
-
-func newFakeStore() *fakeStore { return &fakeStore{Store: memory.New(nil)} }
-
-func (f *fakeStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
-	if f.ClaimFunc != nil {
-		return f.ClaimFunc(ctx, key, token, digest, sender, ttl)
-	}
-	return f.Store.Claim(ctx, key, token, digest, sender, ttl)
-}
-
-func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
-	if f.RecordFunc != nil {
-		return f.RecordFunc(ctx, key, r, ttl)
-	}
-	return f.Store.Record(ctx, key, r, ttl)
-}
-
-func (f *fakeStore) Release(ctx context.Context, key, token string) error {
-	if f.ReleaseFunc != nil {
-		return f.ReleaseFunc(ctx, key, token)
-	}
-	return f.Store.Release(ctx, key, token)
-}
+// newFakeStore is the memory store with faults injectable per method.
+func newFakeStore() *storetest.Fake { return &storetest.Fake{Store: memory.New(nil)} }
 
 // provider is a notifier double that keeps what it accepted, as a provider
 // would, and fails when FailFunc says so.
@@ -78,7 +51,7 @@ func (p *provider) Sent() []ports.Message {
 }
 
 type world struct {
-	store    *fakeStore
+	store    *storetest.Fake
 	sms      *provider
 	email    *provider
 	logs     *logtest.Buffer
@@ -193,13 +166,13 @@ func TestService(t *testing.T) {
 
 	for _, tc := range []struct {
 		name     string
-		other    func(s *memory.Store, key string) error
+		other    func(s ports.IdempotencyStore, key string) error
 		wantSent int
 	}{
-		{"InFlightThenRecordedSkips", func(s *memory.Store, key string) error {
+		{"InFlightThenRecordedSkips", func(s ports.IdempotencyStore, key string) error {
 			return s.Record(context.Background(), key, ports.Receipt{ProviderID: "other"}, time.Hour)
 		}, 0},
-		{"InFlightThenReleasedSends", func(s *memory.Store, key string) error {
+		{"InFlightThenReleasedSends", func(s ports.IdempotencyStore, key string) error {
 			return s.Release(context.Background(), key, "other-worker")
 		}, 1},
 	} {
@@ -444,7 +417,7 @@ func TestService(t *testing.T) {
 }
 
 // tokenOf reads the owner of a pending key.
-func tokenOf(t *testing.T, s *memory.Store, key string) string {
+func tokenOf(t *testing.T, s ports.IdempotencyStore, key string) string {
 	t.Helper()
 	c, err := s.Claim(context.Background(), key, "probe", "", "", time.Minute)
 	if err != nil || c.State != ports.InFlight {

@@ -7,14 +7,12 @@ import (
 	"fmt"
 	htmltemplate "html/template"
 	"io/fs"
-	"os"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	texttemplate "text/template"
 	"time"
 	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -23,10 +21,10 @@ import (
 // characters; rather than lose the notification, the body is cut at that
 // length with an ellipsis (a template that overflows is a template bug, and
 // the customer still learns what happened). Twilio counts an emoji or any
-// other character outside the Basic Multilingual Plane as two, so the SMS
-// rule counts UTF-16 code units: a body is at most MaxSMSRunes of them,
-// hence at most MaxSMSRunes runes whatever its script. A subject is one line
-// of at most MaxSubjectRunes.
+// other character outside the Basic Multilingual Plane as two, so both
+// limits count UTF-16 code units (Truncate): a body is at most MaxSMSRunes
+// of them, hence at most MaxSMSRunes runes whatever its script. A subject
+// is one line of at most MaxSubjectRunes.
 const (
 	MaxSMSRunes     = 1600
 	MaxSubjectRunes = 200
@@ -40,7 +38,7 @@ var embedded embed.FS
 var ErrUnknownEventType = errors.New("domain: unknown event type")
 
 // Templates turns records into messages for a set of channels: it decodes
-// an event with the channels' address rules (Decode) and renders the
+// an event with the channels' address rules (DecodeEvent) and renders the
 // messages of each event type on each channel (Render). Each type has two
 // files: "<type>.tmpl" (text/template, defining every channel's Blocks:
 // "sms", "subject" and "text" for the Builtin channels) and "<type>.html"
@@ -49,51 +47,73 @@ var ErrUnknownEventType = errors.New("domain: unknown event type")
 type Templates struct {
 	text  map[string]*texttemplate.Template
 	html  map[string]*htmltemplate.Template
-	chans []Channel
+	chans []ChannelSpec
 }
 
-// LoadTemplates parses the embedded templates and then, if dir is not empty,
-// the files in dir, which replace embedded files of the same name and may add
-// event types, for chans (the Builtin channels when none is given), in
-// the order a fan-out sends them. Every type must end up with both files
-// and every channel's text blocks, or LoadTemplates fails naming what is
+// LoadTemplates parses the embedded templates and then, if overrides is
+// not nil, the files at its root (an operator's TEMPLATES_DIR, opened by
+// the caller), which replace embedded files of the same name and may add
+// event types, for chans (the Builtin channels when none is given), in the
+// order a fan-out sends them. Every type must end up with both files and
+// every channel's text blocks, or LoadTemplates fails naming what is
 // missing. A channel whose blocks the embedded templates lack brings them
-// in Channel.Templates. Two channels of one name or one recipient field are
-// refused.
-func LoadTemplates(dir string, chans ...Channel) (*Templates, error) {
+// in Channel.Templates. Two channels of one name or one recipient field
+// are refused.
+func LoadTemplates(overrides fs.FS, chans ...ChannelSpec) (*Templates, error) {
 	if len(chans) == 0 {
 		chans = Builtin
 	}
 	if err := checkChannels(chans); err != nil {
 		return nil, err
 	}
+	files, err := templateFiles(overrides)
+	if err != nil {
+		return nil, err
+	}
+	t := &Templates{text: map[string]*texttemplate.Template{}, html: map[string]*htmltemplate.Template{}, chans: slices.Clone(chans)}
+	problems := t.parse(files)
+	for _, c := range chans {
+		problems = append(problems, t.addBlocks(c)...)
+	}
+	problems = append(problems, t.missing()...)
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return nil, fmt.Errorf("templates: %s", strings.Join(problems, "; "))
+	}
+	return t, nil
+}
+
+// templateFiles returns the embedded template files by name, replaced and
+// added to by those of overrides (nil: none).
+func templateFiles(overrides fs.FS) (map[string][]byte, error) {
 	sub, err := fs.Sub(embedded, "templates")
 	if err != nil {
 		return nil, err
 	}
 	files := map[string][]byte{}
-	if err := readTemplates(sub, files); err != nil {
-		return nil, err
-	}
-	if dir != "" {
-		if err := readTemplates(os.DirFS(dir), files); err != nil {
-			return nil, fmt.Errorf("templates dir %s: %w", dir, err)
+	for _, fsys := range []fs.FS{sub, overrides} {
+		if fsys == nil {
+			continue
+		}
+		if err := readTemplates(fsys, files); err != nil {
+			return nil, err
 		}
 	}
-	t := &Templates{text: map[string]*texttemplate.Template{}, html: map[string]*htmltemplate.Template{}, chans: slices.Clone(chans)}
-	var problems []string
+	return files, nil
+}
+
+// parse parses files into t, each "<type>.tmpl" and "<type>.html" under
+// its type, and returns what did not parse.
+func (t *Templates) parse(files map[string][]byte) (problems []string) {
 	for name, body := range files {
-		switch {
-		case strings.HasSuffix(name, ".tmpl"):
-			typ := strings.TrimSuffix(name, ".tmpl")
+		if typ, ok := strings.CutSuffix(name, ".tmpl"); ok {
 			tt, err := texttemplate.New(typ).Option("missingkey=zero").Parse(string(body))
 			if err != nil {
 				problems = append(problems, err.Error())
 				continue
 			}
 			t.text[typ] = tt
-		case strings.HasSuffix(name, ".html"):
-			typ := strings.TrimSuffix(name, ".html")
+		} else if typ, ok := strings.CutSuffix(name, ".html"); ok {
 			ht, err := htmltemplate.New(typ).Option("missingkey=zero").Parse(string(body))
 			if err != nil {
 				problems = append(problems, err.Error())
@@ -102,44 +122,54 @@ func LoadTemplates(dir string, chans ...Channel) (*Templates, error) {
 			t.html[typ] = ht
 		}
 	}
-	for _, c := range chans {
-		if c.Templates == nil {
+	return problems
+}
+
+// addBlocks adds the blocks c's own Templates define to the text templates
+// of the event types t has, where the type's own file does not define them:
+// an operator's TEMPLATES_DIR may reword a channel's text. It returns what
+// could not be read or parsed.
+func (t *Templates) addBlocks(c ChannelSpec) (problems []string) {
+	if c.Templates == nil {
+		return nil
+	}
+	files := map[string][]byte{}
+	if err := readTemplates(c.Templates, files); err != nil {
+		return []string{fmt.Sprintf("templates of channel %s: %v", c.Name, err)}
+	}
+	for name, body := range files {
+		typ, ok := strings.CutSuffix(name, ".tmpl")
+		tt := t.text[typ]
+		if !ok || tt == nil {
 			continue
 		}
-		extra := map[string][]byte{}
-		if err := readTemplates(c.Templates, extra); err != nil {
-			return nil, fmt.Errorf("templates of channel %s: %w", c.Name, err)
+		add, err := texttemplate.New(typ).Option("missingkey=zero").Parse(string(body))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("channel %s: %v", c.Name, err))
+			continue
 		}
-		for name, body := range extra {
-			typ, ok := strings.CutSuffix(name, ".tmpl")
-			if tt := t.text[typ]; ok && tt != nil {
-				// Blocks the event type's own file defines win: an
-				// operator's TEMPLATES_DIR may reword a channel's text.
-				add, err := texttemplate.New(typ).Option("missingkey=zero").Parse(string(body))
-				if err != nil {
-					problems = append(problems, fmt.Sprintf("channel %s: %v", c.Name, err))
-					continue
-				}
-				for _, b := range add.Templates() {
-					if b.Name() != typ && tt.Lookup(b.Name()) == nil {
-						if _, err := tt.AddParseTree(b.Name(), b.Tree); err != nil {
-							problems = append(problems, fmt.Sprintf("channel %s: %s: %v", c.Name, name, err))
-						}
-					}
+		for _, b := range add.Templates() {
+			if b.Name() != typ && tt.Lookup(b.Name()) == nil {
+				if _, err := tt.AddParseTree(b.Name(), b.Tree); err != nil {
+					problems = append(problems, fmt.Sprintf("channel %s: %s: %v", c.Name, name, err))
 				}
 			}
 		}
 	}
+	return problems
+}
+
+// missing names every block a channel needs that a type's text template
+// lacks, and every type with one of its two files only.
+func (t *Templates) missing() (problems []string) {
 	for typ, tt := range t.text {
-		for _, c := range chans {
+		for _, c := range t.chans {
 			for _, block := range c.Blocks {
 				if tt.Lookup(block) == nil {
 					problems = append(problems, fmt.Sprintf("%s.tmpl: no {{define %q}}", typ, block))
 				}
 			}
 		}
-	}
-	for typ := range t.text {
 		if t.html[typ] == nil {
 			problems = append(problems, typ+": no "+typ+".html")
 		}
@@ -149,13 +179,11 @@ func LoadTemplates(dir string, chans ...Channel) (*Templates, error) {
 			problems = append(problems, typ+": no "+typ+".tmpl")
 		}
 	}
-	if len(problems) > 0 {
-		sort.Strings(problems)
-		return nil, fmt.Errorf("templates: %s", strings.Join(problems, "; "))
-	}
-	return t, nil
+	return problems
 }
 
+// readTemplates reads the "*.tmpl" and "*.html" files at fsys's root into
+// into, by name.
 func readTemplates(fsys fs.FS, into map[string][]byte) error {
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
@@ -175,14 +203,7 @@ func readTemplates(fsys fs.FS, into map[string][]byte) error {
 }
 
 // Types returns the event types that have templates, sorted.
-func (t *Templates) Types() []string {
-	types := make([]string, 0, len(t.text))
-	for typ := range t.text {
-		types = append(types, typ)
-	}
-	sort.Strings(types)
-	return types
-}
+func (t *Templates) Types() []string { return slices.Sorted(maps.Keys(t.text)) }
 
 // view is what a template sees. It is a copy, not the Event, so templates
 // cannot reach anything a customer should not read.
@@ -196,9 +217,9 @@ type view struct {
 }
 
 // checkChannels refuses a list that names a channel twice or reads one
-// recipient field for two channels, and a channel missing what Decode and
-// Render call.
-func checkChannels(chans []Channel) error {
+// recipient field for two channels, and a channel missing what DecodeEvent
+// and Render call.
+func checkChannels(chans []ChannelSpec) error {
 	names, fields := map[ports.Channel]bool{}, map[string]bool{"name": true}
 	for _, c := range chans {
 		switch {
@@ -214,12 +235,13 @@ func checkChannels(chans []Channel) error {
 	return nil
 }
 
-// Decode parses and validates a record value: the event, its recipient's
-// address for each of t's channels (Channel.Field), normalised, and its
-// channels, defaulted to every channel the recipient has an address for,
-// in t's order. A recipient field that is no channel's is refused. Any
-// error is an *InvalidEventError; Decode's doc says what else is refused.
-func (t *Templates) Decode(value []byte) (Event, error) { return decode(value, t.chans) }
+// DecodeEvent parses and validates a record value: the event, its
+// recipient's address for each of t's channels (Channel.Field), normalised,
+// and its channels, defaulted to every channel the recipient has an
+// address for, in t's order. A recipient field that is no channel's is
+// refused. Any error is an *InvalidEventError; Decode's doc says what else
+// is refused.
+func (t *Templates) DecodeEvent(value []byte) (Event, error) { return decode(value, t.chans) }
 
 // Channels returns t's channels' names, in the order a fan-out sends them.
 func (t *Templates) Channels() []ports.Channel {
@@ -230,15 +252,6 @@ func (t *Templates) Channels() []ports.Channel {
 	return names
 }
 
-// channel returns the channel named ch.
-func (t *Templates) channel(ch ports.Channel) (Channel, bool) {
-	i := slices.IndexFunc(t.chans, func(c Channel) bool { return c.Name == ch })
-	if i < 0 {
-		return Channel{}, false
-	}
-	return t.chans[i], true
-}
-
 // Render returns the message for ev on channel ch, its address masked by
 // the channel in ToMasked. Errors wrap ErrUnknownEventType or a template
 // execution error; both are permanent for this event.
@@ -247,10 +260,11 @@ func (t *Templates) Render(ev Event, ch ports.Channel) (ports.Message, error) {
 	if !ok {
 		return ports.Message{}, fmt.Errorf("%w %q", ErrUnknownEventType, ev.Type)
 	}
-	c, ok := t.channel(ch)
-	if !ok {
+	i := slices.IndexFunc(t.chans, func(c ChannelSpec) bool { return c.Name == ch })
+	if i < 0 {
 		return ports.Message{}, fmt.Errorf("render %s: unknown channel %q", ev.Type, ch)
 	}
+	c := t.chans[i]
 	// Decode already put the name on one line; an Event built by other
 	// means gets the same treatment, since ToName goes into a mail header.
 	name := OneLine(ev.Recipient.Name)
@@ -267,64 +281,49 @@ func (t *Templates) Render(ev Event, ch ports.Channel) (ports.Message, error) {
 		ToMasked:       c.Mask(to),
 		ToName:         name,
 	}
-	if err := c.Render(rendered{text: tt, html: t.html[ev.Type], v: v}, &m); err != nil {
+	if err := c.Render(Rendered{text: tt, html: t.html[ev.Type], v: v}, &m); err != nil {
 		return ports.Message{}, fmt.Errorf("render %s for %s: %w", ev.Type, ch, err)
 	}
 	return m, nil
 }
 
-// rendered is Rendered over one event type's templates and one event.
-type rendered struct {
+// Rendered gives a Channel's Render the blocks of one event's templates.
+type Rendered struct {
 	text *texttemplate.Template
 	html *htmltemplate.Template
 	v    view
 }
 
-func (r rendered) Text(name string) (string, error) { return execText(r.text, name, r.v) }
+// Text executes the text block name ("sms", "subject", ...).
+func (r Rendered) Text(name string) (string, error) {
+	var b strings.Builder
+	// Room for the usual block (an SMS is one or two hundred bytes), so
+	// that its many small writes do not grow the buffer step by step.
+	b.Grow(256)
+	err := r.text.ExecuteTemplate(&b, name, r.v)
+	return b.String(), err
+}
 
-func (r rendered) HTML() (string, error) {
+// HTML executes the event type's "<type>.html".
+func (r Rendered) HTML() (string, error) {
 	var b bytes.Buffer
 	err := r.html.Execute(&b, r.v)
 	return b.String(), err
 }
 
-// textRoom is what execText allocates for a block before it writes.
-const textRoom = 256
-
-func execText(t *texttemplate.Template, name string, v view) (string, error) {
-	var b strings.Builder
-	// Room for the usual block (an SMS is one or two hundred bytes), so
-	// that its many small writes do not grow the buffer step by step.
-	b.Grow(textRoom)
-	err := t.ExecuteTemplate(&b, name, v)
-	return b.String(), err
-}
-
-// Truncate cuts s to at most n runes, the last one an ellipsis when cut.
+// Truncate cuts s to at most n UTF-16 code units, the last one an ellipsis
+// when cut (the ellipsis is one unit): the length a provider that counts an
+// emoji as two characters (Twilio) sees, and so at most n runes. It never
+// splits a rune.
 func Truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	runes := []rune(s)
-	return string(runes[:n-1]) + "…"
-}
-
-// TruncateUTF16 cuts s to at most n UTF-16 code units, the last one an
-// ellipsis when cut (the ellipsis is one unit). It never splits a rune.
-func TruncateUTF16(s string, n int) string {
-	units := 0
-	for _, r := range s {
-		units += utf16.RuneLen(r)
-	}
-	if units <= n {
-		return s
-	}
-	units = 0
+	units, cut := 0, -1 // cut: where the first rune that leaves no room for "…" starts
 	for i, r := range s {
-		if units+utf16.RuneLen(r) > n-1 {
-			return s[:i] + "…"
+		if units += utf16.RuneLen(r); units > n-1 && cut < 0 {
+			cut = i
 		}
-		units += utf16.RuneLen(r)
+		if units > n {
+			return s[:cut] + "…"
+		}
 	}
-	return s // unreachable: s has more than n units
+	return s
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,21 +49,11 @@ type ChurnOptions struct {
 }
 
 func (o ChurnOptions) withDefaults() ChurnOptions {
-	if o.Members == 0 {
-		o.Members = 3
-	}
-	if o.Partitions == 0 {
-		o.Partitions = 6
-	}
-	if o.Chaos == 0 {
-		o.Chaos = 60 * time.Second
-	}
-	if o.Drain == 0 {
-		o.Drain = 60 * time.Second
-	}
-	if o.MaxCommitGap == 0 {
-		o.MaxCommitGap = 50 * time.Second
-	}
+	o.Members = cmp.Or(o.Members, 3)
+	o.Partitions = cmp.Or(o.Partitions, 6)
+	o.Chaos = cmp.Or(o.Chaos, 60*time.Second)
+	o.Drain = cmp.Or(o.Drain, 60*time.Second)
+	o.MaxCommitGap = cmp.Or(o.MaxCommitGap, 50*time.Second)
 	return o
 }
 
@@ -113,10 +103,67 @@ type ChurnResult struct {
 // in-process kfake, a trace of the group's requests (see churnReport).
 func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	t.Helper()
-	opts = opts.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	c := newChurn(t, k, opts.withDefaults())
+	defer c.cancel()
+	for range c.opts.Members {
+		c.start()
+	}
+	for _, w := range c.running {
+		if err := w.WaitReady(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	var pubErr error
+	stopPublisher := c.background(func(ctx context.Context) { ids, pubErr = c.publish(ctx) })
+	var gap time.Duration
+	var gapEnd time.Time
+	stopWatch := c.background(func(ctx context.Context) { gap, gapEnd = c.watchCommits(ctx) })
+	defer c.background(c.traceGroup)()
 
+	c.chaos()
+	stopPublisher()
+	stopWatch()
+	if pubErr != nil {
+		t.Fatalf("publish during the chaos: %v", pubErr)
+	}
+	for len(c.running) < c.opts.Members {
+		c.start()
+	}
+	c.res.Published, c.res.MaxCommitGap = len(ids), gap
+	missing, sms, drained := c.drain(ids, time.Now())
+	c.count(ids, sms)
+	c.judge(ids, missing, drained, gapEnd.Sub(c.began).Round(100*time.Millisecond))
+	return c.res
+}
+
+// churn is one RunChurn: its group and topic, the send path the members
+// share, the members, and what was seen. Its steps run on RunChurn's
+// goroutine, but publish, watchCommits and traceGroup, which run beside
+// them and read only what newChurn set.
+type churn struct {
+	t      *testing.T
+	k      *Kafka
+	opts   ChurnOptions
+	ctx    context.Context
+	cancel context.CancelFunc
+	rnd    *rand.Rand
+	run    string // names the run's topic, group and events
+	topic  string
+	group  string
+	env    map[string]string
+	twilio *double.Double
+
+	res     ChurnResult
+	all     []*Worker // every worker started, alive or not: their logs count
+	running []*Worker
+	began   time.Time // when the chaos began
+}
+
+// newChurn seeds the run (CHURN_SEED, or the clock), creates its topic and
+// starts the send path.
+func newChurn(t *testing.T, k *Kafka, opts ChurnOptions) *churn {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("CHURN_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -126,28 +173,34 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 		seed = v
 	}
 	t.Logf("churn seed %d (CHURN_SEED=%d replays the same actions)", seed, seed)
-	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-
-	run := strconv.FormatUint(seed%1_000_000, 36)
-	topic, group := "churn-"+run, "churn-"+run
-	if err := k.CreateTopic(ctx, topic, opts.Partitions); err != nil {
+	c := &churn{t: t, k: k, opts: opts, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.run = strconv.FormatUint(seed%1_000_000, 36)
+	c.topic, c.group = "churn-"+c.run, "churn-"+c.run
+	if err := k.CreateTopic(c.ctx, c.topic, opts.Partitions); err != nil {
+		c.cancel()
 		t.Fatal(err)
 	}
-	// The send path is the real one: a redis-server shared by the members,
-	// and the Twilio double over HTTP, answering each send after a
-	// provider's latency, so that records are in hand when a member dies
-	// or its partitions are revoked.
-	redis := redistest.MustStart(t)
+	c.env = Env(k.Env(c.topic, c.group), c.sendPath(), opts.Env)
+	return c
+}
+
+// sendPath starts the real send path, a redis-server shared by the members
+// and the Twilio double over HTTP, answering each send after a provider's
+// latency so that records are in hand when a member dies or its
+// partitions are revoked; it returns the members' environment for them.
+func (c *churn) sendPath() map[string]string {
+	redis := redistest.MustStart(c.t)
 	const sid, token = "AC00000000000000000000000000000c4e", "churntoken"
-	twilio := double.New(sid, token)
+	c.twilio = double.New(sid, token)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			time.Sleep(churnSendLatency)
 		}
-		twilio.ServeHTTP(w, r)
+		c.twilio.ServeHTTP(w, r)
 	}))
-	t.Cleanup(api.Close)
-	env := Env(k.Env(topic, group), map[string]string{
+	c.t.Cleanup(api.Close)
+	return map[string]string{
 		"IDEMPOTENCY_STORE":  "redis",
 		"REDIS_URL":          "redis://" + redis.Addr() + "/0",
 		"SMS_NOTIFIER":       "twilio",
@@ -164,208 +217,187 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 		"SEND_TIMEOUT":          "3s",
 		"TWILIO_LIST_LAG":       "1s",
 		"RECONCILE_TIMEOUT":     "30s",
-	}, opts.Env)
+	}
+}
 
-	// logf logs a chaos action, and notes it in the broker's group trace
-	// among the requests it caused.
-	logf := func(format string, args ...any) {
-		t.Helper()
-		t.Logf(format, args...)
-		k.trace.note(fmt.Sprintf(format, args...))
-	}
-	var res ChurnResult
-	var all []*Worker // every worker started, alive or not: their logs count
-	var running []*Worker
-	start := func() {
-		w := StartWorkerProcess(t, env)
-		all = append(all, w)
-		running = append(running, w)
-		res.Starts++
-		k.trace.note(fmt.Sprintf("member %d started, pid %d", len(all), w.PID()))
-	}
-	for range opts.Members {
-		start()
-	}
-	for _, w := range running {
-		if err := w.WaitReady(60 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+// start starts a member.
+func (c *churn) start() {
+	w := StartWorkerProcess(c.t, c.env)
+	c.all = append(c.all, w)
+	c.running = append(c.running, w)
+	c.res.Starts++
+	c.k.trace.note(fmt.Sprintf("member %d started, pid %d", len(c.all), w.PID()))
+}
 
-	// The publisher: a batch of 4 events every 250 ms until the chaos ends.
-	var (
-		pubMu     sync.Mutex
-		published []string
-		pubErr    error
-	)
-	pubCtx, stopPub := context.WithCancel(ctx)
-	var pubWG sync.WaitGroup
-	pubWG.Add(1)
+// background runs f on a goroutine of its own until the function it
+// returns is called, which cancels f's context and waits for f to return.
+func (c *churn) background(f func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	done := make(chan struct{})
 	go func() {
-		defer pubWG.Done()
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for n := 0; ; {
-			select {
-			case <-pubCtx.Done():
-				return
-			case <-tick.C:
-			}
-			var recs []*kgo.Record
-			var ids []string
-			for range 4 {
-				id := fmt.Sprintf("evt-%s-%05d", run, n)
-				shipment := fmt.Sprintf("SHP-%s-%03d", run, n%97)
-				recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(shipment), Value: churnEvent(id, shipment, churnPhone(n))})
-				ids = append(ids, id)
-				n++
-			}
-			pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-			err := k.PublishRecords(pctx, recs...)
-			pcancel()
-			pubMu.Lock()
-			if err != nil {
-				pubErr = err
-			} else {
-				published = append(published, ids...)
-			}
-			pubMu.Unlock()
-			if err != nil {
-				return
-			}
-		}
+		defer close(done)
+		f(ctx)
 	}()
-
-	// The progress watch: the sum of committed offsets, polled; the longest
-	// time it did not move while records waited.
-	var (
-		watchMu    sync.Mutex
-		maxGap     time.Duration
-		maxGapAt   time.Time
-		watchEnded = make(chan struct{})
-	)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	go func() {
-		defer close(watchEnded)
-		last, lastMove := int64(-1), time.Now()
-		for {
-			select {
-			case <-watchCtx.Done():
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
-			qctx, qcancel := context.WithTimeout(watchCtx, 5*time.Second)
-			committed, cerr := k.CommittedOffsets(qctx, group, topic)
-			end, eerr := k.EndOffsets(qctx, topic)
-			qcancel()
-			if cerr != nil || eerr != nil {
-				continue
-			}
-			var sum, endSum int64
-			for _, o := range committed {
-				sum += o
-			}
-			for _, o := range end {
-				endSum += o
-			}
-			now := time.Now()
-			if sum != last || sum == endSum {
-				last, lastMove = sum, now
-				continue
-			}
-			watchMu.Lock()
-			if gap := now.Sub(lastMove); gap > maxGap {
-				maxGap, maxGapAt = gap, now
-			}
-			watchMu.Unlock()
-		}
-	}()
-
-	if k.trace != nil {
-		// The group's state as the broker describes it, noted in the
-		// trace when it changes, until the scenario ends.
-		traceCtx, stopTrace := context.WithCancel(ctx)
-		traced := make(chan struct{})
-		defer func() {
-			stopTrace()
-			<-traced
-		}()
-		go func() {
-			defer close(traced)
-			last := ""
-			for traceCtx.Err() == nil {
-				qctx, qcancel := context.WithTimeout(traceCtx, 5*time.Second)
-				if d, err := k.DescribeGroup(qctx, group); err == nil && d != last {
-					last = d
-					k.trace.note(strings.ReplaceAll(d, "\n", "\n            "))
-				}
-				qcancel()
-				select {
-				case <-traceCtx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}()
+	return func() {
+		cancel()
+		<-done
 	}
+}
 
-	began := time.Now()
-	k.trace.note("chaos begins")
-	t.Logf("chaos: %d members, %d partitions, for %v", opts.Members, opts.Partitions, opts.Chaos)
-	for time.Since(began) < opts.Chaos {
-		time.Sleep(time.Second + time.Duration(rnd.Int64N(int64(3*time.Second))))
-		at := time.Since(began).Round(100 * time.Millisecond)
-		if len(running) < opts.Members {
-			start()
-			logf("%6v: start member %d, pid %d (%d running)", at, len(all), running[len(running)-1].PID(), len(running))
+// logf logs a chaos action, and notes it in the broker's group trace among
+// the requests it caused.
+func (c *churn) logf(format string, args ...any) {
+	c.t.Helper()
+	c.t.Logf(format, args...)
+	c.k.trace.note(fmt.Sprintf(format, args...))
+}
+
+// chaos acts every 1 to 4 seconds for opts.Chaos (see RunChurn).
+func (c *churn) chaos() {
+	c.began = time.Now()
+	c.k.trace.note("chaos begins")
+	c.t.Logf("chaos: %d members, %d partitions, for %v", c.opts.Members, c.opts.Partitions, c.opts.Chaos)
+	for time.Since(c.began) < c.opts.Chaos {
+		time.Sleep(time.Second + time.Duration(c.rnd.Int64N(int64(3*time.Second))))
+		c.act(time.Since(c.began).Round(100 * time.Millisecond))
+	}
+	c.k.trace.note("chaos ends")
+}
+
+// act is one chaos action, at into the chaos: a start when members are
+// missing, else a SIGKILL (two times in three) or a SIGTERM of a running
+// member picked at random.
+func (c *churn) act(at time.Duration) {
+	if len(c.running) < c.opts.Members {
+		c.start()
+		c.logf("%6v: start member %d, pid %d (%d running)", at, len(c.all), c.running[len(c.running)-1].PID(), len(c.running))
+		return
+	}
+	i := c.rnd.IntN(len(c.running))
+	w := c.running[i]
+	c.running = append(c.running[:i], c.running[i+1:]...)
+	if c.rnd.IntN(3) < 2 {
+		if err := w.Kill(c.ctx); err != nil {
+			c.t.Fatal(err)
+		}
+		c.res.Kills++
+		c.logf("%6v: SIGKILL pid %d (%d running)", at, w.PID(), len(c.running))
+		return
+	}
+	// A graceful leave runs beside the chaos, as a pod's shutdown does.
+	c.res.Stops++
+	c.logf("%6v: SIGTERM pid %d (%d running)", at, w.PID(), len(c.running))
+	go func() { _ = w.Stop(c.ctx) }()
+}
+
+// publish publishes a batch of 4 events every 250 ms until ctx is done
+// or a publish failed, and returns the events published and that failure.
+func (c *churn) publish(ctx context.Context) ([]string, error) {
+	var ids []string
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n += 4 {
+		select {
+		case <-ctx.Done():
+			return ids, nil
+		case <-tick.C:
+		}
+		batch, err := c.publishBatch(n, 4)
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, batch...)
+	}
+}
+
+// publishBatch publishes events first to first+count-1, each an SMS to a
+// phone number of its own, and returns their ids, none if it failed.
+func (c *churn) publishBatch(first, count int) ([]string, error) {
+	var recs []*kgo.Record
+	var ids []string
+	for n := first; n < first+count; n++ {
+		id := fmt.Sprintf("evt-%s-%05d", c.run, n)
+		shipment := fmt.Sprintf("SHP-%s-%03d", c.run, n%97)
+		recs = append(recs, &kgo.Record{Topic: c.topic, Key: []byte(shipment), Value: churnEvent(id, shipment, churnPhone(n))})
+		ids = append(ids, id)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	if err := c.k.PublishRecords(ctx, recs...); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// watchCommits polls the sum of the group's committed offsets until ctx is
+// done, and returns the longest time it did not move while records waited,
+// and when that time ended.
+func (c *churn) watchCommits(ctx context.Context) (gap time.Duration, gapEnd time.Time) {
+	last, lastMove := int64(-1), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return gap, gapEnd
+		case <-time.After(250 * time.Millisecond):
+		}
+		committed, end, err := c.offsets(ctx)
+		if err != nil {
 			continue
 		}
-		i := rnd.IntN(len(running))
-		w := running[i]
-		running = append(running[:i], running[i+1:]...)
-		if rnd.IntN(3) < 2 {
-			if err := w.Kill(ctx); err != nil {
-				t.Fatal(err)
-			}
-			res.Kills++
-			logf("%6v: SIGKILL pid %d (%d running)", at, w.PID(), len(running))
-			continue
+		now := time.Now()
+		if sum := total(committed); sum != last || sum == total(end) {
+			last, lastMove = sum, now
+		} else if now.Sub(lastMove) > gap {
+			gap, gapEnd = now.Sub(lastMove), now
 		}
-		// A graceful leave runs beside the chaos, as a pod's shutdown does.
-		res.Stops++
-		logf("%6v: SIGTERM pid %d (%d running)", at, w.PID(), len(running))
-		go func() { _ = w.Stop(ctx) }()
 	}
-	k.trace.note("chaos ends")
-	stopPub()
-	pubWG.Wait()
-	stopWatch()
-	<-watchEnded
-	for len(running) < opts.Members {
-		start()
-	}
-	chaosEnded := time.Now()
+}
 
-	pubMu.Lock()
-	res.Published = len(published)
-	ids := append([]string(nil), published...)
-	perr := pubErr
-	pubMu.Unlock()
-	if perr != nil {
-		t.Fatalf("publish during the chaos: %v", perr)
+// offsets reads the group's committed offsets and the topic's end offsets,
+// within 5 s.
+func (c *churn) offsets(ctx context.Context) (committed, end map[int32]int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if committed, err = c.k.CommittedOffsets(ctx, c.group, c.topic); err != nil {
+		return nil, nil, err
 	}
-	watchMu.Lock()
-	res.MaxCommitGap = maxGap
-	gapAt := maxGapAt.Sub(began).Round(100 * time.Millisecond)
-	watchMu.Unlock()
+	end, err = c.k.EndOffsets(ctx, c.topic)
+	return committed, end, err
+}
 
-	// The drain: an SMS at the double for every event, and the group
-	// committed to the end.
-	var missing []string
-	var sms map[string]int
-	drained := false
-	for deadline := chaosEnded.Add(opts.Drain); time.Now().Before(deadline); time.Sleep(time.Second) {
+func total(offsets map[int32]int64) (sum int64) {
+	for _, o := range offsets {
+		sum += o
+	}
+	return sum
+}
+
+// traceGroup notes the group's state, as the broker describes it, in the
+// trace whenever it changes, until ctx is done; without a trace, it
+// returns at once.
+func (c *churn) traceGroup(ctx context.Context) {
+	for last := ""; c.k.trace != nil && ctx.Err() == nil; {
+		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+		if d, err := c.k.DescribeGroup(qctx, c.group); err == nil && d != last {
+			last = d
+			c.k.trace.note(strings.ReplaceAll(d, "\n", "\n            "))
+		}
+		qcancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// drain waits, from chaosEnded for opts.Drain, for an SMS at the double
+// for every event of ids and the group committed to the end. It returns
+// the events still without an SMS, the SMS the double holds by phone, and
+// whether the drain completed; it puts Handled and DrainedIn in c's result.
+func (c *churn) drain(ids []string, chaosEnded time.Time) (missing []string, sms map[string]int, drained bool) {
+	for deadline := chaosEnded.Add(c.opts.Drain); time.Now().Before(deadline); time.Sleep(time.Second) {
 		sms = map[string]int{}
-		for _, m := range twilio.Messages() {
+		for _, m := range c.twilio.Messages() {
 			sms[m.To]++
 		}
 		missing = missing[:0]
@@ -374,49 +406,59 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 				missing = append(missing, id)
 			}
 		}
-		res.Handled = len(ids) - len(missing)
-		if len(missing) > 0 {
-			continue
-		}
-		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-		committed, cerr := k.CommittedOffsets(qctx, group, topic)
-		end, eerr := k.EndOffsets(qctx, topic)
-		qcancel()
-		if cerr != nil || eerr != nil {
-			continue
-		}
-		behind := false
-		for p, o := range end {
-			if committed[p] != o {
-				behind = true
-			}
-		}
-		if !behind {
-			drained = true
-			res.DrainedIn = time.Since(chaosEnded).Round(100 * time.Millisecond)
-			break
+		c.res.Handled = len(ids) - len(missing)
+		if len(missing) == 0 && c.committedToEnd() {
+			c.res.DrainedIn = time.Since(chaosEnded).Round(100 * time.Millisecond)
+			return missing, sms, true
 		}
 	}
+	return missing, sms, false
+}
 
+// committedToEnd reports whether the group committed every partition to
+// its end.
+func (c *churn) committedToEnd() bool {
+	committed, end, err := c.offsets(c.ctx)
+	if err != nil {
+		return false
+	}
+	for p, o := range end {
+		if committed[p] != o {
+			return false
+		}
+	}
+	return true
+}
+
+// count puts in c's result the events sent more than once and the
+// members' consume_failed lines.
+func (c *churn) count(ids []string, sms map[string]int) {
 	for n := range ids {
 		if sms[churnPhone(n)] > 1 {
-			res.Duplicates++
+			c.res.Duplicates++
 		}
 	}
-	for _, w := range all {
+	for _, w := range c.all {
 		for _, ev := range w.Events("consume_failed") {
-			res.ConsumeFailed++
+			c.res.ConsumeFailed++
 			if e, _ := ev["error"].(string); strings.Contains(e, "i/o timeout") {
-				res.IOTimeouts++
+				c.res.IOTimeouts++
 			}
 		}
 	}
+}
+
+// judge logs the run and fails t as RunChurn says, reporting the group when
+// it did.
+func (c *churn) judge(ids, missing []string, drained bool, gapAt time.Duration) {
+	t, res := c.t, c.res
+	t.Helper()
 	t.Logf("churn on %s: %d kills, %d stops, %d starts; %d events published, %d sent, %d sent more than once; longest time without a commit while records waited %v (ending %v into the chaos); %d consume_failed lines, %d of them i/o timeouts; drained %v after the chaos",
-		k.Impl, res.Kills, res.Stops, res.Starts, res.Published, res.Handled, res.Duplicates, res.MaxCommitGap.Round(100*time.Millisecond), gapAt,
+		c.k.Impl, res.Kills, res.Stops, res.Starts, res.Published, res.Handled, res.Duplicates, res.MaxCommitGap.Round(100*time.Millisecond), gapAt,
 		res.ConsumeFailed, res.IOTimeouts, res.DrainedIn)
-	if res.MaxCommitGap >= opts.MaxCommitGap {
+	if res.MaxCommitGap >= c.opts.MaxCommitGap {
 		t.Errorf("the group committed nothing for %v during the chaos (ending %v into it) while records waited; want under %v",
-			res.MaxCommitGap.Round(100*time.Millisecond), gapAt, opts.MaxCommitGap)
+			res.MaxCommitGap.Round(100*time.Millisecond), gapAt, c.opts.MaxCommitGap)
 	}
 	// No member's death may cost a customer a second SMS: a send in flight
 	// at a SIGKILL is found at the double by whoever takes its claim over.
@@ -425,15 +467,14 @@ func RunChurn(t *testing.T, k *Kafka, opts ChurnOptions) ChurnResult {
 	}
 	if !drained {
 		t.Errorf("%v after the chaos, %d of %d events have no SMS at the double (first: %v) or the group has not committed to the end",
-			opts.Drain, len(missing), len(ids), missing[:min(5, len(missing))])
-		for _, w := range running {
+			c.opts.Drain, len(missing), len(ids), missing[:min(5, len(missing))])
+		for _, w := range c.running {
 			t.Logf("running worker pid %d:\n%s", w.PID(), w.tail())
 		}
 	}
 	if t.Failed() {
-		churnReport(t, k, group, topic, all)
+		churnReport(t, c.k, c.group, c.topic, c.all)
 	}
-	return res
 }
 
 // churnReport logs what a stalled group looks like: the group as the

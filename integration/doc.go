@@ -1,6 +1,7 @@
 // Package integration runs the worker end to end against real peers (Redis,
-// an SMTP server, a Twilio double, a Kafka broker) started with
-// testcontainers-go, and holds the harness that starts them.
+// an SMTP server, a Kafka broker) started with testcontainers-go and the
+// Twilio double served in the test process, and holds the harness that
+// starts them.
 //
 // The test files carry the build tag `integration`, so `go test ./...`
 // stays fast and needs no Docker engine; the harness itself (this package's
@@ -16,14 +17,12 @@
 //
 // Images: each peer's image is taken from an environment variable whose
 // default is the public image a developer would pull (REDIS_IMAGE=redis:7,
-// MAILPIT_IMAGE=axllent/mailpit,
-// TWILIO_DOUBLE_IMAGE=notification-worker/twilio-double:dev,
-// WORKER_IMAGE=notification-worker:dev). Where no registry is reachable and
+// MAILPIT_IMAGE=axllent/mailpit, WORKER_IMAGE=notification-worker:dev). Where no registry is reachable and
 // the default is not present locally, the harness falls back to the
 // registry-free images scripts/build-images.sh builds (notification-worker/...)
 // and says which image it used in the test log. Kafka is Apache Kafka
 // (KAFKA_IMAGE, default notification-worker/kafka:4.4.0, assembled from
 // Maven Central's jars by scripts/build-images.sh kafka); without that image
-// the harness falls back to kfake (in a container, or in-process when even
-// that image is missing) and every test's "broker:" line says so.
+// the harness falls back to kfake in the test process (KAFKA_IMAGE=kfake
+// asks for it) and every test's "broker:" line says so.
 package integration

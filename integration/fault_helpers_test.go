@@ -85,16 +85,12 @@ func startFaultRig(t *testing.T, opts faultRigOptions) *faultRig {
 	if err := r.Kafka.CreateTopic(ctx, r.Topic, integration.DefaultPartitions); err != nil {
 		t.Fatal(err)
 	}
-	twilioImpl := r.Twilio.Image
-	if twilioImpl == "" {
-		twilioImpl = "in-process double"
-	}
 	smtpImpl := "console (email unused)"
 	if r.SMTP != nil {
 		smtpImpl = "in-process emersion/go-smtp on " + r.SMTP.Addr()
 	}
-	t.Logf("peers: kafka=%s redis=%s twilio=%s smtp=%s; topic=%s group=%s prefix=%s",
-		r.Kafka.Impl, r.Redis.Image, twilioImpl, smtpImpl, r.Topic, r.Group, r.Prefix)
+	t.Logf("peers: kafka=%s redis=%s twilio=in-process double smtp=%s; topic=%s group=%s prefix=%s",
+		r.Kafka.Impl, r.Redis.Image, smtpImpl, r.Topic, r.Group, r.Prefix)
 	return r
 }
 

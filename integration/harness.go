@@ -3,10 +3,13 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	mathrand "math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -76,36 +79,26 @@ func imagePresent(t testing.TB, img string) bool {
 	return err == nil
 }
 
-// pickImage chooses the image for one peer: the one named by envVar if set
-// (the developer's explicit choice, used as is), else public if present
-// locally, else local (built by scripts/build-images.sh) if present. ok is
-// false when none of them is available. The choice is logged, because a
+// mustPickImage chooses the image for one peer: the one named by envVar
+// if set (the developer's explicit choice, used as is), else public if
+// present locally, else local (built by scripts/build-images.sh) if
+// present; it fails t when neither is. The choice is logged, because a
 // fallback changes what a test proves.
-func pickImage(t testing.TB, envVar, public, local string) (img string, ok bool) {
-	t.Helper()
-	if v := os.Getenv(envVar); v != "" {
-		t.Logf("%s=%s (from the environment)", envVar, v)
-		return v, true
-	}
-	if imagePresent(t, public) {
-		t.Logf("%s: using %s", envVar, public)
-		return public, true
-	}
-	if local != "" && imagePresent(t, local) {
-		t.Logf("%s: %s is not present locally (no pull possible); using the local build %s", envVar, public, local)
-		return local, true
-	}
-	return "", false
-}
-
-// mustPickImage is pickImage for peers without an in-process fallback.
 func mustPickImage(t testing.TB, envVar, public, local string) string {
 	t.Helper()
-	img, ok := pickImage(t, envVar, public, local)
-	if !ok {
-		t.Fatalf("%s: neither %s nor %s is present locally; run scripts/build-images.sh (or set %s)", envVar, public, local, envVar)
+	switch {
+	case os.Getenv(envVar) != "":
+		t.Logf("%s=%s (from the environment)", envVar, os.Getenv(envVar))
+		return os.Getenv(envVar)
+	case imagePresent(t, public):
+		t.Logf("%s: using %s", envVar, public)
+		return public
+	case local != "" && imagePresent(t, local):
+		t.Logf("%s: %s is not present locally (no pull possible); using the local build %s", envVar, public, local)
+		return local
 	}
-	return img
+	t.Fatalf("%s: neither %s nor %s is present locally; run scripts/build-images.sh (or set %s)", envVar, public, local, envVar)
+	return ""
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Every
@@ -197,6 +190,34 @@ func waitUntil(ctx context.Context, c testcontainers.Container, timeout time.Dur
 	}
 }
 
+// signalContainer sends signal to the main process of c.
+func signalContainer(ctx context.Context, c testcontainers.Container, signal string) error {
+	cli, err := dockerAPI()
+	if err != nil {
+		return err
+	}
+	_, err = cli.ContainerKill(ctx, c.GetContainerID(), client.ContainerKillOptions{Signal: signal})
+	return err
+}
+
+// killContainer sends SIGKILL to c and returns once c is no longer running
+// (the signal's delivery is not its death).
+func killContainer(ctx context.Context, c testcontainers.Container) error {
+	if err := signalContainer(ctx, c, "KILL"); err != nil {
+		return err
+	}
+	for {
+		if st, err := c.State(ctx); err == nil && !st.Running && !st.Restarting {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // dialCheck is a readiness check: addr accepts TCP connections.
 func dialCheck(addr string) func(context.Context) error {
 	return func(ctx context.Context) error {
@@ -209,6 +230,43 @@ func dialCheck(addr string) func(context.Context) error {
 		}
 		return conn.Close()
 	}
+}
+
+// callJSON sends method u with body, if any, as JSON, and reads a 2xx
+// answer into out, if any: as text into a *string, else as JSON.
+func callJSON(ctx context.Context, method, u string, body, out any) error {
+	rd := io.Reader(http.NoBody)
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
+	}
+	if text, ok := out.(*string); ok {
+		b, err := io.ReadAll(resp.Body)
+		*text = string(b)
+		return err
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s %s: decode: %w", method, u, err)
+		}
+	}
+	return nil
 }
 
 // containerOutput returns everything container id wrote to stdout and

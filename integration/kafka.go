@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -14,13 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // DefaultPartitions is the partition count of topics the broker creates on
@@ -34,7 +34,6 @@ const DefaultPartitions = 4
 const (
 	KafkaVersion = "4.4.0"
 	KafkaImage   = "notification-worker/kafka:" + KafkaVersion
-	kfakeImage   = "notification-worker/kfake:dev"
 )
 
 // Kafka is a Kafka cluster for one test: Apache Kafka in KRaft mode (one
@@ -44,8 +43,8 @@ const (
 type Kafka struct {
 	// Brokers are "127.0.0.1:port" seed addresses.
 	Brokers []string
-	// Impl says what runs: "Apache Kafka 4.4.0 (image)", the kfake image, or
-	// "kfake (in-process)".
+	// Impl says what runs: "Apache Kafka 4.4.0 (image)" or "kfake
+	// (in-process)".
 	Impl string
 	// Apache is true when Impl is Apache Kafka, false for kfake.
 	Apache bool
@@ -72,13 +71,11 @@ type kafkaNode struct {
 
 // StartKafka starts a one-node broker and waits until it answers. The image
 // is KAFKA_IMAGE, by default KafkaImage (Apache Kafka, built by
-// scripts/build-images.sh kafka). When that image is missing it falls back
-// to the local kfake image, and when that is missing too, to kfake in the
-// test process, and says so loudly: such a run proves nothing about a real
-// broker. Every test logs the broker it ran on ("broker: ...").
-//
-// An image whose name contains "kfake" is run as the kfake broker; any other
-// as Apache Kafka through the entry program of integration/kafkanode.
+// scripts/build-images.sh kafka), run through the entry program of
+// integration/kafkanode. When that image is missing it falls back to kfake
+// in the test process (devbroker), and says so loudly: such a run proves
+// nothing about a real broker. KAFKA_IMAGE=kfake asks for kfake. Every
+// test logs the broker it ran on ("broker: ...").
 func StartKafka(t testing.TB) *Kafka {
 	t.Helper()
 	return StartKafkaWithSettings(t, nil)
@@ -92,13 +89,9 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 	t.Helper()
 	k := &Kafka{replication: 1, settings: settings}
 	img, fallback := kafkaImage(t)
-	switch {
-	case img == "":
-		k.Brokers, k.trace = startKfakeInProcess(t)
-		k.Impl = "kfake (in-process)"
-	case strings.Contains(img, "kfake"):
-		k.Brokers, k.Impl = startKfakeContainer(t, img), img
-	default:
+	if img == "" {
+		k.startKfake(t)
+	} else {
 		k.startApache(t, img, 1)
 	}
 	k.connect(t)
@@ -115,8 +108,8 @@ func StartKafkaWithSettings(t testing.TB, settings map[string]string) *Kafka {
 // brokers and need no Docker engine on this one.
 func StartKfake(t testing.TB) *Kafka {
 	t.Helper()
-	k := &Kafka{replication: 1, Impl: "kfake (in-process)"}
-	k.Brokers, k.trace = startKfakeInProcess(t)
+	k := &Kafka{replication: 1}
+	k.startKfake(t)
 	k.connect(t)
 	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	return k
@@ -129,42 +122,35 @@ func StartKfake(t testing.TB) *Kafka {
 // only kfake can be had: kfake has no replicas to fail over.
 func StartKafkaCluster(t testing.TB, n int) *Kafka {
 	t.Helper()
-	img, fallback := kafkaImage(t)
-	if fallback || strings.Contains(img, "kfake") {
-		t.Skipf("broker: WARNING: SKIPPED, a %d-node cluster needs the Apache Kafka image %s (run scripts/build-images.sh kafka); have %q", n, KafkaImage, img)
+	img, _ := kafkaImage(t)
+	if img == "" {
+		t.Skipf("broker: WARNING: SKIPPED, a %d-node cluster needs the Apache Kafka image %s (run scripts/build-images.sh kafka); have kfake only", n, KafkaImage)
 	}
 	k := &Kafka{replication: int16(n)}
 	k.startApache(t, img, n)
 	k.connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	for {
+	wait.For(t, startTimeout, fmt.Sprintf("kafka cluster: %d brokers registered", n), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		bs, err := k.admin.ListBrokers(ctx)
-		if err == nil && len(bs) == n {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("kafka cluster: %d of %d brokers registered after %v: %v", len(bs), n, startTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && len(bs) == n, fmt.Sprintf("%d registered (%v)", len(bs), err)
+	})
 	t.Logf("broker: %s on %s", k.Impl, strings.Join(k.Brokers, ","))
 	return k
 }
 
-// kafkaImage picks the broker image: KAFKA_IMAGE if set, else KafkaImage,
-// else the kfake image, else "" (kfake in the test process). fallback is
-// true when it is not Apache Kafka for want of the image.
+// kafkaImage picks the Apache Kafka image: KAFKA_IMAGE if set, else
+// KafkaImage; "" is kfake in the test process (KAFKA_IMAGE=kfake, or
+// KafkaImage missing: fallback).
 func kafkaImage(t testing.TB) (img string, fallback bool) {
 	t.Helper()
-	if v := os.Getenv("KAFKA_IMAGE"); v != "" {
+	switch v := os.Getenv("KAFKA_IMAGE"); {
+	case v == "kfake":
+		return "", false
+	case v != "":
 		return v, false
-	}
-	if imagePresent(t, KafkaImage) {
+	case imagePresent(t, KafkaImage):
 		return KafkaImage, false
-	}
-	if imagePresent(t, kfakeImage) {
-		return kfakeImage, true
 	}
 	return "", true
 }
@@ -185,57 +171,24 @@ func (k *Kafka) connect(t testing.TB) {
 	t.Cleanup(cl.Close)
 	k.client, k.admin = cl, kadm.NewClient(cl)
 
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	for {
-		err := cl.Ping(ctx)
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("kafka %s not ready after %v: %v", k.Impl, startTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func startKfakeInProcess(t testing.TB) ([]string, *groupTrace) {
-	t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		// Without this, groups need sessions of 6 s or more and every
-		// rebalance test waits that long.
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(DefaultPartitions),
-	)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
-	// kfake alone drops a group member that waits in JoinGroup past its
-	// session timeout; Kafka keeps it (docs/kafka-brokers.md).
-	stop, err := kafka.KeepWaitingMembers(c)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(stop)
-	return c.ListenAddrs(), traceGroups(c)
-}
-
-func startKfakeContainer(t testing.TB, img string) []string {
-	t.Helper()
-	port := strconv.Itoa(FreePort(t))
-	addr := "127.0.0.1:" + port
-	c := startContainer(t, testcontainers.ContainerRequest{
-		Image:        img,
-		Cmd:          []string{"-port", port, "-partitions", strconv.Itoa(DefaultPartitions), "-data-dir", "/data"},
-		ExposedPorts: []string{port + "/tcp"},
+	wait.For(t, startTimeout, "kafka "+k.Impl+" ready", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return cl.Ping(ctx)
 	})
-	if err := waitUntil(context.Background(), c, startTimeout, dialCheck(addr)); err != nil {
-		t.Fatalf("kafka %s: %v", img, err)
+}
+
+// startKfake starts kfake in the test process (devbroker), tracing its
+// group requests, closed when t ends.
+func (k *Kafka) startKfake(t testing.TB) {
+	t.Helper()
+	b, err := devbroker.Start(DefaultPartitions, nil)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
 	}
-	return []string{addr}
+	t.Cleanup(b.Close)
+	k.Brokers, k.Impl, k.trace = b.Brokers(), "kfake (in-process)", &groupTrace{began: time.Now()}
+	b.TraceGroups(k.trace.add)
 }
 
 // apacheStarts lets one Apache Kafka cluster of this process start at a
@@ -315,41 +268,18 @@ func newClusterID() string {
 // KillNode sends SIGKILL to the node with node.id id (1-based) and returns
 // once it is dead: no orderly shutdown, no leadership handed over.
 func (k *Kafka) KillNode(ctx context.Context, id int32) error {
-	n, err := k.node(id)
-	if err != nil {
-		return err
-	}
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if _, err := cli.ContainerKill(ctx, n.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return fmt.Errorf("kill kafka node %d: %w", id, err)
-	}
-	for {
-		st, err := n.c.State(ctx)
-		if err == nil && !st.Running && !st.Restarting {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kill kafka node %d: %w", id, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return k.onNode(id, "kill", func(c testcontainers.Container) error { return killContainer(ctx, c) })
 }
 
 // StartNode starts a killed or stopped node again on its data (its topics,
 // offsets and quorum state) and ports, and waits until it accepts clients.
 func (k *Kafka) StartNode(ctx context.Context, id int32) error {
-	n, err := k.node(id)
-	if err != nil {
-		return err
-	}
-	if err := n.c.Start(ctx); err != nil {
-		return fmt.Errorf("start kafka node %d: %w", id, err)
-	}
-	return waitUntil(ctx, n.c, startTimeout, dialCheck(n.addr))
+	return k.onNode(id, "start", func(c testcontainers.Container) error {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		return waitUntil(ctx, c, startTimeout, dialCheck(k.nodes[id-1].addr))
+	})
 }
 
 // PauseNode stops the node with node.id id where it stands: its JVM (the
@@ -359,45 +289,24 @@ func (k *Kafka) StartNode(ctx context.Context, id int32) error {
 // freezer of docker pause: the freezer is not there, or fails to freeze,
 // on some Docker hosts, and one process stopped is the same stall.
 func (k *Kafka) PauseNode(ctx context.Context, id int32) error {
-	return k.signalNode(ctx, id, "pause", "SIGSTOP")
+	return k.onNode(id, "pause", func(c testcontainers.Container) error { return signalContainer(ctx, c, "SIGSTOP") })
 }
 
 // UnpauseNode lets a node stopped by PauseNode go on (SIGCONT).
 func (k *Kafka) UnpauseNode(ctx context.Context, id int32) error {
-	return k.signalNode(ctx, id, "unpause", "SIGCONT")
+	return k.onNode(id, "unpause", func(c testcontainers.Container) error { return signalContainer(ctx, c, "SIGCONT") })
 }
 
-// signalNode sends signal to the main process of the node with node.id id;
-// what names the step in its error.
-func (k *Kafka) signalNode(ctx context.Context, id int32, what, signal string) error {
-	return k.onContainer(id, what, func(cli *testcontainers.DockerClient, c string) error {
-		_, err := cli.ContainerKill(ctx, c, client.ContainerKillOptions{Signal: signal})
-		return err
-	})
-}
-
-// onContainer runs op on the Docker API for the container of the node
-// with node.id id; what names op in its error.
-func (k *Kafka) onContainer(id int32, what string, op func(cli *testcontainers.DockerClient, container string) error) error {
-	n, err := k.node(id)
-	if err != nil {
-		return err
+// onNode runs op on the container of the node with node.id id; what names
+// op in its error.
+func (k *Kafka) onNode(id int32, what string, op func(c testcontainers.Container) error) error {
+	if id < 1 || int(id) > len(k.nodes) {
+		return fmt.Errorf("kafka node %d: the cluster has %d Apache Kafka node(s)", id, len(k.nodes))
 	}
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if err := op(cli, n.c.GetContainerID()); err != nil {
+	if err := op(k.nodes[id-1].c); err != nil {
 		return fmt.Errorf("%s kafka node %d: %w", what, id, err)
 	}
 	return nil
-}
-
-func (k *Kafka) node(id int32) (*kafkaNode, error) {
-	if id < 1 || int(id) > len(k.nodes) {
-		return nil, fmt.Errorf("kafka node %d: the cluster has %d Apache Kafka node(s)", id, len(k.nodes))
-	}
-	return k.nodes[id-1], nil
 }
 
 // Leader returns the node id leading topic's partition, and its in-sync
@@ -444,9 +353,7 @@ func keepLogsOnFailure(t testing.TB, c testcontainers.Container, name string) {
 // returns the file's path, or "(not kept)" after logging why to t.
 func keepLog(t testing.TB, name string, out []byte) string {
 	dir := os.Getenv("NW_TEST_LOGS")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "notification-worker-test-logs")
-	}
+	dir = cmp.Or(dir, filepath.Join(os.TempDir(), "notification-worker-test-logs"))
 	file := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+name+".log")
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -157,7 +156,7 @@ type mailpitList struct {
 func (m *Mailpit) list(ctx context.Context, start, limit int) (mailpitList, error) {
 	var l mailpitList
 	q := url.Values{"start": {strconv.Itoa(start)}, "limit": {strconv.Itoa(limit)}}
-	err := getJSON(ctx, m.APIURL+"/api/v1/messages?"+q.Encode(), &l)
+	err := callJSON(ctx, http.MethodGet, m.APIURL+"/api/v1/messages?"+q.Encode(), nil, &l)
 	return l, err
 }
 
@@ -171,7 +170,7 @@ func (m *Mailpit) message(ctx context.Context, id string) (Email, error) {
 		Text      string           `json:"Text"`
 		HTML      string           `json:"HTML"`
 	}
-	if err := getJSON(ctx, m.APIURL+"/api/v1/message/"+url.PathEscape(id), &msg); err != nil {
+	if err := callJSON(ctx, http.MethodGet, m.APIURL+"/api/v1/message/"+url.PathEscape(id), nil, &msg); err != nil {
 		return Email{}, err
 	}
 	e := Email{ID: msg.ID, MessageID: msg.MessageID, From: msg.From.Address, Subject: msg.Subject, Text: msg.Text, HTML: msg.HTML}
@@ -179,24 +178,4 @@ func (m *Mailpit) message(ctx context.Context, id string) (Email, error) {
 		e.To = append(e.To, a.Address)
 	}
 	return e, nil
-}
-
-// getJSON GETs u and decodes a 200 answer into v.
-func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: decode: %w", u, err)
-	}
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/harborlight/notification-worker/integration"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestOverlappingConsumers churns the consumer group while records flow:
@@ -82,7 +83,7 @@ func TestOverlappingConsumers(t *testing.T) {
 		p.publish(ctx, t, batch(i))
 		// The batch's first send is out: the others are in hand or queued
 		// behind it when the membership changes.
-		waitFor(t, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("a send of batch %d", i), func() bool { return sentSoFar() > before })
+		wait.For(t, 30*time.Second, fmt.Sprintf("a send of batch %d", i), func() bool { return sentSoFar() > before })
 		start := time.Now()
 		s.apply()
 		t.Logf("step %d: batch of %d published, %s (%v)", i, perBatch, s.what, time.Since(start).Round(time.Millisecond))

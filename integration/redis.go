@@ -1,16 +1,16 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 )
 
 // Redis is a redis-server in a container, on its own loopback port.
@@ -88,35 +88,8 @@ func (r *Redis) Start(ctx context.Context) error {
 
 func (r *Redis) waitReady(ctx context.Context) error {
 	return waitUntil(ctx, r.c, startTimeout, func(ctx context.Context) error {
-		return ping(ctx, r.Addr)
+		return redistest.Ping(r.Addr, nil)
 	})
-}
-
-// ping sends a RESP PING on a fresh connection: accepting TCP is not enough,
-// Redis answers LOADING while it reads its snapshot.
-func ping(ctx context.Context, addr string) error {
-	var d net.Dialer
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
 }
 
 // PTTL returns key's remaining time to live. exists is false when the key is

@@ -73,12 +73,8 @@ func startPeerStack(t *testing.T, name string) *peerStack {
 	if err := p.Kafka.CreateTopic(ctx, p.Topic, integration.DefaultPartitions); err != nil {
 		t.Fatal(err)
 	}
-	twilioImpl := p.Twilio.Image
-	if twilioImpl == "" {
-		twilioImpl = "in-process double"
-	}
-	t.Logf("peers: kafka=%s redis=%s mailpit=%s twilio=%s; topic=%s group=%s key prefix=%s",
-		p.Kafka.Impl, p.Redis.Image, p.Mailpit.Image, twilioImpl, p.Topic, p.Group, p.KeyPrefix)
+	t.Logf("peers: kafka=%s redis=%s mailpit=%s twilio=in-process double; topic=%s group=%s key prefix=%s",
+		p.Kafka.Impl, p.Redis.Image, p.Mailpit.Image, p.Topic, p.Group, p.KeyPrefix)
 	return p
 }
 

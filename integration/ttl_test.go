@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/integration"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestIdempotencyTTL is scenario 7: the sent record lives for
@@ -46,12 +47,12 @@ func TestIdempotencyTTL(t *testing.T) {
 	first := p.startWorker(t, integration.StartWorkerProcess, "first", env)
 	p.publish(ctx, t, evs)
 
-	// Watch the raw key, every 5 ms, until it turns from the claim into the
+	// Watch the raw key, every wait.Every, until it turns from the claim into the
 	// sent record, then read its PTTL at once: the read must follow the
 	// record's SET closely.
 	var val string
 	var pttl time.Duration
-	recordSeen := waitFor(t, 30*time.Second, 5*time.Millisecond, "a sent record under "+key, func() bool {
+	recordSeen := wait.For(t, 30*time.Second, "a sent record under "+key, func() bool {
 		v, ok, err := p.Redis.Get(ctx, key)
 		if err != nil || !ok || !isSentRecord(v) {
 			return false
@@ -74,7 +75,7 @@ func TestIdempotencyTTL(t *testing.T) {
 	stopWorker(ctx, t, first, "first")
 	p.rewindGroup(ctx, t)
 
-	gone := waitFor(t, ttl+10*time.Second, 5*time.Millisecond, key+" to expire", func() bool {
+	gone := wait.For(t, ttl+10*time.Second, key+" to expire", func() bool {
 		_, exists, err := p.Redis.PTTL(ctx, key)
 		return err == nil && !exists
 	})
@@ -109,20 +110,4 @@ func TestIdempotencyTTL(t *testing.T) {
 			t.Errorf("%s = %q (exists %v, error %v), want no key: a stale event claims nothing", key, v, ok, err)
 		}
 	})
-}
-
-// waitFor polls cond every interval until it holds, and returns when it
-// first did; it fails the test after timeout.
-func waitFor(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", timeout, what)
-		}
-		time.Sleep(interval)
-	}
 }

@@ -1,17 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"testing"
-
-	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 )
@@ -24,55 +17,29 @@ const (
 	twilioFrom       = "+15550000000"
 )
 
-// Twilio is the Twilio double (package double), in a container or, when its
-// image is missing, in the test process. Both are driven over HTTP, so tests
-// read the same either way.
+// Twilio is the Twilio double (package double), served in the test
+// process on a loopback port and driven over HTTP, as the worker drives it.
 type Twilio struct {
 	// URL is the base URL to give the worker as TWILIO_API_URL.
 	URL        string
 	AccountSID string
 	AuthToken  string
 	From       string
-	// Image is the image it runs, or "" when it runs in-process.
-	Image string
 }
 
-// StartTwilioDouble starts the double (TWILIO_DOUBLE_IMAGE, default
-// notification-worker/twilio-double:dev; in-process when that image is not
-// present) and waits until it answers.
+// StartTwilioDouble serves the double until the test ends.
 func StartTwilioDouble(t testing.TB) *Twilio {
 	t.Helper()
 	tw := &Twilio{AccountSID: twilioAccountSID, AuthToken: twilioAuthToken, From: twilioFrom}
-	const local = "notification-worker/twilio-double:dev"
-	img, ok := pickImage(t, "TWILIO_DOUBLE_IMAGE", local, "")
-	if !ok {
-		t.Logf("TWILIO_DOUBLE_IMAGE: %s is not present locally; running the double in-process", local)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := double.New(tw.AccountSID, tw.AuthToken)
-		srv := &http.Server{Handler: d}
-		go func() { _ = srv.Serve(d.Listener(ln)) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		tw.URL = "http://" + ln.Addr().String()
-		return tw
-	}
-
-	port := strconv.Itoa(FreePort(t))
-	addr := "127.0.0.1:" + port
-	tw.URL, tw.Image = "http://"+addr, img
-	c := startContainer(t, testcontainers.ContainerRequest{
-		Image:        img,
-		Cmd:          []string{"-addr", addr, "-account-sid", tw.AccountSID, "-auth-token", tw.AuthToken},
-		ExposedPorts: []string{port + "/tcp"},
-	})
-	err := waitUntil(context.Background(), c, startTimeout, func(ctx context.Context) error {
-		return tw.do(ctx, http.MethodGet, "/healthz", nil, nil)
-	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("twilio double %s: %v", img, err)
+		t.Fatal(err)
 	}
+	d := double.New(tw.AccountSID, tw.AuthToken)
+	srv := &http.Server{Handler: d}
+	go func() { _ = srv.Serve(d.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tw.URL = "http://" + ln.Addr().String()
 	return tw
 }
 
@@ -89,13 +56,15 @@ func (tw *Twilio) Env() map[string]string {
 // Messages returns the SMS the double accepted, oldest first.
 func (tw *Twilio) Messages(ctx context.Context) ([]double.Message, error) {
 	var ms []double.Message
-	return ms, tw.do(ctx, http.MethodGet, "/messages", nil, &ms)
+	err := callJSON(ctx, http.MethodGet, tw.URL+"/messages", nil, &ms)
+	return ms, err
 }
 
 // Attempts returns every send request, accepted or failed, oldest first.
 func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
 	var as []double.Attempt
-	return as, tw.do(ctx, http.MethodGet, "/attempts", nil, &as)
+	err := callJSON(ctx, http.MethodGet, tw.URL+"/attempts", nil, &as)
+	return as, err
 }
 
 // Fail scripts a provider failure; see double.Fault. For example, the next
@@ -107,40 +76,5 @@ func (tw *Twilio) Attempts(ctx context.Context) ([]double.Attempt, error) {
 //
 //	tw.Fail(ctx, double.Fault{To: "+15550001111", Status: 400, Code: 21211})
 func (tw *Twilio) Fail(ctx context.Context, f double.Fault) error {
-	return tw.do(ctx, http.MethodPost, "/faults", f, nil)
-}
-
-// ClearFaults makes every send succeed again.
-func (tw *Twilio) ClearFaults(ctx context.Context) error {
-	return tw.do(ctx, http.MethodDelete, "/faults", nil, nil)
-}
-
-// do calls the double's control API: body (if any) is sent as JSON, a 2xx
-// answer is decoded into out (if any).
-func (tw *Twilio) do(ctx context.Context, method, path string, body, out any) error {
-	rd := io.Reader(http.NoBody)
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, tw.URL+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if out != nil {
-		return json.NewDecoder(resp.Body).Decode(out)
-	}
-	return nil
+	return callJSON(ctx, http.MethodPost, tw.URL+"/faults", f, nil)
 }

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/harborlight/notification-worker/internal/logtest"
@@ -103,26 +102,7 @@ func (r *containerRunner) stop(ctx context.Context, grace time.Duration) error {
 	return r.c.Stop(ctx, &grace)
 }
 
-func (r *containerRunner) kill(ctx context.Context) error {
-	cli, err := dockerAPI()
-	if err != nil {
-		return err
-	}
-	if _, err := cli.ContainerKill(ctx, r.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return err
-	}
-	// ContainerKill returns once the signal is sent; wait until it took.
-	for {
-		if _, exited := r.exitCode(ctx); exited {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
+func (r *containerRunner) kill(ctx context.Context) error { return killContainer(ctx, r.c) }
 
 func (r *containerRunner) exitCode(ctx context.Context) (int, bool) {
 	st, err := r.c.State(ctx)
@@ -280,20 +260,12 @@ func (w *Worker) Count(msg string) int { return len(w.Events(msg)) }
 // It gives up early, with the last log lines in the error, when the worker
 // exits first.
 func (w *Worker) WaitLog(msg string, count int, timeout time.Duration) ([]map[string]any, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		evs := w.Events(msg)
-		if len(evs) >= count {
-			return evs, nil
-		}
-		if code, exited := w.r.exitCode(context.Background()); exited {
-			return evs, fmt.Errorf("worker exited (code %d) after %d of %d %q lines\n%s", code, len(evs), count, msg, w.tail())
-		}
-		if time.Now().After(deadline) {
-			return evs, fmt.Errorf("waited %v for %d %q lines, got %d\n%s", timeout, count, msg, len(evs), w.tail())
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	var evs []map[string]any
+	err := w.poll(timeout, 25*time.Millisecond, func() (bool, string) {
+		evs = w.Events(msg)
+		return len(evs) >= count, fmt.Sprintf("%d of %d %q lines", len(evs), count, msg)
+	})
+	return evs, err
 }
 
 // WaitReady waits until GET /readyz answers 200: the worker joined its
@@ -311,50 +283,43 @@ func (w *Worker) WaitAssigned(timeout time.Duration) error {
 
 // waitReadyz polls /readyz until it answers 200 with a body ok accepts.
 func (w *Worker) waitReadyz(timeout time.Duration, ok func(body string) bool) error {
-	deadline := time.Now().Add(timeout)
 	hc := &http.Client{Timeout: time.Second}
-	var last string
-	for {
+	return w.poll(timeout, 50*time.Millisecond, func() (bool, string) {
 		resp, err := hc.Get("http://" + w.HTTPAddr + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && ok(string(body)) {
-				return nil
-			}
-			last = resp.Status + ": " + strings.TrimSpace(string(body))
-		} else {
-			last = err.Error()
+		if err != nil {
+			return false, "not ready: " + err.Error()
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && ok(string(body)), "not ready: " + resp.Status + ": " + strings.TrimSpace(string(body))
+	})
+}
+
+// poll calls check every interval until it reports done, and returns nil;
+// it returns an error, with check's word on how far things got and the
+// worker's last log lines, when the worker exits first or timeout passes.
+func (w *Worker) poll(timeout, interval time.Duration, check func() (done bool, got string)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		done, got := check()
+		if done {
+			return nil
 		}
 		if code, exited := w.r.exitCode(context.Background()); exited {
-			return fmt.Errorf("worker exited (code %d) before it was ready\n%s", code, w.tail())
+			return fmt.Errorf("worker exited (code %d): %s\n%s", code, got, w.tail())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v (last answer: %s)\n%s", timeout, last, w.tail())
+			return fmt.Errorf("waited %v: %s\n%s", timeout, got, w.tail())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
 // Metrics returns the Prometheus text exposition from GET /metrics.
 func (w *Worker) Metrics(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.HTTPAddr+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return string(b), nil
+	var text string
+	err := callJSON(ctx, http.MethodGet, "http://"+w.HTTPAddr+"/metrics", nil, &text)
+	return text, err
 }
 
 // PID returns the worker's process id on this host, or 0 when it runs in

@@ -13,6 +13,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,21 +80,11 @@ func (noMetrics) RecordRetried(string, ports.Kind)      {}
 // WithDefaults returns a copy of cfg with every zero field set to its
 // default.
 func (cfg Config) WithDefaults() Config {
-	if cfg.MaxRecordBytes == 0 {
-		cfg.MaxRecordBytes = DefaultMaxRecordBytes
-	}
-	if cfg.RetryMaxAttempts == 0 {
-		cfg.RetryMaxAttempts = DefaultRetryMaxAttempts
-	}
-	if cfg.RetryInitialBackoff == 0 {
-		cfg.RetryInitialBackoff = DefaultRetryInitialBackoff
-	}
-	if cfg.RetryMaxBackoff == 0 {
-		cfg.RetryMaxBackoff = DefaultRetryMaxBackoff
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.MaxRecordBytes = cmp.Or(cfg.MaxRecordBytes, DefaultMaxRecordBytes)
+	cfg.RetryMaxAttempts = cmp.Or(cfg.RetryMaxAttempts, DefaultRetryMaxAttempts)
+	cfg.RetryInitialBackoff = cmp.Or(cfg.RetryInitialBackoff, DefaultRetryInitialBackoff)
+	cfg.RetryMaxBackoff = cmp.Or(cfg.RetryMaxBackoff, DefaultRetryMaxBackoff)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}

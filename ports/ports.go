@@ -16,7 +16,7 @@ import (
 // Channel names the way a notification reaches a customer. What a channel
 // is (its recipient field, its address rules, its templates, its
 // notifier) is declared where the worker is wired, as one value per
-// channel (domain.Channel); the worker knows the channels it is given.
+// channel (domain.ChannelSpec); the worker knows the channels it is given.
 type Channel string
 
 // The names of the two channels every worker has.
@@ -233,8 +233,8 @@ const (
 	Claimed ClaimState = iota + 1
 	// AlreadySent: the key holds a sent record; Claim.Receipt is set.
 	AlreadySent
-	// InFlight: the key holds a pending claim whose lease is live (or
-	// unknown: a claim written before leases); Claim.Lease is its lease.
+	// InFlight: the key holds a pending claim whose lease is live;
+	// Claim.Lease is its lease.
 	InFlight
 	// TakenOver: the key held a pending claim whose lease had passed (its
 	// worker died, or lost track of its send) and now holds ours;
@@ -277,24 +277,18 @@ type Claim struct {
 // is found rather than forgotten.
 type Lease struct {
 	Token string
-	Start time.Time // when the claim was made; zero if unknown
-	// Until is when the lease runs out. Zero: unknown (a claim written
-	// before leases), which is live for as long as its key exists.
-	Until time.Time
+	Start time.Time // when the claim was made
+	Until time.Time // when the lease runs out
 	// First, FirstUntil, Digest and Sender are the claim's history, which
 	// a takeover carries on unchanged: a claim that takes another over
 	// keeps the history of the claim it replaced, so that however many
 	// takeovers follow, they name the one send that may have reached the
 	// provider under the key (a taker reconciles, and sends only under a
 	// claim of its own) and the window it may have reached it in. First
-	// and FirstUntil are that history's first claim's Start and Until: for
-	// a claim that took nothing over, and for a claim written before
-	// histories, its own; FirstUntil is its own Until, too, for a claim
-	// written before histories kept it (later than the first claim's, so
-	// the window only widens); zero only when Start is. Digest is the
-	// digest of the text that first claim was made to send, and Sender the
-	// sender (Claim's digest and sender); each empty when it was not given
-	// or the claim was written before histories kept it.
+	// and FirstUntil are that history's first claim's Start and Until (for
+	// a claim that took nothing over, its own). Digest is the digest of the
+	// text that first claim was made to send, and Sender the sender
+	// (Claim's digest and sender); each empty when it was not given.
 	First, FirstUntil time.Time
 	Digest, Sender    string
 }

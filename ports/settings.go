@@ -14,26 +14,32 @@ type Setting struct {
 	Meaning string
 	// Secret marks a value never shown in a log line or an error.
 	Secret bool
+	// MaskURL marks a secret that is a URL whose user info may hold a
+	// password (REDIS_URL): the start-up line shows it through MaskURL
+	// rather than as "***".
+	MaskURL bool
 }
 
-// Settings reads the variables an adapter declared, as the worker's
-// configuration holds them: its Provider's Settings, or, for an adapter
-// the worker always builds (Redis, Twilio, SMTP), the Setting list it
-// exports for the configuration's reference. The configuration implements
-// it; an adapter reads and checks its own settings through it, so that
-// each rule is written once, in the adapter, and a bad value stops the
-// worker at start with every other bad variable.
+// Settings reads the variables an adapter declared (its Provider's
+// Settings), as the worker's configuration holds them. The configuration
+// implements it; an adapter reads and checks its own settings through it,
+// so that each rule is written once, in the adapter, and a bad value stops
+// the worker at start with every other bad variable.
 //
 // Each getter returns the variable's value (the environment's, else its
 // default). A getter that refuses the value reports it, as Fail does, and
-// returns the zero value. Reading a variable the adapter did not declare is
-// a bug: it panics. Settings is used by one goroutine at a time.
+// returns the zero value. Reading a variable that neither a provider nor
+// the worker declares is a bug: it panics. Settings is used by one
+// goroutine at a time.
 type Settings interface {
 	// Set reports whether the environment gives name a non-empty value.
 	Set(name string) bool
 	// String returns name's value, trimmed of surrounding white space
 	// unless it is a secret.
 	String(name string) string
+	// OneOf returns name's value, refused unless one of allowed; "" when
+	// unset without a default.
+	OneOf(name string, allowed ...string) string
 	// Bool returns name's value, refused unless true or false (as
 	// strconv.ParseBool reads it).
 	Bool(name string) bool
@@ -55,21 +61,34 @@ type Settings interface {
 	Fail(name, reason string)
 }
 
-// Provider is an adapter that declares and reads its own settings: a
-// notifier (Open), which the worker offers on a channel by the name its
-// Variable takes, next to "console"; or an idempotency store (OpenStore),
-// offered as a value of IDEMPOTENCY_STORE. The configuration checks its
-// settings with every other variable's.
+// The variables whose value chooses a provider of a port other than a
+// notifier (see Provider.Variable).
+const (
+	SourceVariable = "EVENT_SOURCE"
+	StoreVariable  = "IDEMPOTENCY_STORE"
+)
+
+// Provider is an adapter that declares, reads and checks its own
+// settings, and is chosen by name: the event source (Variable
+// SourceVariable), an idempotency store (StoreVariable), or a channel's
+// notifier (its channel's variable, which also takes "console"). The
+// configuration reads every provider's settings through its Load, checks
+// them with every other variable's, and resolves each choice.
 type Provider struct {
 	// Name is the value of Variable that picks this provider ("push").
 	Name string
-	// Variable chooses the channel's notifier: Name, "console", or unset.
-	// Unset, it is Name when Load reports the provider configured, else
-	// the channel is off: the worker does not offer the channel at all
-	// (its recipient field and its name are refused in an event, as for a
-	// channel it never had). Empty for a store.
+	// Variable is the variable whose value chooses this provider. Unset,
+	// a notifier's is Name when Load reports the provider configured;
+	// else "console" when AlwaysOn, else the channel is off: the worker
+	// does not offer the channel at all (its recipient field and its name
+	// are refused in an event, as for a channel it never had).
 	Variable string
-	// Settings are the variables Load and Open read.
+	// AlwaysOn marks a notifier whose channel the worker offers even
+	// unconfigured (SMS, email): the console sends it then, which is
+	// refused beside a Shared store unless asked for by name.
+	AlwaysOn bool
+	// Settings are the variables Load and Open read, in the order the
+	// README lists them.
 	Settings []Setting
 	// Load reads and checks every setting through s, reporting each bad
 	// one with s.Fail, and reports whether the settings configure the
@@ -79,7 +98,8 @@ type Provider struct {
 	// error is a failure at start, not a configuration error.
 	Open func(s Settings, env NotifierEnv) (Notifier, error)
 	// OpenStore builds the store from s, whose settings Load accepted,
-	// for IDEMPOTENCY_STORE=Name (which must then be configured). A store
+	// for StoreVariable=Name (which must then be configured); nil for a
+	// store the worker builds itself from its settings (Redis). A store
 	// with a Close method is closed when the worker stops.
 	OpenStore func(s Settings, env StoreEnv) (IdempotencyStore, error)
 	// Shared is set for a store that outlives the worker and is shared by

@@ -7,16 +7,18 @@
 #   notification-worker/mailpit:v1.33.1     mailpit built from source, static
 #   notification-worker/kafka:4.4.0         Apache Kafka from Maven Central (scripts/kafka-jars.sh),
 #                                           this machine's JRE, integration/kafkanode as entry
-#   notification-worker/kfake:dev           integration/kfakebroker (Kafka protocol, in memory)
-#   notification-worker/twilio-double:dev   integration/twiliodouble
 #   notification-worker:dev                 the worker, from ./Dockerfile (if ./cmd/notification-worker exists)
 #
-# Usage: scripts/build-images.sh [redis|mailpit|kafka|kfake|twilio-double|worker ...]
+# Usage: scripts/build-images.sh [redis|mailpit|kafka|worker ...]
 # (no argument: all of them). Needs a Docker engine (scripts/docker-up.sh).
 #
 # Every image is FROM scratch, so nothing is pulled. Each carries a label with
 # a digest of its inputs; when the image exists with the same digest it is not
 # rebuilt, so a warm run takes seconds. FORCE=1 rebuilds everything.
+#
+# One run at a time per cache folder: a second run (CI starts one early, in
+# the background, and `make test` starts another) waits for the first, then
+# finds its images up to date.
 #
 # Environment:
 #   FORCE=1       rebuild even when the inputs did not change
@@ -26,6 +28,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# The Go toolchain go.mod asks for, as the Makefile sets it, for a run
+# without make.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
 MAILPIT_VERSION=v1.33.1
 LABEL=org.harborlight.notification-worker.inputs
@@ -44,6 +49,15 @@ docker_build() {
     return 1
   fi
 }
+
+mkdir -p "$CACHE_DIR"
+exec 9>"$CACHE_DIR/build-images.lock"
+if ! flock -n 9; then
+  say "another build-images run holds $CACHE_DIR/build-images.lock; waiting for it"
+  start=$SECONDS
+  flock 9
+  say "waited $((SECONDS - start))s"
+fi
 
 work=$(mktemp -d)
 trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
@@ -150,21 +164,6 @@ EOF
   docker_build --label "$LABEL=$MAILPIT_VERSION" -t "$tag" "$dir"
 }
 
-# build_go_tool TAG PKG NAME: a static Go command of this module as the
-# image's only file (plus /tmp and /data for a data dir).
-build_go_tool() {
-  local tag=$1 pkg=$2 name=$3 dir=$work/$3
-  mkdir -p "$dir/rootfs/tmp" "$dir/rootfs/data"
-  chmod 1777 "$dir/rootfs/tmp"
-  go_static "$dir/rootfs/$name" "$pkg"
-  cat >"$dir/Dockerfile" <<EOF
-FROM scratch
-COPY rootfs/ /
-ENTRYPOINT ["/$name"]
-EOF
-  build_scratch "$tag" "$dir"
-}
-
 # copy_libs ROOT FILE...: the libraries ldd lists for each FILE (already in
 # ROOT) and the loader, copied into ROOT at their own paths, so FILE runs in
 # an empty image. Libraries ldd finds inside ROOT itself (through $ORIGIN)
@@ -259,7 +258,7 @@ build_worker() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka kfake twilio-double worker)
+[ ${#targets[@]} -gt 0 ] || targets=(redis mailpit kafka worker)
 for t in "${targets[@]}"; do
   start=$SECONDS
   case $t in
@@ -276,10 +275,8 @@ for t in "${targets[@]}"; do
         say "WARNING: without one the integration suite falls back to kfake, and each test's log says so"
       fi
       ;;
-    kfake) build_go_tool notification-worker/kfake:dev ./integration/kfakebroker kfakebroker ;;
-    twilio-double) build_go_tool notification-worker/twilio-double:dev ./integration/twiliodouble twiliodouble ;;
     worker) build_worker ;;
-    *) say "unknown image $t (want redis, mailpit, kafka, kfake, twilio-double or worker)"; exit 2 ;;
+    *) say "unknown image $t (want redis, mailpit, kafka or worker)"; exit 2 ;;
   esac
   say "$t: $((SECONDS - start))s"
 done

@@ -35,7 +35,11 @@
 #      downloaded for, the worker's module.
 #   5. The worker builds for linux/arm64 as well as linux/amd64 (the
 #      Dockerfile copies the binary of the platform it builds for), and the
-#      Dockerfile hard-codes no architecture.
+#      Dockerfile hard-codes no architecture. Neither binary links the
+#      embedded broker (franz-go, kfake: `go version -m` lists no
+#      github.com/twmb module; only `make run`'s -tags devbroker build has
+#      it), and the one of this machine's architecture refuses
+#      EVENT_SOURCE=embedded and the demo with exit 2.
 #
 # Idempotent; runs as root on a fresh Debian machine with Go. Needs root only
 # to install the compose package. Talks to no network but the package
@@ -53,6 +57,9 @@
 #                         (default v2.20.2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Go toolchain go.mod asks for, as the Makefile sets it, for a run
+# without make.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
 kubeconform_version=${KUBECONFORM_VERSION:-v0.8.0}
 k8s_version=${K8S_VERSION:-v1.37.2}
@@ -193,6 +200,16 @@ for arch in amd64 arm64; do
   say "go build ./cmd/... for linux/$arch"
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -o "$work/$arch/" ./cmd/... ||
     die "./cmd/... does not build for linux/$arch"
+  if go version -m "$work/$arch/notification-worker" | grep -F github.com/twmb/; then
+    die "the production binary for linux/$arch links franz-go (above): the embedded broker belongs to the -tags devbroker build only"
+  fi
+done
+bin="$work/$(go env GOARCH)/notification-worker"
+for args in "EVENT_SOURCE=embedded $bin" "$bin demo"; do
+  say "env -i $args: refused, exit 2"
+  code=0
+  env -i $args >/dev/null 2>&1 || code=$?
+  [ "$code" = 2 ] || die "env -i $args exited $code, want 2 (no embedded broker in the production binary)"
 done
 
 say "ok"

@@ -11,46 +11,14 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
 var errDown = errors.New("store down")
 
-// fakeStore is a ports.IdempotencyStore whose behaviour each test sets. A nil
-// field answers success. calls counts every call that reached it.
-type fakeStore struct {
-	claim   func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error)
-	record  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
-	release func(ctx context.Context, key, token string) error
-	calls   atomic.Int64
-}
-
-func (f *fakeStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
-	f.calls.Add(1)
-	if f.claim == nil {
-		return ports.Claim{State: ports.Claimed}, nil
-	}
-	return f.claim(ctx, key, token, digest, ttl)
-}
-
-func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
-	f.calls.Add(1)
-	if f.record == nil {
-		return nil
-	}
-	return f.record(ctx, key, r, ttl)
-}
-
-func (f *fakeStore) Release(ctx context.Context, key, token string) error {
-	f.calls.Add(1)
-	if f.release == nil {
-		return nil
-	}
-	return f.release(ctx, key, token)
-}
-
 // switchable returns a fake whose every method fails with errDown while down
 // is set, and blocks (up to 1 s, or until ctx is done) while slow is set.
-func switchable(down, slow *atomic.Bool) *fakeStore {
+func switchable(down, slow *atomic.Bool) *storetest.Fake {
 	answer := func(ctx context.Context) error {
 		if slow.Load() {
 			select {
@@ -64,15 +32,15 @@ func switchable(down, slow *atomic.Bool) *fakeStore {
 		}
 		return nil
 	}
-	return &fakeStore{
-		claim: func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
+	return &storetest.Fake{
+		ClaimFunc: func(ctx context.Context, _, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 			if err := answer(ctx); err != nil {
 				return ports.Claim{}, err
 			}
 			return ports.Claim{State: ports.Claimed}, nil
 		},
-		record:  func(ctx context.Context, _ string, _ ports.Receipt, _ time.Duration) error { return answer(ctx) },
-		release: func(ctx context.Context, _, _ string) error { return answer(ctx) },
+		RecordFunc:  func(ctx context.Context, _ string, _ ports.Receipt, _ time.Duration) error { return answer(ctx) },
+		ReleaseFunc: func(ctx context.Context, _, _ string) error { return answer(ctx) },
 	}
 }
 
@@ -208,7 +176,7 @@ func TestOpens(t *testing.T) {
 	t.Run("StoreTimeoutIsAFailure", func(t *testing.T) {
 		// The store's own deadline expiring (the caller's context still
 		// live) is exactly the outage the breaker exists for.
-		f := &fakeStore{claim: func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+		f := &storetest.Fake{ClaimFunc: func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 			return ports.Claim{}, context.DeadlineExceeded
 		}}
 		b := MustBreaker(t, f, breaker.Config{Failures: 2, Cooldown: time.Hour, Probe: never})
@@ -231,7 +199,7 @@ func TestFailsFastWhileOpen(t *testing.T) {
 	}
 	waitState(t, b, breaker.StateOpen, time.Second)
 	slow.Store(true) // the store would now hold every call for a second
-	reached := f.calls.Load()
+	reached := f.Calls()
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
@@ -249,7 +217,7 @@ func TestFailsFastWhileOpen(t *testing.T) {
 			}
 		})
 	}
-	if n := f.calls.Load(); n != reached {
+	if n := f.Calls(); n != reached {
 		t.Fatalf("store reached %d times while open, want 0", n-reached)
 	}
 }
@@ -297,15 +265,15 @@ func TestCloses(t *testing.T) {
 		down.Store(true)
 		var mu sync.Mutex
 		var probed []string
-		f := &fakeStore{
-			claim: func(context.Context, string, string, string, time.Duration) (ports.Claim, error) {
+		f := &storetest.Fake{
+			ClaimFunc: func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
 				return ports.Claim{}, errDown
 			},
-			record: func(context.Context, string, ports.Receipt, time.Duration) error {
+			RecordFunc: func(context.Context, string, ports.Receipt, time.Duration) error {
 				t.Errorf("Record reached the store while probing")
 				return errDown
 			},
-			release: func(_ context.Context, key, _ string) error {
+			ReleaseFunc: func(_ context.Context, key, _ string) error {
 				mu.Lock()
 				probed = append(probed, key)
 				mu.Unlock()
@@ -317,7 +285,7 @@ func TestCloses(t *testing.T) {
 		}
 		b := MustBreaker(t, f, breaker.Config{Failures: 1, Cooldown: 10 * time.Millisecond})
 		_ = calls["Claim"](context.Background(), b)
-		claims := f.calls.Load()
+		claims := f.Calls()
 		down.Store(false)
 		waitState(t, b, breaker.StateClosed, 2*time.Second)
 		mu.Lock()
@@ -325,8 +293,8 @@ func TestCloses(t *testing.T) {
 		if len(probed) == 0 {
 			t.Fatalf("closed without a probe")
 		}
-		if int64(len(probed)) != f.calls.Load()-claims {
-			t.Fatalf("%d calls reached the store while probing, %d of them Releases", f.calls.Load()-claims, len(probed))
+		if int64(len(probed)) != f.Calls()-claims {
+			t.Fatalf("%d calls reached the store while probing, %d of them Releases", f.Calls()-claims, len(probed))
 		}
 		for _, k := range probed {
 			if k == "k" || !strings.HasPrefix(k, "breaker-probe:") {
@@ -402,7 +370,7 @@ func TestClose(t *testing.T) {
 	})
 
 	t.Run("IdleBreaker", func(t *testing.T) {
-		b := breaker.New(&fakeStore{}, breaker.Config{})
+		b := breaker.New(&storetest.Fake{}, breaker.Config{})
 		done := make(chan struct{})
 		go func() { b.Close(); close(done) }()
 		select {

@@ -15,6 +15,7 @@ import (
 	"github.com/harborlight/notification-worker/internal/logtest"
 	"github.com/harborlight/notification-worker/internal/testclock"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
 // countingNotifier accepts every message at once.
@@ -28,7 +29,7 @@ func (n *countingNotifier) Send(context.Context, ports.Message) (ports.Receipt, 
 // openWorld is the real domain service, failing open, on a breaker held
 // open around a store that is down.
 type openWorld struct {
-	store    *fakeStore
+	store    *storetest.Fake
 	breaker  *breaker.Breaker
 	svc      *domain.Service
 	notifier *countingNotifier
@@ -93,7 +94,7 @@ func TestOpenCircuitWarningsAreRateLimited(t *testing.T) {
 	t.Run("OnePerIntervalUnderConcurrency", func(t *testing.T) {
 		w := newOpenWorld(t)
 		w.mustOpen(t)
-		callsBefore := w.store.calls.Load()
+		callsBefore := w.store.Calls()
 
 		const workers, perWorker = 8, 125
 		var wg sync.WaitGroup
@@ -131,7 +132,7 @@ func TestOpenCircuitWarningsAreRateLimited(t *testing.T) {
 		if got := w.notifier.sent.Load(); got != workers*perWorker+1 {
 			t.Errorf("%d sent, want %d: failing open sends every record", got, workers*perWorker+1)
 		}
-		if got := w.store.calls.Load(); got != callsBefore {
+		if got := w.store.Calls(); got != callsBefore {
 			t.Errorf("the store was called %d times while the circuit was open, want 0", got-callsBefore)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -122,33 +123,16 @@ func hammer(s ports.IdempotencyStore, perCaller int, pause, within time.Duration
 func mustAnswerAgain(t *testing.T, s ports.IdempotencyStore, goroutinesBefore int) {
 	t.Helper()
 	k := fmt.Sprintf("after-%d", jamSeq.Add(1))
-	waitForNil(t, 20*time.Second, "store answers after the server resumes", func() error {
+	wait.For(t, 20*time.Second, "store answers after the server resumes", func() error {
 		_, err := s.Claim(context.Background(), k, "tok-after", "", "", time.Minute)
 		return err
 	})
-	waitForNil(t, 15*time.Second, "calls left behind during the outage finish", func() error {
+	wait.For(t, 15*time.Second, "calls left behind during the outage finish", func() error {
 		if n := runtime.NumGoroutine(); n > goroutinesBefore+16 {
 			return fmt.Errorf("%d goroutines, %d before the outage", n, goroutinesBefore)
 		}
 		return nil
 	})
-}
-
-// waitForNil polls f until it returns nil, failing with its last error after
-// within.
-func waitForNil(tb testing.TB, within time.Duration, what string, f func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // mustClaim claims a fresh key through s, before an outage, trying again
@@ -158,7 +142,7 @@ func waitForNil(tb testing.TB, within time.Duration, what string, f func() error
 // not what the jam tests are about.
 func mustClaim(t *testing.T, s ports.IdempotencyStore) {
 	t.Helper()
-	waitForNil(t, 10*time.Second, "warm-up claim", func() error {
+	wait.For(t, 10*time.Second, "warm-up claim", func() error {
 		_, err := s.Claim(context.Background(), fmt.Sprintf("warm-%d", jamSeq.Add(1)), "tok", "", "", time.Minute)
 		return err
 	})

@@ -10,20 +10,20 @@ import (
 	"github.com/harborlight/notification-worker/adapters/breaker"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
 // flakyClaims is the memory store whose Claim fails while failing is set:
 // a latency spike that trips the breaker on other records.
-type flakyClaims struct {
-	*memory.Store
-	failing atomic.Bool
-}
-
-func (f *flakyClaims) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
-	if f.failing.Load() {
-		return ports.Claim{}, errDown
+func flakyClaims(failing *atomic.Bool) *storetest.Fake {
+	f := &storetest.Fake{Store: memory.New(nil)}
+	f.ClaimFunc = func(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
+		if failing.Load() {
+			return ports.Claim{}, errDown
+		}
+		return f.Store.Claim(ctx, key, token, digest, sender, ttl)
 	}
-	return f.Store.Claim(ctx, key, token, digest, sender, ttl)
+	return f
 }
 
 // A claim is a promise to record the send or give the key back. The circuit
@@ -42,12 +42,13 @@ func TestOpenCircuitLetsClaimsSettle(t *testing.T) {
 		{"Release", func(b *breaker.Breaker, key string) error { return b.Release(ctx, key, "ours") }, ports.Claimed},
 	} {
 		t.Run(settle.name, func(t *testing.T) {
-			store := &flakyClaims{Store: memory.New(nil)}
+			var failing atomic.Bool
+			store := flakyClaims(&failing)
 			b := MustBreaker(t, store, breaker.Config{Failures: 2, Cooldown: time.Hour, Probe: never})
 			if c, err := b.Claim(ctx, "sms:e1", "ours", "", "", time.Minute); err != nil || c.State != ports.Claimed {
 				t.Fatalf("Claim: %+v, %v", c, err)
 			}
-			store.failing.Store(true)
+			failing.Store(true)
 			for _, k := range []string{"sms:e2", "sms:e3"} {
 				_, _ = b.Claim(ctx, k, "other", "", "", time.Minute)
 			}

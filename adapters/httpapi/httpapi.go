@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,9 +105,7 @@ const (
 // worker at start, not in a log line later. A failure of the server after
 // that is logged to log as "http_server_failed" (nil log: slog.Default()).
 func Listen(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: listen on %s: %w", addr, err)

@@ -8,11 +8,11 @@ import (
 )
 
 // revocations tells a partition's ConsumeClaim that a cooperative
-// rebalance revoked it. Sarama signals that only by closing the claim's
-// Messages channel, which a ConsumeClaim waiting on a bound of flow is not
-// reading; this channel is closed as soon as the member receives an
-// assignment that no longer names the partition. Its methods are safe for
-// concurrent use.
+// rebalance revoked it. Sarama signals that only by closing the Messages
+// channel of the partition's assignment, which a ConsumeClaim waiting on a
+// bound of flow is not reading; this channel is closed as soon as the
+// member receives an assignment that no longer names the partition. Its
+// methods are safe for concurrent use.
 type revocations struct {
 	topic string
 

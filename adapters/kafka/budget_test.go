@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -110,7 +111,7 @@ func TestConsumer_HeldRecordsStayWithinByteBudget(t *testing.T) {
 	// More slots than records fit in the budget, and no two records share a
 	// key: every admitted record reaches the handler, and only the budget
 	// stops the rest.
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d handler calls", admitted), func() bool { return calls.Load() >= int64(admitted) })
+	wait.For(t, 30*time.Second, fmt.Sprintf("%d handler calls", admitted), func() bool { return calls.Load() >= int64(admitted) })
 	// The bound must hold for as long as the handlers stay blocked, not
 	// only at one instant: watch it for a while.
 	watchUntil := time.Now().Add(2 * time.Second)
@@ -137,7 +138,7 @@ func TestConsumer_HeldRecordsStayWithinByteBudget(t *testing.T) {
 	}
 
 	close(release)
-	waitFor(t, 60*time.Second, "every record handled", func() bool {
+	wait.For(t, 60*time.Second, "every record handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(handled) == total
@@ -147,7 +148,7 @@ func TestConsumer_HeldRecordsStayWithinByteBudget(t *testing.T) {
 		want[p] = perPartition
 	}
 	waitCommitted(t, brokers, cfg.GroupID, topic, want)
-	waitFor(t, 5*time.Second, "the budget given back", func() bool { return rc.c.BufferedBytes() == 0 })
+	wait.For(t, 5*time.Second, "the budget given back", func() bool { return rc.c.BufferedBytes() == 0 })
 	rc.MustStop(t, 30*time.Second)
 }
 
@@ -193,7 +194,7 @@ func TestConsumer_RecordLargerThanByteBudgetIsHandledAlone(t *testing.T) {
 	rc := MustRun(t, cfg, h)
 	running.Store(rc)
 
-	waitFor(t, 30*time.Second, "every record handled", func() bool { return handled.Load() == partitions*perPartition })
+	wait.For(t, 30*time.Second, "every record handled", func() bool { return handled.Load() == partitions*perPartition })
 	if m := most.Load(); m != 1 {
 		t.Errorf("%d records were in the handler at once; a record larger than the budget must be admitted alone", m)
 	}
@@ -241,7 +242,7 @@ func TestConsumer_RevokedPartitionsGiveBackTheirBytes(t *testing.T) {
 	cfg.MaxBufferedBytes = 512 << 10 // about 7 records
 	cfg.ShutdownTimeout = time.Second
 	first := MustRun(t, cfg, h)
-	waitFor(t, 30*time.Second, "the first consumer's budget spent", func() bool {
+	wait.For(t, 30*time.Second, "the first consumer's budget spent", func() bool {
 		return first.c.BufferedBytes() > cfg.MaxBufferedBytes-int64(valueBytes)
 	})
 
@@ -251,10 +252,10 @@ func TestConsumer_RevokedPartitionsGiveBackTheirBytes(t *testing.T) {
 	}))
 	// Both members hold partitions: the first one's stuck calls were
 	// cancelled at the revoke.
-	waitFor(t, 30*time.Second, "both members assigned", func() bool { return first.c.Assigned() > 0 && second.c.Assigned() > 0 })
+	wait.For(t, 30*time.Second, "both members assigned", func() bool { return first.c.Assigned() > 0 && second.c.Assigned() > 0 })
 	close(unstuck)
 
-	waitFor(t, 60*time.Second, "every record handled", func() bool {
+	wait.For(t, 60*time.Second, "every record handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(handled) == partitions*perPartition
@@ -264,7 +265,7 @@ func TestConsumer_RevokedPartitionsGiveBackTheirBytes(t *testing.T) {
 		want[p] = perPartition
 	}
 	waitCommitted(t, brokers, cfg.GroupID, topic, want)
-	waitFor(t, 5*time.Second, "the first consumer holding nothing", func() bool { return first.c.BufferedBytes() == 0 })
+	wait.For(t, 5*time.Second, "the first consumer holding nothing", func() bool { return first.c.BufferedBytes() == 0 })
 	second.MustStop(t, 30*time.Second)
 	first.MustStop(t, 30*time.Second)
 }

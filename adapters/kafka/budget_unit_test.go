@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // acquiring starts b.Acquire(n) in a goroutine; the returned channel
@@ -44,7 +45,7 @@ func mustWait(t *testing.T, got <-chan bool, what string) {
 // queued waits until n Acquire calls wait in b.
 func queued(t *testing.T, b *kafka.ByteBudget, n int) {
 	t.Helper()
-	waitFor(t, 5*time.Second, fmt.Sprintf("%d Acquire calls queued", n), func() bool { return b.Waiting() == n })
+	wait.For(t, 5*time.Second, fmt.Sprintf("%d Acquire calls queued", n), func() bool { return b.Waiting() == n })
 }
 
 func TestByteBudget(t *testing.T) {

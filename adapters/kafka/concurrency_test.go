@@ -18,6 +18,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -168,7 +169,7 @@ func TestConsumer_CommitNeverPassesUnfinished_RandomCompletion(t *testing.T) {
 				}
 			}
 			var holding []recordID
-			waitFor(t, 10*time.Second, fmt.Sprintf("round %d step %d: %d records in the handler", round, step, busyKeys), func() bool {
+			wait.For(t, 10*time.Second, fmt.Sprintf("round %d step %d: %d records in the handler", round, step, busyKeys), func() bool {
 				ledger.mu.Lock()
 				defer ledger.mu.Unlock()
 				if len(ledger.inHand) != busyKeys {
@@ -203,7 +204,7 @@ func TestConsumer_CommitNeverPassesUnfinished_RandomCompletion(t *testing.T) {
 			// end. Nothing else finishes meanwhile: every other record waits
 			// for the test.
 			if step%8 == 7 {
-				waitFor(t, 10*time.Second, "commits to reach the lowest unfinished record", func() bool {
+				wait.For(t, 10*time.Second, "commits to reach the lowest unfinished record", func() bool {
 					ledger.mu.Lock()
 					defer ledger.mu.Unlock()
 					if len(ledger.violations) > 0 {
@@ -335,11 +336,11 @@ func TestConsumer_RebalanceDuringConcurrentHandling(t *testing.T) {
 
 	publish(0, total/2)
 	rcA := MustRun(t, cfgA, service())
-	waitFor(t, 10*time.Second, "member a sending", func() bool { return len(provider.snapshot()) >= 50 })
+	wait.For(t, 10*time.Second, "member a sending", func() bool { return len(provider.snapshot()) >= 50 })
 	rcB := MustRun(t, cfgB, service())
 	publish(total/2, total) // records keep flowing while the group rebalances
-	waitFor(t, 30*time.Second, "every notification sent", func() bool { return len(provider.snapshot()) == total })
-	waitFor(t, 10*time.Second, "both members holding partitions", func() bool { return rcA.c.Assigned() > 0 && rcB.c.Assigned() > 0 })
+	wait.For(t, 30*time.Second, "every notification sent", func() bool { return len(provider.snapshot()) == total })
+	wait.For(t, 10*time.Second, "both members holding partitions", func() bool { return rcA.c.Assigned() > 0 && rcB.c.Assigned() > 0 })
 	// Before any shutdown: every partition_stopping of member a so far
 	// comes from a revoke.
 	revokeLog := logsA.String()

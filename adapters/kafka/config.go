@@ -52,6 +52,9 @@ const (
 	SASLSCRAMSHA512 = "SCRAM-SHA-512"
 )
 
+// saslMechanisms are the values SASLMechanism may take.
+var saslMechanisms = []string{SASLPlain, SASLSCRAMSHA256, SASLSCRAMSHA512}
+
 // ErrInvalidConfig is wrapped by the error NewConsumer and NewPublisher return
 // for a Config that cannot work; the message names every bad field.
 var ErrInvalidConfig = errors.New("kafka: invalid config")
@@ -164,31 +167,21 @@ func (cfg Config) withDefaults() Config {
 	if cfg.DLQTopic == "" && cfg.Topic != "" {
 		cfg.DLQTopic = cfg.Topic + ".dlq"
 	}
-	setDefault(&cfg.MaxInFlight, DefaultMaxInFlight)
-	setDefault(&cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
-	setDefault(&cfg.RetryInitialBackoff, policy.DefaultRetryInitialBackoff)
-	setDefault(&cfg.RetryMaxBackoff, policy.DefaultRetryMaxBackoff)
-	setDefault(&cfg.CommitInterval, DefaultCommitInterval)
-	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	setDefault(&cfg.SessionTimeout, DefaultSessionTimeout)
-	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&cfg.LagInterval, DefaultLagInterval)
-	if cfg.RebalanceStrategy == "" {
-		cfg.RebalanceStrategy = StrategyCooperativeSticky
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)
+	cfg.MaxBufferedBytes = cmp.Or(cfg.MaxBufferedBytes, DefaultMaxBufferedBytes)
+	cfg.RetryInitialBackoff = cmp.Or(cfg.RetryInitialBackoff, policy.DefaultRetryInitialBackoff)
+	cfg.RetryMaxBackoff = cmp.Or(cfg.RetryMaxBackoff, policy.DefaultRetryMaxBackoff)
+	cfg.CommitInterval = cmp.Or(cfg.CommitInterval, DefaultCommitInterval)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, DefaultSessionTimeout)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	cfg.LagInterval = cmp.Or(cfg.LagInterval, DefaultLagInterval)
+	cfg.RebalanceStrategy = cmp.Or(cfg.RebalanceStrategy, StrategyCooperativeSticky)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
 	return cfg
-}
-
-func setDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
-	}
 }
 
 // validate reports every problem at once, so an operator fixes them in one go.
@@ -198,32 +191,13 @@ func (cfg Config) validate(consumer bool) error {
 	if len(cfg.Brokers) == 0 {
 		bad = append(bad, "Brokers is empty")
 	}
-	for _, b := range cfg.Brokers {
-		if strings.TrimSpace(b) == "" {
-			bad = append(bad, "Brokers holds an empty address")
-			break
-		}
+	if slices.ContainsFunc(cfg.Brokers, func(b string) bool { return strings.TrimSpace(b) == "" }) {
+		bad = append(bad, "Brokers holds an empty address")
 	}
 	if consumer {
-		if cfg.Topic == "" {
-			bad = append(bad, "Topic is empty")
-		}
-		if cfg.GroupID == "" {
-			bad = append(bad, "GroupID is empty")
-		}
-		if err := CheckDLQTopic(cfg.Topic, cfg.DLQTopic); err != nil {
-			bad = append(bad, "DLQTopic: "+err.Error())
-		}
-		// Checked here, not at the first poison record: a name the broker
-		// refuses would fail every dead letter write, and the partition's
-		// commit would stop behind it.
-		if cfg.DLQTopic != "" {
-			if err := CheckTopicName(cfg.DLQTopic); err != nil {
-				bad = append(bad, fmt.Sprintf("DLQTopic %q %v", cfg.DLQTopic, err))
-			}
-		}
+		bad = append(bad, cfg.consumerProblems()...)
 	}
-	positive := []struct {
+	for _, p := range []struct {
 		name string
 		v    int64
 	}{
@@ -237,8 +211,7 @@ func (cfg Config) validate(consumer bool) error {
 		{"SessionTimeout", int64(cfg.SessionTimeout)},
 		{"HeartbeatInterval", int64(cfg.HeartbeatInterval)},
 		{"LagInterval", int64(cfg.LagInterval)},
-	}
-	for _, p := range positive {
+	} {
 		if p.v < 0 {
 			bad = append(bad, fmt.Sprintf("%s must not be negative (got %d)", p.name, p.v))
 		}
@@ -249,32 +222,51 @@ func (cfg Config) validate(consumer bool) error {
 	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
 		bad = append(bad, fmt.Sprintf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", cfg.HeartbeatInterval, cfg.SessionTimeout))
 	}
-	if consumer {
-		if err := checkJoinReadTimeout(cfg.groupConfig()); err != nil {
-			bad = append(bad, err.Error())
-		}
-	}
-	if consumer && !slices.Contains(rebalanceStrategies, cfg.RebalanceStrategy) {
-		bad = append(bad, fmt.Sprintf("RebalanceStrategy %q is not one of %s", cfg.RebalanceStrategy, strings.Join(rebalanceStrategies, ", ")))
-	}
 	if cfg.GroupInstanceID != "" {
 		if err := CheckTopicName(cfg.GroupInstanceID); err != nil {
 			bad = append(bad, fmt.Sprintf("GroupInstanceID %q %v", cfg.GroupInstanceID, err))
 		}
 	}
-	switch cfg.SASLMechanism {
-	case "":
-	case SASLPlain, SASLSCRAMSHA256, SASLSCRAMSHA512:
-		if cfg.SASLUsername == "" {
-			bad = append(bad, "SASLUsername is empty while SASLMechanism is set")
-		}
-	default:
-		bad = append(bad, fmt.Sprintf("SASLMechanism %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", cfg.SASLMechanism))
+	switch {
+	case cfg.SASLMechanism == "":
+	case !slices.Contains(saslMechanisms, cfg.SASLMechanism):
+		bad = append(bad, fmt.Sprintf("SASLMechanism %q is not one of %s", cfg.SASLMechanism, strings.Join(saslMechanisms, ", ")))
+	case cfg.SASLUsername == "":
+		bad = append(bad, "SASLUsername is empty while SASLMechanism is set")
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// consumerProblems are validate's problems with the consumer-only fields.
+func (cfg Config) consumerProblems() []string {
+	var bad []string
+	if cfg.Topic == "" {
+		bad = append(bad, "Topic is empty")
+	}
+	if cfg.GroupID == "" {
+		bad = append(bad, "GroupID is empty")
+	}
+	if err := CheckDLQTopic(cfg.Topic, cfg.DLQTopic); err != nil {
+		bad = append(bad, "DLQTopic: "+err.Error())
+	}
+	// Checked here, not at the first poison record: a name the broker
+	// refuses would fail every dead letter write, and the partition's
+	// commit would stop behind it.
+	if cfg.DLQTopic != "" {
+		if err := CheckTopicName(cfg.DLQTopic); err != nil {
+			bad = append(bad, fmt.Sprintf("DLQTopic %q %v", cfg.DLQTopic, err))
+		}
+	}
+	if err := checkJoinReadTimeout(cfg.groupConfig()); err != nil {
+		bad = append(bad, err.Error())
+	}
+	if !slices.Contains(rebalanceStrategies, cfg.RebalanceStrategy) {
+		bad = append(bad, fmt.Sprintf("RebalanceStrategy %q is not one of %s", cfg.RebalanceStrategy, strings.Join(rebalanceStrategies, ", ")))
+	}
+	return bad
 }
 
 // saramaConfig builds the Sarama configuration shared by the consumer group,

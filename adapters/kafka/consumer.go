@@ -216,7 +216,9 @@ func (c *Consumer) connect(log *slog.Logger, revoked *revocations) (*peers, erro
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect consumer group %s to %v: %w", cfg.GroupID, cfg.Brokers, err)
 	}
-	dlq, err := newDeadLetterProducer(cfg, c.dlqHealth.unreadyAfter)
+	// Idempotent, its retries spanning the time a failing dead letter
+	// takes to make the consumer not Ready (see deadLetterConfig).
+	dlq, err := newProducer(cfg.Brokers, cfg.deadLetterConfig(c.dlqHealth.unreadyAfter))
 	if err != nil {
 		_ = group.Close()
 		return nil, fmt.Errorf("kafka: dead letter producer: %w", err)
@@ -335,42 +337,41 @@ func (g *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	return nil
 }
 
-// ConsumeClaim feeds one partition's records to the key queues until the
-// session ends or the partition is revoked, then waits for the records in
-// hand (see partition.stop) and commits what was finished before it
-// returns: Sarama releases a partition revoked by a cooperative rebalance
+// ConsumeClaim (Sarama's name: it calls a partition assigned for a session
+// a claim, which is no idempotency claim) feeds one partition's records to
+// the key queues until the session ends or the partition is revoked, then
+// waits for the records in hand (see partition.stop) and commits what was
+// finished before it returns: Sarama releases a partition revoked by a cooperative rebalance
 // without flushing manual marks (autocommit is off), and only once this
 // returns. It returns promptly when the session context is done, even if
 // Sarama has not closed the Messages channel yet (it may not before the
 // session's end), and when the partition is revoked while it waits on a
 // bound of flow, or the rebalance would wait for it.
-func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, assigned sarama.ConsumerGroupClaim) error {
 	g.logAssigned(sess)
-	partition := claim.Partition()
+	partition := assigned.Partition()
 	revoked := g.run.revoked.hold(partition)
 	g.run.lag.hold(partition)
 	g.consumer.assigned.Add(1)
-	p := newPartition(g.run, sess, claim)
-	done := make(chan struct{})
-	returned := make(chan struct{})
+	p := newPartition(g.run, sess, assigned)
+	// ctx ends with the session, at a revoke, or when this returns.
+	ctx, cancel := context.WithCancel(sess.Context())
 	go func() {
-		defer close(done)
 		select {
-		case <-sess.Context().Done():
 		case <-revoked:
-		case <-returned:
+			cancel()
+		case <-ctx.Done():
 		}
 	}()
-	ctx := doneOnly(done)
 	defer func() {
-		close(returned)
+		cancel()
 		p.stop()
 		sess.Commit()
 		g.run.lag.release(partition)
 		g.run.revoked.release(partition)
 		g.consumer.assigned.Add(-1)
 		g.run.log.Info("partition_released", "partition", partition, "generation", sess.GenerationID())
-		awaitRevoke(sess, claim, revoked, g.run.cfg.SessionTimeout)
+		awaitRevoke(sess, assigned, revoked, g.run.cfg.SessionTimeout)
 	}()
 	for {
 		// Not reading is what pauses the fetch: Sarama's buffers fill and it
@@ -381,7 +382,7 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		select {
 		case <-ctx.Done():
 			return nil
-		case msg, ok := <-claim.Messages():
+		case msg, ok := <-assigned.Messages():
 			if !ok {
 				return nil
 			}
@@ -405,15 +406,15 @@ func (g *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	}
 }
 
-// awaitRevoke returns once Sarama itself has revoked claim (its Messages
-// channel closes), when revoked says the assignment no longer names the
-// partition: a ConsumeClaim that returns before Sarama cancels the claim
-// ends the whole session, every partition with it. Records still read from
-// Messages meanwhile are dropped unmarked: the next owner reads them from
-// the committed offset. It gives up after limit (an assignment whose
+// awaitRevoke returns once Sarama itself has revoked assigned (its
+// Messages channel closes), when revoked says the assignment no longer
+// names the partition: a ConsumeClaim that returns before Sarama cancels
+// it ends the whole session, every partition with it. Records still read
+// from Messages meanwhile are dropped unmarked: the next owner reads them
+// from the committed offset. It gives up after limit (an assignment whose
 // generation then failed, so Sarama revokes nothing) or at the session's
 // end, and returns at once when the partition was not revoked.
-func awaitRevoke(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim, revoked <-chan struct{}, limit time.Duration) {
+func awaitRevoke(sess sarama.ConsumerGroupSession, assigned sarama.ConsumerGroupClaim, revoked <-chan struct{}, limit time.Duration) {
 	select {
 	case <-revoked:
 	default:
@@ -423,7 +424,7 @@ func awaitRevoke(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupCla
 	defer t.Stop()
 	for {
 		select {
-		case _, ok := <-claim.Messages():
+		case _, ok := <-assigned.Messages():
 			if !ok {
 				return
 			}
@@ -432,20 +433,5 @@ func awaitRevoke(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupCla
 		case <-t.C:
 			return
 		}
-	}
-}
-
-// doneOnly is the part of a context ConsumeClaim's loop waits on.
-type doneOnly <-chan struct{}
-
-func (d doneOnly) Done() <-chan struct{} { return d }
-
-// Err reports whether d is closed, as a context's Err does.
-func (d doneOnly) Err() error {
-	select {
-	case <-d:
-		return context.Canceled
-	default:
-		return nil
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -103,13 +104,13 @@ func TestConsumer_CommitsOnlyHandledRecords(t *testing.T) {
 		return nil
 	}))
 
-	waitFor(t, 10*time.Second, "every record but the held one handled", func() bool { return log.count() == n-1 })
+	wait.For(t, 10*time.Second, "every record but the held one handled", func() bool { return log.count() == n-1 })
 	// Sarama commits only partitions with new marks, so drive commit cycles
 	// through partition 1: each record there is handled and committed,
 	// and a wrongly marked partition 0 would ride along.
 	for i, key := range keys1 {
 		MustPublish(t, brokers, topic, kafka.Message{Key: []byte(key), Value: []byte("p1")})
-		waitFor(t, 10*time.Second, "partition 1 commit", func() bool {
+		wait.For(t, 10*time.Second, "partition 1 commit", func() bool {
 			_, _, last := obs.snapshot(1)
 			return last == int64(i+1)
 		})
@@ -415,7 +416,7 @@ func TestConsumer_CancelCommitsExactlyHandled(t *testing.T) {
 		hr.rc.cancel()
 		// Release only once the partition is stopping, so the record is
 		// finished by the shutdown path and not before it.
-		waitFor(t, 10*time.Second, "partition_stopping log", func() bool {
+		wait.For(t, 10*time.Second, "partition_stopping log", func() bool {
 			return strings.Contains(logs.String(), `"msg":"partition_stopping"`)
 		})
 		close(hr.release)
@@ -595,7 +596,7 @@ func TestConsumer_Run(t *testing.T) {
 		cfg, _ := testConfig(brokers, topic)
 		h := ports.HandlerFunc(func(context.Context, ports.Record) error { return nil })
 		rc := MustRun(t, cfg, h)
-		waitFor(t, 10*time.Second, "Ready", rc.c.Ready)
+		wait.For(t, 10*time.Second, "Ready", rc.c.Ready)
 		if err := rc.c.Run(context.Background(), h); !errors.Is(err, kafka.ErrAlreadyRunning) {
 			t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
 		}

@@ -224,17 +224,15 @@ func deadLetterMessage(topic string, rec ports.Record, kind ports.Kind, reason s
 	if rec.Value != nil {
 		pm.Value = sarama.ByteEncoder(rec.Value)
 	}
-	ours := map[string]string{
-		HeaderDLQReason:            reason,
-		HeaderDLQKind:              kind.String(),
-		HeaderDLQOriginalTopic:     rec.Topic,
-		HeaderDLQOriginalPartition: strconv.Itoa(int(rec.Partition)),
-		HeaderDLQOriginalOffset:    strconv.FormatInt(rec.Offset, 10),
+	ours := [][2]string{
+		{HeaderDLQReason, reason},
+		{HeaderDLQKind, kind.String()},
+		{HeaderDLQOriginalTopic, rec.Topic},
+		{HeaderDLQOriginalPartition, strconv.Itoa(int(rec.Partition))},
+		{HeaderDLQOriginalOffset, strconv.FormatInt(rec.Offset, 10)},
 	}
-	order := []string{HeaderDLQReason, HeaderDLQKind, HeaderDLQOriginalTopic, HeaderDLQOriginalPartition, HeaderDLQOriginalOffset}
 	if !rec.Timestamp.IsZero() {
-		ours[HeaderDLQOriginalTimestamp] = strconv.FormatInt(rec.Timestamp.UnixMilli(), 10)
-		order = append(order, HeaderDLQOriginalTimestamp)
+		ours = append(ours, [2]string{HeaderDLQOriginalTimestamp, strconv.FormatInt(rec.Timestamp.UnixMilli(), 10)})
 	}
 	for _, h := range rec.Headers {
 		if isDeadLetterHeader(h.Key) {
@@ -242,8 +240,8 @@ func deadLetterMessage(topic string, rec ports.Record, kind ports.Kind, reason s
 		}
 		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
 	}
-	for _, k := range order {
-		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(ours[k])})
+	for _, h := range ours {
+		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(h[0]), Value: []byte(h[1])})
 	}
 	return pm
 }

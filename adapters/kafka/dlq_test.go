@@ -18,6 +18,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -286,11 +287,11 @@ func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 		}
 	})
 
-	waitFor(t, 10*time.Second, "Ready after assignment", consumer.Ready)
+	wait.For(t, 10*time.Second, "Ready after assignment", consumer.Ready)
 	MustPublish(t, brokers, topic, numbered(1, "v", oneKey)...)
-	waitFor(t, 10*time.Second, "the dead letter write refused", func() bool { return refuser.count() > 0 })
-	waitFor(t, 10*time.Second, "not Ready while the dead letter fails", func() bool { return !consumer.Ready() })
-	waitFor(t, 10*time.Second, "several refused attempts", func() bool { return refuser.count() >= 10 })
+	wait.For(t, 10*time.Second, "the dead letter write refused", func() bool { return refuser.count() > 0 })
+	wait.For(t, 10*time.Second, "not Ready while the dead letter fails", func() bool { return !consumer.Ready() })
+	wait.For(t, 10*time.Second, "several refused attempts", func() bool { return refuser.count() >= 10 })
 	// Ten attempts with a 20ms max backoff take well under 5s.
 	if got := strings.Count(logs.String(), `"msg":"dead_letter_failed"`); got != 1 {
 		t.Errorf("%d dead_letter_failed logs for %d failed attempts, want 1", got, refuser.count())
@@ -301,7 +302,7 @@ func TestConsumer_NotReadyWhileDeadLetterFails(t *testing.T) {
 
 	refuser.set(false)
 	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1})
-	waitFor(t, 10*time.Second, "Ready once the dead letter is written", consumer.Ready)
+	wait.For(t, 10*time.Second, "Ready once the dead letter is written", consumer.Ready)
 	if dlq := readTopic(t, brokers, cfg.DLQTopic); len(dlq) != 1 {
 		t.Fatalf("%d records dead-lettered, want 1", len(dlq))
 	}

@@ -48,17 +48,18 @@ const recordOverhead = 256
 //     this span: behind one stuck record every later one that finishes keeps
 //     an offset tracker entry until the stuck one does, so without it the
 //     tracker would grow with the partition's backlog. The fetch loop waits
-//     on it in claimFlow.waitSpan; the partition worker wakes it in
-//     claimFlow.advanced when the partition's commit point moves, the only
-//     time the span shrinks.
+//     on it in partitionFlow.waitSpan; the partition worker wakes it in
+//     partitionFlow.advanced when the partition's commit point moves, the
+//     only time the span shrinks.
 //   - Handler calls (slots): at most MaxInFlight calls of the handler Run
 //     was given, across all partitions. It is what bounds concurrent sends.
 //     A handler call holds a slot from the moment it starts until it
-//     returns (claimFlow.bound), and none while its record waits between
+//     returns (partitionFlow.bound), and none while its record waits between
 //     attempts or its dead letter is written.
 //   - Abandoned and stalled calls: a call still running after its
 //     partition's stop cancelled its context and waited abandonGrace is
-//     abandoned (claimFlow.abandon) and keeps its slot until it returns.
+//     abandoned (partitionFlow.abandon) and keeps its slot until it
+//     returns.
 //     While abandoned calls hold every slot, or, with StallAfter set, any
 //     call has run longer than StallAfter, the Run is wedged: no bound
 //     above frees itself, and only a restart is sure to.
@@ -169,10 +170,10 @@ func (f *flow) stalled() bool {
 	return true
 }
 
-// claimFlow is one partition's share of its Run's flow: the offset span it
-// may dispatch, and its handler calls, which its stop may abandon. It is
+// partitionFlow is one partition's share of its Run's flow: the offset span
+// it may dispatch, and its handler calls, which its stop may abandon. It is
 // made with the partition and lives as long as it.
-type claimFlow struct {
+type partitionFlow struct {
 	flow     *flow
 	log      *slog.Logger
 	stopping <-chan struct{} // the partition's: closed once it stops
@@ -189,10 +190,10 @@ type claimFlow struct {
 	abandoned bool
 }
 
-// claim returns the share of a partition that logs to log and stops
+// share returns the share of a partition that logs to log and stops
 // when stopping is closed.
-func (f *flow) claim(log *slog.Logger, stopping <-chan struct{}) *claimFlow {
-	return &claimFlow{flow: f, log: log, stopping: stopping, wake: make(chan struct{}, 1)}
+func (f *flow) share(log *slog.Logger, stopping <-chan struct{}) *partitionFlow {
+	return &partitionFlow{flow: f, log: log, stopping: stopping, wake: make(chan struct{}, 1)}
 }
 
 // waitSpan returns true once span reports fewer than 64*MaxInFlight
@@ -201,22 +202,22 @@ func (f *flow) claim(log *slog.Logger, stopping <-chan struct{}) *claimFlow {
 // Only the partition's fetch loop calls it; it logs
 // partition_dispatch_paused once per pause and partition_dispatch_resumed
 // at its end.
-func (c *claimFlow) waitSpan(done <-chan struct{}, span func() (span, lowest int64)) bool {
+func (s *partitionFlow) waitSpan(done <-chan struct{}, span func() (span, lowest int64)) bool {
 	paused := false
 	for {
 		n, lowest := span()
-		if n < c.flow.maxSpan {
+		if n < s.flow.maxSpan {
 			if paused {
-				c.log.Info("partition_dispatch_resumed", "span", n)
+				s.log.Info("partition_dispatch_resumed", "span", n)
 			}
 			return true
 		}
 		if !paused {
 			paused = true
-			c.log.Warn("partition_dispatch_paused", "lowest_unfinished", lowest, "span", n, "max_span", c.flow.maxSpan)
+			s.log.Warn("partition_dispatch_paused", "lowest_unfinished", lowest, "span", n, "max_span", s.flow.maxSpan)
 		}
 		select {
-		case <-c.wake:
+		case <-s.wake:
 		case <-done:
 			return false
 		}
@@ -225,9 +226,9 @@ func (c *claimFlow) waitSpan(done <-chan struct{}, span func() (span, lowest int
 
 // advanced tells waitSpan that the partition's commit point moved. The
 // partition worker calls it; it never blocks.
-func (c *claimFlow) advanced() {
+func (s *partitionFlow) advanced() {
 	select {
-	case c.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default: // a wake-up is already pending; waitSpan re-checks
 	}
 }
@@ -236,23 +237,23 @@ func (c *claimFlow) advanced() {
 // one, and returns ports.ErrStopping without calling h once the partition
 // is stopping. The partition worker runs the handler chain around it, so a
 // record holds a slot only while h runs.
-func (c *claimFlow) bound(h ports.Handler) ports.Handler {
+func (s *partitionFlow) bound(h ports.Handler) ports.Handler {
 	return ports.HandlerFunc(func(ctx context.Context, rec ports.Record) error {
-		slot, ok := c.acquire()
+		slot, ok := s.acquire()
 		if !ok {
 			return ports.ErrStopping
 		}
-		c.mu.Lock()
-		c.calling++
-		if c.abandoned {
+		s.mu.Lock()
+		s.calling++
+		if s.abandoned {
 			// Started as stop gave up: abandoned too, counted here since
 			// abandon's count missed it (callDone takes it off either way).
-			c.flow.abandoned.Add(1)
-			c.flow.metrics.HandlersAbandoned(1)
+			s.flow.abandoned.Add(1)
+			s.flow.metrics.HandlersAbandoned(1)
 		}
-		c.mu.Unlock()
-		defer c.release(slot)
-		defer c.callDone()
+		s.mu.Unlock()
+		defer s.release(slot)
+		defer s.callDone()
 		return h.Handle(ctx, rec)
 	})
 }
@@ -260,38 +261,38 @@ func (c *claimFlow) bound(h ports.Handler) ports.Handler {
 // acquire takes a slot and notes when, or reports false once stopping. A
 // call that got its slot just as stopping closed gives it back: stopping
 // means no new work starts.
-func (c *claimFlow) acquire() (slot int, ok bool) {
-	if isClosed(c.stopping) {
+func (s *partitionFlow) acquire() (slot int, ok bool) {
+	if isClosed(s.stopping) {
 		return 0, false
 	}
 	select {
-	case slot = <-c.flow.slots:
-	case <-c.stopping:
+	case slot = <-s.flow.slots:
+	case <-s.stopping:
 		return 0, false
 	}
-	if isClosed(c.stopping) {
-		c.flow.slots <- slot
+	if isClosed(s.stopping) {
+		s.flow.slots <- slot
 		return 0, false
 	}
-	c.flow.started[slot].Store(int64(time.Since(c.flow.start)) + 1)
+	s.flow.started[slot].Store(int64(time.Since(s.flow.start)) + 1)
 	return slot, true
 }
 
 // release gives slot back.
-func (c *claimFlow) release(slot int) {
-	c.flow.started[slot].Store(0)
-	c.flow.slots <- slot
+func (s *partitionFlow) release(slot int) {
+	s.flow.started[slot].Store(0)
+	s.flow.slots <- slot
 }
 
 // callDone counts a call out of the partition's calls, and out of the
 // Run's abandoned calls if stop gave up on it.
-func (c *claimFlow) callDone() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calling--
-	if c.abandoned {
-		c.flow.abandoned.Add(-1)
-		c.flow.metrics.HandlersAbandoned(-1)
+func (s *partitionFlow) callDone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calling--
+	if s.abandoned {
+		s.flow.abandoned.Add(-1)
+		s.flow.metrics.HandlersAbandoned(-1)
 	}
 }
 
@@ -299,13 +300,13 @@ func (c *claimFlow) callDone() {
 // call that starts after: each keeps its slot, and counts among the Run's
 // abandoned calls, until it returns. It returns how many it abandoned now
 // and how many the Run has. Only the partition's stop calls it, once.
-func (c *claimFlow) abandon() (calls int, total int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.abandoned = true
-	total = c.flow.abandoned.Add(int64(c.calling))
-	c.flow.metrics.HandlersAbandoned(c.calling)
-	return c.calling, total
+func (s *partitionFlow) abandon() (calls int, total int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abandoned = true
+	total = s.flow.abandoned.Add(int64(s.calling))
+	s.flow.metrics.HandlersAbandoned(s.calling)
+	return s.calling, total
 }
 
 func isClosed(ch <-chan struct{}) bool {
@@ -334,13 +335,7 @@ func heldBytes(msg *sarama.ConsumerMessage) int64 {
 // fetch: a held record that shared it would keep the whole response alive,
 // and the byte budget would count a fraction of what memory holds.
 func detach(msg *sarama.ConsumerMessage) *sarama.ConsumerMessage {
-	size := len(msg.Key) + len(msg.Value)
-	for _, h := range msg.Headers {
-		if h != nil {
-			size += len(h.Key) + len(h.Value)
-		}
-	}
-	buf := make([]byte, 0, size)
+	buf := make([]byte, 0, heldBytes(msg)-recordOverhead)
 	clone := func(b []byte) []byte {
 		if b == nil {
 			return nil

@@ -16,7 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/policy"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -31,14 +33,14 @@ func uniqueName(tb testing.TB, prefix string) string {
 }
 
 // MustStartEmbedded starts an embedded broker, closed when the test ends.
-func MustStartEmbedded(tb testing.TB, partitions int32, topics ...string) *kafka.Embedded {
+func MustStartEmbedded(tb testing.TB, partitions int32, topics ...string) *devbroker.Broker {
 	tb.Helper()
-	e, err := kafka.StartEmbedded(partitions, topics...)
+	b, err := devbroker.Start(partitions, topics)
 	if err != nil {
-		tb.Fatalf("StartEmbedded: %v", err)
+		tb.Fatalf("devbroker.Start: %v", err)
 	}
-	tb.Cleanup(e.Close)
-	return e
+	tb.Cleanup(b.Close)
+	return b
 }
 
 // commitObserver sees every OffsetCommit request the broker receives, so a
@@ -82,24 +84,17 @@ func (o *commitObserver) snapshot(partition int32) (commits int, maxOff, last in
 	return o.commits, maxOff, last
 }
 
-// MustStartCluster starts a kfake cluster like StartEmbedded's, with extra
-// options (SASL, say), for tests that reach into the broker (ControlKey).
-// It is closed when tb ends.
+// MustStartCluster starts an embedded broker with extra kfake options
+// (SASL, say) and returns its cluster, for tests that reach into the
+// broker (ControlKey). It is closed when tb ends.
 func MustStartCluster(tb testing.TB, partitions int32, topics []string, extra ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
-	opts := append([]kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(partitions, topics...),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(int(partitions)),
-	}, extra...)
-	c, err := kfake.NewCluster(opts...)
+	b, err := devbroker.Start(partitions, topics, extra...)
 	if err != nil {
-		tb.Fatalf("kfake: %v", err)
+		tb.Fatalf("devbroker.Start: %v", err)
 	}
-	tb.Cleanup(c.Close)
-	return c
+	tb.Cleanup(b.Close)
+	return b.Cluster()
 }
 
 // MustStartObservedBroker starts a cluster with a commitObserver on it.
@@ -306,18 +301,6 @@ func (rc *runningConsumer) MustStop(tb testing.TB, timeout time.Duration) {
 	}
 }
 
-// waitFor polls cond every 10ms until it holds or timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // committedOffsets reads the group's committed offsets back from the broker
 // (-1: none committed).
 func committedOffsets(tb testing.TB, brokers []string, group, topic string, partitions int32) map[int32]int64 {
@@ -352,7 +335,7 @@ func committedOffsets(tb testing.TB, brokers []string, group, topic string, part
 func waitCommitted(tb testing.TB, brokers []string, group, topic string, want map[int32]int64) {
 	tb.Helper()
 	var got map[int32]int64
-	waitFor(tb, 10*time.Second, fmt.Sprintf("committed offsets %v", want), func() bool {
+	wait.For(tb, 10*time.Second, fmt.Sprintf("committed offsets %v", want), func() bool {
 		got = committedOffsets(tb, brokers, group, topic, int32(len(want)))
 		for p, w := range want {
 			if got[p] != w {

@@ -21,6 +21,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -126,7 +127,7 @@ func TestHostileRecordsEndToEnd(t *testing.T) {
 	sentEverywhere := func(id string) bool {
 		return len(sms.sentFor(id)) == 1 && len(email.sentFor(id)) == 1
 	}
-	waitFor(t, 60*time.Second, "every good record sent and every bad one dead-lettered", func() bool {
+	wait.For(t, 60*time.Second, "every good record sent and every bad one dead-lettered", func() bool {
 		if dl, _ := metrics.counts(); dl < len(bad) {
 			return false
 		}
@@ -189,7 +190,7 @@ func TestHostileRecordsEndToEnd(t *testing.T) {
 
 	t.Run("WorkerStillLive", func(t *testing.T) {
 		MustPublish(t, brokers, topic, kafka.Message{Key: []byte("SHP-2"), Value: []byte(shipmentEvent("good-after", ""))})
-		waitFor(t, 30*time.Second, "a record published after the hostile ones to be sent", func() bool {
+		wait.For(t, 30*time.Second, "a record published after the hostile ones to be sent", func() bool {
 			return sentEverywhere("good-after")
 		})
 	})

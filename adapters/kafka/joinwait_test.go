@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // joinWaitSession and joinWaitRebalance are the group timeouts of the
@@ -79,7 +81,7 @@ func startJoinWait(t *testing.T, brokers []string) *joinWait {
 		}
 		w.aAnswer <- resp
 	}()
-	waitFor(t, 20*time.Second, "A's rejoin to start a rebalance", func() bool {
+	wait.For(t, 20*time.Second, "A's rejoin to start a rebalance", func() bool {
 		return errors.Is(w.heartbeat(w.s, w.idS, w.gen), kerr.RebalanceInProgress)
 	})
 	w.rejoined = time.Now()
@@ -105,7 +107,7 @@ func formGroupOfTwo(t *testing.T, brokers []string, prefix string) (w *joinWait,
 		resp, _ := w.join(ctx, w.s, w.idS)
 		sJoined <- resp
 	}()
-	waitFor(t, 20*time.Second, "S's join to start a rebalance", func() bool {
+	wait.For(t, 20*time.Second, "S's join to start a rebalance", func() bool {
 		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
 	})
 	both := w.mustJoin(w.a, w.idA)
@@ -124,7 +126,7 @@ func formGroupOfTwo(t *testing.T, brokers []string, prefix string) (w *joinWait,
 	return w, client
 }
 
-// kfakeAlone starts a one-broker kfake without kafka.KeepWaitingMembers,
+// kfakeAlone starts a one-broker kfake without internal/devbroker's keeper,
 // groups accepting the scenes' short sessions, closed with t, and returns
 // its address: for the tests that pin what kfake does on its own.
 func kfakeAlone(t *testing.T) []string {
@@ -240,7 +242,7 @@ func (w *joinWait) assertANotAnswered(when string) {
 
 // TestKfake_RemovesAMemberWaitingInJoinGroupAtItsSessionTimeout pins what
 // kfake, franz-go's in-memory broker, does on its own (without
-// kafka.KeepWaitingMembers): it keeps the session timer of a member that
+// internal/devbroker's keeper): it keeps the session timer of a member that
 // waits in JoinGroup running, and when it fires it removes the member from
 // the group and never answers its JoinGroup, which then waits for its
 // client's read timeout. docs/kafka-brokers.md describes it; if kfake
@@ -249,7 +251,7 @@ func TestKfake_RemovesAMemberWaitingInJoinGroupAtItsSessionTimeout(t *testing.T)
 	w := startJoinWait(t, kfakeAlone(t))
 
 	var gone time.Duration
-	waitFor(t, 20*time.Second, "kfake to remove A, waiting in JoinGroup, from the group", func() bool {
+	wait.For(t, 20*time.Second, "kfake to remove A, waiting in JoinGroup, from the group", func() bool {
 		w.heartbeatS()
 		gone = time.Since(w.rejoined)
 		return !slices.Contains(w.members(), w.idA)
@@ -280,7 +282,7 @@ func TestKfake_RemovesAMemberWaitingInJoinGroupAtItsSessionTimeout(t *testing.T)
 // stays in its group past its session timeout, and is answered when the
 // rebalance completes, with every member that rejoined. Apache Kafka does
 // so (KAFKA_TEST_BROKERS); the embedded broker does so through
-// kafka.KeepWaitingMembers.
+// internal/devbroker's keeper.
 func TestBroker_KeepsAMemberWaitingInJoinGroup(t *testing.T) {
 	brokers := testBrokers(t, 1, "join-wait")
 	w := startJoinWait(t, brokers)
@@ -318,7 +320,7 @@ func TestBroker_KeepsAMemberWaitingInJoinGroup(t *testing.T) {
 // TestBroker_RemovesASilentMemberDuringARebalance: a member that stops
 // heartbeating and does not rejoin (it died) is removed at its session
 // timeout, and the rebalance completes without it. On the embedded broker
-// this checks that kafka.KeepWaitingMembers heartbeats only for members
+// this checks that internal/devbroker's keeper heartbeats only for members
 // waiting in JoinGroup: S's own JoinGroup was answered a rebalance ago,
 // and keeping S alive would hold A until the rebalance timeout.
 func TestBroker_RemovesASilentMemberDuringARebalance(t *testing.T) {
@@ -362,7 +364,7 @@ func newMemberDiesInFirstJoin(t *testing.T, brokers []string) (w *joinWait, idN 
 		defer close(nDone)
 		_, _ = w.join(nCtx, n, idN)
 	}()
-	waitFor(t, 20*time.Second, "N's join to start a rebalance", func() bool {
+	wait.For(t, 20*time.Second, "N's join to start a rebalance", func() bool {
 		return errors.Is(w.heartbeat(w.a, w.idA, first.Generation), kerr.RebalanceInProgress)
 	})
 	// N dies: its connections close with its JoinGroup unanswered.
@@ -379,7 +381,7 @@ func newMemberDiesInFirstJoin(t *testing.T, brokers []string) (w *joinWait, idN 
 }
 
 // TestKfake_KeepsANewMemberThatDiedInItsFirstJoinGroup pins the other
-// half of what kfake does on its own (without kafka.KeepWaitingMembers):
+// half of what kfake does on its own (without internal/devbroker's keeper):
 // it stops a new member's session timer when the member joins and starts
 // it again only once it has handed the member its answer. For a member
 // whose connection closed, kfake picks at random between handing the
@@ -412,18 +414,18 @@ func TestKfake_KeepsANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
 		}
 		t.Logf("try %d: kfake started N's session and removed it", try)
 	}
-	t.Fatalf("in %d tries kfake never kept a new member that died in its first JoinGroup: docs/kafka-brokers.md and kafka.KeepWaitingMembers describe a kfake that is gone", tries)
+	t.Fatalf("in %d tries kfake never kept a new member that died in its first JoinGroup: docs/kafka-brokers.md and internal/devbroker's keeper describe a kfake that is gone", tries)
 }
 
 // TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup: a new member
 // that dies waiting in its first JoinGroup is removed at its session
 // timeout once the rebalance completed, and the group rebalances without
 // it. Apache Kafka does so (KAFKA_TEST_BROKERS); the embedded broker does
-// so through kafka.KeepWaitingMembers.
+// so through internal/devbroker's keeper.
 func TestBroker_RemovesANewMemberThatDiedInItsFirstJoinGroup(t *testing.T) {
 	w, idN, gen := newMemberDiesInFirstJoin(t, testBrokers(t, 1, "join-death"))
 	synced := time.Now()
-	waitFor(t, 20*joinWaitSession, "N to be removed and the group to rebalance", func() bool {
+	wait.For(t, 20*joinWaitSession, "N to be removed and the group to rebalance", func() bool {
 		err := w.heartbeat(w.a, w.idA, gen)
 		if err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
 			t.Fatalf("A's heartbeat: %v", err)

@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,10 +121,7 @@ func (l *lagReader) total() int64 {
 // partition was released meanwhile. A failed read keeps the last value.
 func (l *lagReader) refresh() {
 	l.mu.Lock()
-	partitions := make([]int32, 0, len(l.held))
-	for p := range l.held {
-		partitions = append(partitions, p)
-	}
+	partitions := slices.Collect(maps.Keys(l.held))
 	l.mu.Unlock()
 	if len(partitions) == 0 {
 		return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -34,7 +35,7 @@ func TestConsumer_LagDropsWhenPartitionReleased(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}))
-	waitFor(t, 10*time.Second, "lag reported with a backlog", func() bool {
+	wait.For(t, 10*time.Second, "lag reported with a backlog", func() bool {
 		l, ok := metrics.lagOf(0)
 		return ok && l > 0
 	})
@@ -60,12 +61,12 @@ func TestConsumer_LagFromCommitPoint(t *testing.T) {
 	log := newHandledLog()
 	release := make(chan struct{})
 	rc := MustRun(t, cfg, holdFirst(release, log))
-	waitFor(t, 10*time.Second, "records 1..9 handled", func() bool { return log.count() == 9 })
+	wait.For(t, 10*time.Second, "records 1..9 handled", func() bool { return log.count() == 9 })
 	if got, _ := metrics.lagOf(0); got != 10 {
 		t.Errorf("lag with record 0 unfinished = %d, want 10", got)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "lag 0 once all are handled", func() bool { l, _ := metrics.lagOf(0); return l == 0 })
+	wait.For(t, 10*time.Second, "lag 0 once all are handled", func() bool { l, _ := metrics.lagOf(0); return l == 0 })
 	rc.MustStop(t, 10*time.Second)
 }
 
@@ -141,11 +142,11 @@ func TestConsumer_LagGrowsWhileHeldOnUnavailable(t *testing.T) {
 		return ports.MarkUnavailable(errors.New("store down, failure mode closed"))
 	}))
 	MustPublish(t, brokers, topic, numbered(5, "a", oneKey)...)
-	waitFor(t, 10*time.Second, "the lag gauge to read 5 with the first record held", func() bool {
+	wait.For(t, 10*time.Second, "the lag gauge to read 5 with the first record held", func() bool {
 		return attempts.Load() > 0 && gauge() == 5
 	})
 	MustPublish(t, brokers, topic, numbered(20, "b", oneKey)...)
-	waitFor(t, 10*time.Second, "the lag gauge to grow to 25 while the record is still held", func() bool {
+	wait.For(t, 10*time.Second, "the lag gauge to grow to 25 while the record is still held", func() bool {
 		return gauge() == 25
 	})
 	if got := attempts.Load(); got < 2 {

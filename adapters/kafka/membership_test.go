@@ -12,6 +12,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -150,12 +151,12 @@ func TestConsumer_StaticMemberRestartKeepsPartitions(t *testing.T) {
 			cfgA, _ := member("worker-a")
 			cfgB, logsB := member("worker-b")
 			a := MustRun(t, cfgA, seen.handler("a"))
-			waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
+			wait.For(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 			b := MustRun(t, cfgB, seen.handler("b"))
-			waitFor(t, 20*time.Second, "b to hold partitions", func() bool { return b.c.Assigned() > 0 })
+			wait.For(t, 20*time.Second, "b to hold partitions", func() bool { return b.c.Assigned() > 0 })
 			first := round(t, topic, partitions, "first")
 			MustPublish(t, brokers, topic, first...)
-			waitFor(t, 20*time.Second, "the first round handled", func() bool { return seen.handled(first) })
+			wait.For(t, 20*time.Second, "the first round handled", func() bool { return seen.handled(first) })
 			ofA, ofB := seen.of("a"), seen.of("b")
 			if len(ofA) == 0 || len(ofB) == 0 || len(ofA)+len(ofB) != partitions {
 				t.Fatalf("before the restart a holds %v, b %v; want the %d partitions split", ofA, ofB, partitions)
@@ -169,23 +170,23 @@ func TestConsumer_StaticMemberRestartKeepsPartitions(t *testing.T) {
 			MustPublish(t, brokers, topic, gap...)
 			if tt.wantRelease {
 				// A dynamic member left the group: b takes its partitions.
-				waitFor(t, 20*time.Second, "b to take over a's partitions", func() bool { return seen.handled(gap) })
+				wait.For(t, 20*time.Second, "b to take over a's partitions", func() bool { return seen.handled(gap) })
 			} else {
 				// b keeps consuming its own partitions meanwhile.
 				var gapOfB []kafka.Message
 				for _, p := range ofB {
 					gapOfB = append(gapOfB, gap[p])
 				}
-				waitFor(t, 20*time.Second, "b to handle the records of its partitions", func() bool { return seen.handled(gapOfB) })
+				wait.For(t, 20*time.Second, "b to handle the records of its partitions", func() bool { return seen.handled(gapOfB) })
 				if got := seen.of("b"); !slices.Equal(got, ofB) {
 					t.Fatalf("while static a was away b was given records of %v, want only its own %v", got, ofB)
 				}
 			}
 			a2 := MustRun(t, cfgA, seen.handler("a2"))
-			waitFor(t, 20*time.Second, "the restarted a to hold partitions", func() bool { return a2.c.Assigned() > 0 })
+			wait.For(t, 20*time.Second, "the restarted a to hold partitions", func() bool { return a2.c.Assigned() > 0 })
 			second := round(t, topic, partitions, "second")
 			MustPublish(t, brokers, topic, second...)
-			waitFor(t, 20*time.Second, "the rest handled", func() bool { return seen.handled(gap) && seen.handled(second) })
+			wait.For(t, 20*time.Second, "the rest handled", func() bool { return seen.handled(gap) && seen.handled(second) })
 
 			released := strings.Count(logsB.String(), `"msg":"partition_released"`) - releasedBefore
 			if tt.wantRelease {
@@ -292,9 +293,9 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 			held := &heldCalls{running: map[int32]bool{}, cancelled: map[int32]bool{}}
 
 			a := MustRun(t, cfg, held.handler(seen.handler("a")))
-			waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
+			wait.For(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 			MustPublish(t, brokers, topic, round(t, topic, partitions, "hold")...)
-			waitFor(t, 20*time.Second, "a call held on every partition", func() bool {
+			wait.For(t, 20*time.Second, "a call held on every partition", func() bool {
 				running, _ := held.state()
 				return len(running) == partitions
 			})
@@ -313,16 +314,16 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 				// 64 records for the 12 tokens left: once 15 records' worth
 				// of bytes are held (the filler records are the held ones'
 				// size), the window is full or a record from it.
-				waitFor(t, 10*time.Second, "the fetch window to fill", func() bool {
+				wait.For(t, 10*time.Second, "the fetch window to fill", func() bool {
 					return a.c.BufferedBytes() >= held4*15/4
 				})
 			}
 
 			b := MustRun(t, cfg, seen.handler("b"))
-			waitFor(t, 30*time.Second, "b to hold partitions", func() bool { return b.c.Assigned() > 0 })
+			wait.For(t, 30*time.Second, "b to hold partitions", func() bool { return b.c.Assigned() > 0 })
 			// b handles the held records of the partitions it took, half of
 			// them with two members: replayed.
-			waitFor(t, 30*time.Second, "b to handle the records of the half it took over", func() bool {
+			wait.For(t, 30*time.Second, "b to handle the records of the half it took over", func() bool {
 				return len(seen.of("b")) == partitions/2
 			})
 			ofB := seen.of("b")
@@ -357,7 +358,7 @@ func TestConsumer_CooperativeRebalanceKeepsHandlersRunning(t *testing.T) {
 				next = append(next, kafka.Message{Key: []byte(keysOn(t, topic, p, partitions, 2)[1]), Value: fmt.Appendf(nil, "next-p%d", p)})
 			}
 			MustPublish(t, brokers, topic, next...)
-			waitFor(t, 20*time.Second, "a to handle new records on the partitions it kept", func() bool { return seen.handled(next) })
+			wait.For(t, 20*time.Second, "a to handle new records on the partitions it kept", func() bool { return seen.handled(next) })
 			if running2, _ := held.state(); !slices.Equal(running2, kept) {
 				t.Errorf("after the rebalance calls running on %v, want still %v", running2, kept)
 			}
@@ -390,12 +391,12 @@ func TestConsumer_MigrationFromRangeMixedGroups(t *testing.T) {
 			cfgB.RebalanceStrategy = tt.second
 			seen := newSeenBy()
 			a := MustRun(t, cfgA, seen.handler("a"))
-			waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
+			wait.For(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 			b := MustRun(t, cfgB, seen.handler("b"))
-			waitFor(t, 30*time.Second, "both members to hold partitions", func() bool { return a.c.Assigned() > 0 && b.c.Assigned() > 0 })
+			wait.For(t, 30*time.Second, "both members to hold partitions", func() bool { return a.c.Assigned() > 0 && b.c.Assigned() > 0 })
 			msgs := numbered(200, "m", distinctKeys)
 			MustPublish(t, brokers, topic, msgs...)
-			waitFor(t, 30*time.Second, "every record handled", func() bool { return seen.handled(msgs) })
+			wait.For(t, 30*time.Second, "every record handled", func() bool { return seen.handled(msgs) })
 			ofA, ofB := seen.of("a"), seen.of("b")
 			if len(ofA) == 0 || len(ofB) == 0 || len(ofA)+len(ofB) != partitions {
 				t.Errorf("a handled %v, b %v; want the %d partitions split", ofA, ofB, partitions)
@@ -417,9 +418,9 @@ func TestConsumer_MigrationFromRangeMixedGroups(t *testing.T) {
 		cfgB, logsB := testConfig(brokers, topic)
 		cfgB.RebalanceStrategy = kafka.StrategyCooperativeSticky
 		a := MustRun(t, cfgA, ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
-		waitFor(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
+		wait.For(t, 20*time.Second, "a to hold partitions", func() bool { return a.c.Assigned() > 0 })
 		MustRun(t, cfgB, ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
-		waitFor(t, 20*time.Second, "b's join to be refused", func() bool {
+		wait.For(t, 20*time.Second, "b's join to be refused", func() bool {
 			return strings.Contains(logsB.String(), `"msg":"consume_failed"`) && strings.Contains(logsB.String(), "protocol")
 		})
 	})

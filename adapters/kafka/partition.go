@@ -17,13 +17,12 @@ import (
 // context, for handlers to notice before it gives up on them.
 const abandonGrace = time.Second
 
-// partition handles one claimed partition for one session: a queue per key
+// partition handles one partition assigned for one session: a queue per key
 // (one goroutine drains each busy key, so a key's records run in order) and
 // an offset tracker that marks up to the lowest unfinished record.
 type partition struct {
 	run       *runState
 	sess      sarama.ConsumerGroupSession
-	claim     sarama.ConsumerGroupClaim
 	topic     string
 	partition int32
 	log       *slog.Logger
@@ -45,23 +44,22 @@ type partition struct {
 	closed  bool                                 // no marks after stop; guarded by mu
 
 	// flow is the partition's share of the Run's bounds.
-	flow *claimFlow
+	flow *partitionFlow
 	// handler is the Run's policy around its handler, each call of the
 	// handler holding a slot of flow.
 	handler ports.Handler
 }
 
-func newPartition(run *runState, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
+func newPartition(run *runState, sess sarama.ConsumerGroupSession, assigned sarama.ConsumerGroupClaim) *partition {
 	hctx, cancel := context.WithCancel(context.WithoutCancel(sess.Context()))
-	log := run.log.With("partition", claim.Partition())
+	log := run.log.With("partition", assigned.Partition())
 	stopping := make(chan struct{})
-	share := run.flow.claim(log, stopping)
+	share := run.flow.share(log, stopping)
 	return &partition{
 		run:           run,
 		sess:          sess,
-		claim:         claim,
-		topic:         claim.Topic(),
-		partition:     claim.Partition(),
+		topic:         assigned.Topic(),
+		partition:     assigned.Partition(),
 		log:           log,
 		handlerCtx:    hctx,
 		cancelHandler: cancel,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -39,19 +38,10 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if err := cfg.validate(false); err != nil {
 		return nil, err
 	}
-	return newPublisher(cfg)
-}
-
-func newPublisher(cfg Config) (*Publisher, error) {
 	return newProducer(cfg.Brokers, cfg.saramaConfig())
 }
 
-// newDeadLetterProducer is the Publisher a Run writes dead letters with:
-// idempotent, its retries spanning retrySpan (see deadLetterConfig).
-func newDeadLetterProducer(cfg Config, retrySpan time.Duration) (*Publisher, error) {
-	return newProducer(cfg.Brokers, cfg.deadLetterConfig(retrySpan))
-}
-
+// newProducer is a Publisher on brokers with Sarama's configuration sc.
 func newProducer(brokers []string, sc *sarama.Config) (*Publisher, error) {
 	sp, err := sarama.NewSyncProducer(brokers, sc)
 	if err != nil {

@@ -75,23 +75,6 @@ func TestPublisher(t *testing.T) {
 	})
 }
 
-func TestStartEmbedded(t *testing.T) {
-	t.Parallel()
-	t.Run("LoopbackOnly", func(t *testing.T) {
-		e := MustStartEmbedded(t, 1)
-		for _, b := range e.Brokers() {
-			if len(b) < 10 || b[:10] != "127.0.0.1:" {
-				t.Errorf("broker %s is not on 127.0.0.1", b)
-			}
-		}
-	})
-	t.Run("ErrNoPartitions", func(t *testing.T) {
-		if _, err := kafka.StartEmbedded(0, "t"); err == nil {
-			t.Fatal("StartEmbedded(0) succeeded")
-		}
-	})
-}
-
 // SASL: each mechanism authenticates against a broker that requires it, end
 // to end through the consumer, and a wrong password is refused.
 func TestSASL(t *testing.T) {

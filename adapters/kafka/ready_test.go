@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -27,11 +28,11 @@ func TestConsumer_ReadyWithoutPartitions(t *testing.T) {
 	noop := ports.HandlerFunc(func(context.Context, ports.Record) error { return nil })
 
 	a := MustRun(t, cfgA, noop)
-	waitFor(t, 20*time.Second, "a to hold the only partition", func() bool { return a.c.Assigned() > 0 })
+	wait.For(t, 20*time.Second, "a to hold the only partition", func() bool { return a.c.Assigned() > 0 })
 	b := MustRun(t, cfgB, noop)
 	// b's join gives it the generation's assignment: none, as a keeps the
 	// only partition (cooperative-sticky).
-	waitFor(t, 20*time.Second, "b to join with no partition", func() bool {
+	wait.For(t, 20*time.Second, "b to join with no partition", func() bool {
 		for _, line := range strings.Split(logsB.String(), "\n") {
 			if strings.Contains(line, `"msg":"partitions_assigned"`) && strings.Contains(line, `"partitions":null`) {
 				return true
@@ -39,7 +40,7 @@ func TestConsumer_ReadyWithoutPartitions(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, 20*time.Second, "the member without partitions to be Ready", b.c.Ready)
+	wait.For(t, 20*time.Second, "the member without partitions to be Ready", b.c.Ready)
 	if !a.c.Ready() {
 		t.Error("the member holding the partition is not Ready")
 	}
@@ -69,10 +70,10 @@ func TestConsumer_NotReadyBeforeJoining(t *testing.T) {
 	})
 	cfg, _ := testConfig(cluster.ListenAddrs(), topic)
 	rc := MustRun(t, cfg, ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
-	waitFor(t, 20*time.Second, "three refused joins", func() bool { return refused.Load() >= 3 })
+	wait.For(t, 20*time.Second, "three refused joins", func() bool { return refused.Load() >= 3 })
 	if rc.c.Ready() {
 		t.Fatal("Ready while every join is refused")
 	}
 	refusing.Store(false)
-	waitFor(t, 20*time.Second, "Ready once the join goes through", rc.c.Ready)
+	wait.For(t, 20*time.Second, "Ready once the join goes through", rc.c.Ready)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -92,14 +93,14 @@ func TestConsumer_RebalanceLosesNothingSendsNothingTwice(t *testing.T) {
 
 	MustPublish(t, brokers, topic, batch(0)...)
 	rcA := MustRun(t, cfg, a)
-	waitFor(t, 10*time.Second, "member a handling", func() bool { return a.count() >= 20 })
+	wait.For(t, 10*time.Second, "member a handling", func() bool { return a.count() >= 20 })
 
 	rcB := MustRun(t, cfg, b)
 	// Records keep flowing while the group rebalances...
 	MustPublish(t, brokers, topic, batch(perBatch)...)
 	// ...and after it, so member b has work of its own however fast member
 	// a got through the first batches.
-	waitFor(t, 10*time.Second, "member b assigned", func() bool { return rcB.c.Assigned() > 0 })
+	wait.For(t, 10*time.Second, "member b assigned", func() bool { return rcB.c.Assigned() > 0 })
 	for i := 2; i <= 3; i++ {
 		MustPublish(t, brokers, topic, batch(i*perBatch)...)
 	}
@@ -115,8 +116,8 @@ func TestConsumer_RebalanceLosesNothingSendsNothingTwice(t *testing.T) {
 		}
 		return all
 	}
-	waitFor(t, 20*time.Second, "every record handled", func() bool { return len(handledByAny()) == total })
-	waitFor(t, 10*time.Second, "both members holding partitions", func() bool { return rcA.c.Assigned() > 0 && rcB.c.Assigned() > 0 })
+	wait.For(t, 20*time.Second, "every record handled", func() bool { return len(handledByAny()) == total })
+	wait.For(t, 10*time.Second, "both members holding partitions", func() bool { return rcA.c.Assigned() > 0 && rcB.c.Assigned() > 0 })
 	rcB.MustStop(t, 10*time.Second)
 	rcA.MustStop(t, 10*time.Second)
 
@@ -188,7 +189,7 @@ func TestConsumer_PerKeyOrder(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	waitFor(t, 20*time.Second, "every record handled", func() bool {
+	wait.For(t, 20*time.Second, "every record handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return total >= n
@@ -244,7 +245,7 @@ func TestConsumer_MaxInFlightOneIsSequential(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	waitFor(t, 10*time.Second, "every record handled", func() bool {
+	wait.For(t, 10*time.Second, "every record handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return total >= 40
@@ -289,13 +290,13 @@ func TestConsumer_NoSlotHeldBetweenAttempts(t *testing.T) {
 		}
 		return nil
 	}))
-	waitFor(t, 20*time.Second, `the first attempt at "a"`, func() bool {
+	wait.For(t, 20*time.Second, `the first attempt at "a"`, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return calls["a"] == 1
 	})
 	MustPublish(t, brokers, topic, kafka.Message{Key: []byte("SHP-B"), Value: []byte("b")})
-	waitFor(t, 20*time.Second, `"b" handled while "a" waits for its second attempt`, func() bool {
+	wait.For(t, 20*time.Second, `"b" handled while "a" waits for its second attempt`, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return calls["b"] == 1

@@ -35,9 +35,7 @@ const HeaderDLQRedriven = "dlq.redriven"
 
 // The values of HeaderDLQRedriven.
 const (
-	// MarkerRedriven: the record was written back to its topic (or, by a
-	// version that kept consumer group offsets, redriven or deliberately
-	// passed over).
+	// MarkerRedriven: the record was written back to its topic.
 	MarkerRedriven = "redriven"
 	// MarkerGone: the dead letter carried no value and its original record
 	// is gone from its topic: it cannot be redriven.
@@ -63,12 +61,6 @@ type RedriveConfig struct {
 	// Kind, when not empty, is one of RedriveKinds: only dead letters of
 	// that kind are redriven; the others wait for a later run.
 	Kind string
-	// EarlierGroups are the consumer groups whose committed offsets on
-	// DLQTopic recorded what versions before markers redrove, by kind (""
-	// for their runs of every kind). A dead letter below the offset its
-	// kind's group or the "" group committed counts as redriven: it is not
-	// redriven again, and gets its marker. Optional.
-	EarlierGroups map[string]string
 	// DryRun reads and counts what a run would redrive, and writes nothing.
 	DryRun bool
 	// Batch is DefaultRedriveBatch when zero.
@@ -110,10 +102,9 @@ type RedriveResult struct {
 	// PassedOver those of another Kind, left for a later run.
 	Read, Redriven, PassedOver int
 	// AlreadyRedriven counts dead letters of a record redriven before: by
-	// an earlier run (a marker), by a version that kept group offsets
-	// (EarlierGroups), or by this run (the dead letter topic is at least
-	// once, so a record may have several dead letters). They are passed
-	// over.
+	// an earlier run (a marker), or by this run (the dead letter topic is
+	// at least once, so a record may have several dead letters). They are
+	// passed over.
 	AlreadyRedriven int
 	// Gone counts dead letters that cannot be redriven, found so by this
 	// run or marked so by an earlier one (see ErrRedriveOriginGone).
@@ -148,7 +139,7 @@ const redriveOriginWait = 30 * time.Second
 //
 // Each record is redriven at most once, whatever the filters of this run
 // and of earlier ones: what was redriven is a marker per record in the
-// dead letter topic itself (HeaderDLQRedriven; EarlierGroups aside). A run
+// dead letter topic itself (HeaderDLQRedriven). A run
 // first reads every marker, then reads the dead letters (all of them, or
 // those From or Since choose, up to each partition's end when the run
 // began: dead letters written during the run are left for the next), and
@@ -206,7 +197,6 @@ func (cfg RedriveConfig) validate() error {
 
 type redriver struct {
 	cfg      RedriveConfig
-	sc       *sarama.Config
 	client   sarama.Client
 	consumer sarama.Consumer
 	producer *Publisher // nil for a dry run
@@ -216,9 +206,6 @@ type redriver struct {
 	// settled holds every record a marker names, or this run marked: true
 	// when it was found gone.
 	settled map[string]bool
-	// earlier holds EarlierGroups' committed offsets, by kind and
-	// partition.
-	earlier map[string]map[int32]int64
 	// gone is the first ErrRedriveOriginGone this run met, goneNow how
 	// many dead letters it found gone.
 	gone    error
@@ -237,7 +224,7 @@ func newRedriver(cfg RedriveConfig) (*redriver, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: redrive: consumer: %w", err)
 	}
-	r := &redriver{cfg: cfg, sc: sc, client: client, consumer: consumer, byReason: map[[2]string]int{}, settled: map[string]bool{}}
+	r := &redriver{cfg: cfg, client: client, consumer: consumer, byReason: map[[2]string]int{}, settled: map[string]bool{}}
 	if !cfg.DryRun {
 		psc := cfg.deadLetterConfig(DeadLetterUnreadyAfter)
 		psc.Producer.Partitioner = newOriginPartitioner
@@ -272,9 +259,6 @@ func (r *redriver) run(ctx context.Context) (RedriveResult, error) {
 		if err := r.read(ctx, pr, r.noteMarker); err != nil {
 			return r.res, err
 		}
-	}
-	if r.earlier, err = r.earlierOffsets(whole); err != nil {
-		return r.res, err
 	}
 	r.res.Partitions = ranges
 	for _, pr := range ranges {
@@ -364,56 +348,6 @@ func (r *redriver) ranges(whole []RedrivePartition) ([]RedrivePartition, error) 
 	return out, nil
 }
 
-// earlierOffsets returns EarlierGroups' committed offsets on the
-// partitions of whole, by kind (-1 or absent: none).
-func (r *redriver) earlierOffsets(whole []RedrivePartition) (map[string]map[int32]int64, error) {
-	topic := r.cfg.DLQTopic
-	partitions := make([]int32, len(whole))
-	for i, pr := range whole {
-		partitions[i] = pr.Partition
-	}
-	out := map[string]map[int32]int64{}
-	for kind, group := range r.cfg.EarlierGroups {
-		coord, err := r.client.Coordinator(group)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: redrive: coordinator of group %s: %w", group, err)
-		}
-		resp, err := coord.FetchOffset(sarama.NewOffsetFetchRequest(r.sc.Version, group, map[string][]int32{topic: partitions}))
-		if err != nil {
-			return nil, fmt.Errorf("kafka: redrive: committed offsets of group %s: %w", group, err)
-		}
-		if resp.Err == sarama.ErrGroupIDNotFound {
-			continue
-		}
-		if resp.Err != sarama.ErrNoError {
-			return nil, fmt.Errorf("kafka: redrive: committed offsets of group %s: %w", group, resp.Err)
-		}
-		out[kind] = map[int32]int64{}
-		for _, p := range partitions {
-			b := resp.GetBlock(topic, p)
-			if b == nil {
-				continue
-			}
-			if b.Err != sarama.ErrNoError {
-				return nil, fmt.Errorf("kafka: redrive: committed offset of group %s on %s/%d: %w", group, topic, p, b.Err)
-			}
-			out[kind][p] = b.Offset
-		}
-	}
-	return out, nil
-}
-
-// redrivenEarlier reports whether an earlier group's offsets say that the
-// dead letter of kind at offset off of partition p was redriven.
-func (r *redriver) redrivenEarlier(kind string, p int32, off int64) bool {
-	for _, k := range []string{"", kind} {
-		if at, ok := r.earlier[k][p]; ok && off < at {
-			return true
-		}
-	}
-	return false
-}
-
 // noteMarker adds the record msg settles to r.settled, if msg is a marker.
 func (r *redriver) noteMarker(msg *sarama.ConsumerMessage) error {
 	if v := headerValue(msg.Headers, HeaderDLQRedriven); v != "" {
@@ -438,7 +372,7 @@ func (r *redriver) read(ctx context.Context, pr RedrivePartition, fn func(*saram
 		select {
 		case msg = <-pc.Messages():
 		case cerr := <-pc.Errors():
-			return fmt.Errorf("kafka: redrive: read %s/%d: %w", r.cfg.DLQTopic, pr.Partition, cerr)
+			return fmt.Errorf("kafka: redrive: read %s/%d: %w", r.cfg.DLQTopic, pr.Partition, *cerr)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -455,102 +389,117 @@ func (r *redriver) read(ctx context.Context, pr RedrivePartition, fn func(*saram
 	return nil
 }
 
+// redriveBatch is what a run took from one partition since it last
+// wrote.
+type redriveBatch struct {
+	pr      RedrivePartition
+	records []*sarama.ProducerMessage // to write again
+	markers []*sarama.ProducerMessage // of the records, and of dead letters found gone
+	counted []ReasonCount             // each record's kind and reason
+	read    int                       // dead letters read
+}
+
 // partition redrives the dead letters of pr, batch by batch.
 func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 	if pr.Start >= pr.End {
 		return nil
 	}
-	var batch, markers []*sarama.ProducerMessage
-	var counted []ReasonCount
-	read := 0
-	// flush writes the batch, then its markers, and counts it.
-	flush := func(next int64) error {
-		if !r.cfg.DryRun && len(batch) > 0 {
-			if err := r.producer.send(ctx, batch); err != nil {
-				return fmt.Errorf("kafka: redrive: write %d records taken from %s/%d before offset %d: %w", len(batch), r.cfg.DLQTopic, pr.Partition, next, err)
-			}
-		}
-		if !r.cfg.DryRun && len(markers) > 0 {
-			if err := r.producer.send(ctx, markers); err != nil {
-				return fmt.Errorf("kafka: redrive: mark %d dead letters of %s/%d before offset %d, their records written: %w", len(markers), r.cfg.DLQTopic, pr.Partition, next, err)
-			}
-		}
-		r.res.Read += read
-		r.res.Redriven += len(counted)
-		for _, c := range counted {
-			r.byReason[[2]string{c.Kind, c.Reason}]++
-		}
-		batch, markers, counted, read = batch[:0], markers[:0], counted[:0], 0
-		if r.cfg.Progress != nil {
-			r.cfg.Progress(RedriveProgress{Partition: pr.Partition, Next: next, End: pr.End, Read: r.res.Read, Redriven: r.res.Redriven})
-		}
-		return nil
-	}
-	mark := func(msg *sarama.ConsumerMessage, id, outcome string) {
-		r.settled[id] = outcome == MarkerGone
-		markers = append(markers, &sarama.ProducerMessage{
-			Topic: r.cfg.DLQTopic, Metadata: msg.Partition, Key: sarama.StringEncoder(id),
-			Headers: []sarama.RecordHeader{{Key: []byte(HeaderDLQRedriven), Value: []byte(outcome)}},
-		})
-	}
-	last := pr.Start
+	b := &redriveBatch{pr: pr}
 	err := r.read(ctx, pr, func(msg *sarama.ConsumerMessage) error {
-		last = msg.Offset + 1
 		if headerValue(msg.Headers, HeaderDLQRedriven) != "" {
 			return nil
 		}
-		read++
-		kind, reason := headerValue(msg.Headers, HeaderDLQKind), headerValue(msg.Headers, HeaderDLQReason)
-		id := originOf(msg)
-		if id == "" {
-			id = msg.Topic + "/" + strconv.Itoa(int(msg.Partition)) + "/" + strconv.FormatInt(msg.Offset, 10)
+		if err := r.take(ctx, b, msg); err != nil {
+			// Write and mark what came before.
+			return cmp.Or(r.flush(ctx, b, msg.Offset), err)
 		}
-		gone, settled := r.settled[id]
-		switch {
-		case settled && gone:
-			r.res.Gone++
-		case settled:
-			r.res.AlreadyRedriven++
-		case r.redrivenEarlier(kind, msg.Partition, msg.Offset):
-			r.res.AlreadyRedriven++
-			mark(msg, id, MarkerRedriven)
-		case r.cfg.Kind != "" && kind != r.cfg.Kind:
-			r.res.PassedOver++
-		default:
-			pm, fromSource, err := r.republished(ctx, msg)
-			if errors.Is(err, ErrRedriveOriginGone) {
-				r.res.Gone++
-				r.goneNow++
-				if r.gone == nil {
-					r.gone = fmt.Errorf("the first at %s/%d offset %d: %w", msg.Topic, msg.Partition, msg.Offset, err)
-				}
-				mark(msg, id, MarkerGone)
-				break
-			}
-			if err != nil {
-				// Write and mark what came before.
-				read--
-				if ferr := flush(msg.Offset); ferr != nil {
-					return ferr
-				}
-				return err
-			}
-			if fromSource {
-				r.res.FromSource++
-			}
-			batch = append(batch, pm)
-			counted = append(counted, ReasonCount{Kind: kind, Reason: reason})
-			mark(msg, id, MarkerRedriven)
-		}
-		if read == r.cfg.Batch {
-			return flush(last)
+		if b.read == r.cfg.Batch {
+			return r.flush(ctx, b, msg.Offset+1)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	return flush(pr.End)
+	return r.flush(ctx, b, pr.End)
+}
+
+// take reads the dead letter msg into b: passed over when a marker settled
+// its record or it is of another Kind, else its record and its marker, or
+// only a marker when its record is gone. It fails, taking nothing, when
+// the record cannot be built.
+func (r *redriver) take(ctx context.Context, b *redriveBatch, msg *sarama.ConsumerMessage) error {
+	kind, reason := headerValue(msg.Headers, HeaderDLQKind), headerValue(msg.Headers, HeaderDLQReason)
+	id := originOf(msg)
+	id = cmp.Or(id, msg.Topic+"/"+strconv.Itoa(int(msg.Partition))+"/"+strconv.FormatInt(msg.Offset, 10))
+	gone, settled := r.settled[id]
+	switch {
+	case settled && gone:
+		r.res.Gone++
+	case settled:
+		r.res.AlreadyRedriven++
+	case r.cfg.Kind != "" && kind != r.cfg.Kind:
+		r.res.PassedOver++
+	default:
+		pm, fromSource, err := r.republished(ctx, msg)
+		switch {
+		case errors.Is(err, ErrRedriveOriginGone):
+			r.res.Gone++
+			r.goneNow++
+			if r.gone == nil {
+				r.gone = fmt.Errorf("the first at %s/%d offset %d: %w", msg.Topic, msg.Partition, msg.Offset, err)
+			}
+			r.mark(b, msg, id, MarkerGone)
+		case err != nil:
+			return err
+		default:
+			if fromSource {
+				r.res.FromSource++
+			}
+			b.records = append(b.records, pm)
+			b.counted = append(b.counted, ReasonCount{Kind: kind, Reason: reason})
+			r.mark(b, msg, id, MarkerRedriven)
+		}
+	}
+	b.read++
+	return nil
+}
+
+// mark settles the record id, whose dead letter is msg, as outcome: in
+// this run at once, and for later runs by a marker in b.
+func (r *redriver) mark(b *redriveBatch, msg *sarama.ConsumerMessage, id, outcome string) {
+	r.settled[id] = outcome == MarkerGone
+	b.markers = append(b.markers, &sarama.ProducerMessage{
+		Topic: r.cfg.DLQTopic, Metadata: msg.Partition, Key: sarama.StringEncoder(id),
+		Headers: []sarama.RecordHeader{{Key: []byte(HeaderDLQRedriven), Value: []byte(outcome)}},
+	})
+}
+
+// flush writes b's records, then their markers, counts them, empties b,
+// and reports progress with next, the offset of b's partition to be read
+// next.
+func (r *redriver) flush(ctx context.Context, b *redriveBatch, next int64) error {
+	dlq, p := r.cfg.DLQTopic, b.pr.Partition
+	if !r.cfg.DryRun && len(b.records) > 0 {
+		if err := r.producer.send(ctx, b.records); err != nil {
+			return fmt.Errorf("kafka: redrive: write %d records taken from %s/%d before offset %d: %w", len(b.records), dlq, p, next, err)
+		}
+	}
+	if !r.cfg.DryRun && len(b.markers) > 0 {
+		if err := r.producer.send(ctx, b.markers); err != nil {
+			return fmt.Errorf("kafka: redrive: mark %d dead letters of %s/%d before offset %d, their records written: %w", len(b.markers), dlq, p, next, err)
+		}
+	}
+	r.res.Read += b.read
+	r.res.Redriven += len(b.counted)
+	for _, c := range b.counted {
+		r.byReason[[2]string{c.Kind, c.Reason}]++
+	}
+	b.records, b.markers, b.counted, b.read = b.records[:0], b.markers[:0], b.counted[:0], 0
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(RedriveProgress{Partition: p, Next: next, End: b.pr.End, Read: r.res.Read, Redriven: r.res.Redriven})
+	}
+	return nil
 }
 
 // republished builds the record msg is the dead letter of, as it is to be
@@ -559,9 +508,7 @@ func (r *redriver) partition(ctx context.Context, pr RedrivePartition) error {
 // topic: the record returned then has no value.
 func (r *redriver) republished(ctx context.Context, msg *sarama.ConsumerMessage) (*sarama.ProducerMessage, bool, error) {
 	topic := headerValue(msg.Headers, HeaderDLQOriginalTopic)
-	if topic == "" {
-		topic = r.cfg.Topic
-	}
+	topic = cmp.Or(topic, r.cfg.Topic)
 	if topic == "" || topic == r.cfg.DLQTopic {
 		return nil, false, fmt.Errorf("%w: the dead letter at %s/%d offset %d names no topic to go back to, and Topic is empty or the dead letter topic",
 			ErrInvalidConfig, r.cfg.DLQTopic, msg.Partition, msg.Offset)
@@ -625,7 +572,7 @@ func (r *redriver) origin(ctx context.Context, topic string, p int32, off int64)
 		}
 		return m, nil
 	case cerr := <-pc.Errors():
-		return nil, fmt.Errorf("kafka: redrive: read %s/%d at %d: %w", topic, p, off, cerr)
+		return nil, fmt.Errorf("kafka: redrive: read %s/%d at %d: %w", topic, p, off, *cerr)
 	case <-timer.C:
 		return nil, fmt.Errorf("kafka: redrive: read %s/%d at %d: nothing within %s", topic, p, off, redriveOriginWait)
 	case <-ctx.Done():

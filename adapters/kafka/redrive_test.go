@@ -355,36 +355,6 @@ func TestRedrive_FailedMarkingRedrivesAgain(t *testing.T) {
 	}
 }
 
-// The consumer groups in which a version before markers kept what it
-// redrove still count: a dead letter below its kind's group's offset, or
-// the unfiltered group's, is not redriven again, and is marked, so that
-// it stays so once those offsets expire.
-func TestRedrive_EarlierGroupsCount(t *testing.T) {
-	t.Parallel()
-	topic := uniqueName(t, "redriveearlier")
-	dlqTopic := topic + ".dlq"
-	brokers := MustStartCluster(t, 1, []string{topic, dlqTopic}).ListenAddrs()
-	n := 0
-	mustWriteDeadLetters(t, brokers, topic, dlqTopic, &n, "permanent", "retryable", "permanent", "retryable", "unavailable")
-	earlier := map[string]string{"": topic + ".redrive", "permanent": topic + ".redrive.permanent"}
-	// A plain run redrove the first two; then one for permanent the next
-	// three (the fourth and fifth are not permanent).
-	mustCommit(t, brokers, earlier[""], dlqTopic, 0, 2)
-	mustCommit(t, brokers, earlier["permanent"], dlqTopic, 0, 5)
-
-	cfg := kafka.RedriveConfig{Config: kafka.Config{Brokers: brokers, Topic: topic, DLQTopic: dlqTopic}, EarlierGroups: earlier}
-	if res := mustRedrive(t, cfg); res.Redriven != 2 || res.AlreadyRedriven != 3 {
-		t.Errorf("redrove %d, already redriven %d; want 2 (dl-4, dl-5) and 3", res.Redriven, res.AlreadyRedriven)
-	}
-	cfg.EarlierGroups = nil
-	if res := mustRedrive(t, cfg); res.Redriven != 0 || res.AlreadyRedriven != 5 {
-		t.Errorf("without the groups: redrove %d, already redriven %d; want 0 and 5", res.Redriven, res.AlreadyRedriven)
-	}
-	if got := copiesOf(t, brokers, topic); len(got) != 2 || got["dl-4"] != 1 || got["dl-5"] != 1 {
-		t.Errorf("topic holds %v, want dl-4 and dl-5 once", got)
-	}
-}
-
 // A dead letter whose value the dead letter topic refused is redriven from
 // the record in its original topic: value, key and headers as they were.
 func TestRedrive_ValueDroppedReadFromSource(t *testing.T) {

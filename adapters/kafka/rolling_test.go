@@ -11,6 +11,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -194,7 +195,7 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 			for i := range workers {
 				running[i] = MustRun(t, configs[i], ledger.handler(fmt.Sprintf("w%d", i)))
 			}
-			waitFor(t, 30*time.Second, "every worker to hold partitions", func() bool {
+			wait.For(t, 30*time.Second, "every worker to hold partitions", func() bool {
 				for _, r := range running {
 					if r.c.Assigned() == 0 {
 						return false
@@ -243,7 +244,7 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 					valuesMu.Unlock()
 				}
 			}()
-			waitFor(t, 10*time.Second, "every partition to deliver", func() bool { return len(ledger.stoodNow()) == partitions })
+			wait.For(t, 10*time.Second, "every partition to deliver", func() bool { return len(ledger.stoodNow()) == partitions })
 			// The steady state before the first restart is the baseline: how
 			// long a partition goes without a record at this load anyway.
 			ledger.measure(true)
@@ -271,7 +272,7 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 				running[i].MustStop(t, 20*time.Second)
 				time.Sleep(restartGap) // the pod restarting: a duration simulated, not a condition
 				running[i] = MustRun(t, configs[i], ledger.handler(fmt.Sprintf("w%d", i)))
-				waitFor(t, 30*time.Second, "the restarted worker to hold partitions", func() bool { return running[i].c.Assigned() > 0 })
+				wait.For(t, 30*time.Second, "the restarted worker to hold partitions", func() bool { return running[i].c.Assigned() > 0 })
 				time.Sleep(settle) // let the group run with it before the next restart
 				for p, d := range ledger.stoodNow() {
 					if others[p] && d > before[p] {
@@ -292,7 +293,7 @@ func TestConsumer_RollingDeploy(t *testing.T) {
 			valuesMu.Lock()
 			all := append([]string(nil), values...)
 			valuesMu.Unlock()
-			waitFor(t, 60*time.Second, "every record delivered", func() bool { m, _, _ := ledger.counts(all); return m == 0 })
+			wait.For(t, 60*time.Second, "every record delivered", func() bool { m, _, _ := ledger.counts(all); return m == 0 })
 			_, row.replayed, row.sentTwice = ledger.counts(all)
 			row.records = len(all)
 			rows = append(rows, row)

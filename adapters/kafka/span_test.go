@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // The tracker's span counts every offset from the lowest unfinished record
@@ -51,7 +52,7 @@ func TestConsumer_SpanBoundedBehindStuckRecord(t *testing.T) {
 	rc := MustRun(t, cfg, holdFirst(release, log))
 
 	// Offsets 1..maxSpan-1 finish; nothing past them may start.
-	waitFor(t, 10*time.Second, "records behind the stuck one handled", func() bool { return int64(log.count()) >= maxSpan-1 })
+	wait.For(t, 10*time.Second, "records behind the stuck one handled", func() bool { return int64(log.count()) >= maxSpan-1 })
 	time.Sleep(300 * time.Millisecond) // room to overrun, had dispatch not paused
 	for off := range log.offsets() {
 		if off >= maxSpan {

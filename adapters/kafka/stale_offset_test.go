@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -60,7 +61,7 @@ func TestConsumer_StaleCommittedOffsetIsReset(t *testing.T) {
 		first.handled(rec)
 		return nil
 	}))
-	waitFor(t, 10*time.Second, "records 0..9 handled after the reset", func() bool { return first.count() >= 10 })
+	wait.For(t, 10*time.Second, "records 0..9 handled after the reset", func() bool { return first.count() >= 10 })
 	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 10})
 	rc.MustStop(t, 10*time.Second)
 

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // syncWait is the joinWait scene one step on: A and S both rejoined and
@@ -99,7 +101,7 @@ func (w *syncWait) heartbeatA() {
 }
 
 // TestKfake_RemovesAMemberWaitingInSyncGroupAtItsSessionTimeout pins what
-// kfake does on its own (without kafka.KeepWaitingMembers) to a member
+// kfake does on its own (without internal/devbroker's keeper) to a member
 // waiting in SyncGroup for its leader: the member's session timer runs,
 // and when it fires kfake removes the member and never answers its
 // SyncGroup, which then waits for its client's read timeout. Worse, the
@@ -111,7 +113,7 @@ func TestKfake_RemovesAMemberWaitingInSyncGroupAtItsSessionTimeout(t *testing.T)
 	w := startSyncWait(t, kfakeAlone(t))
 
 	var gone time.Duration
-	waitFor(t, 20*time.Second, "kfake to remove S, waiting in SyncGroup, from the group", func() bool {
+	wait.For(t, 20*time.Second, "kfake to remove S, waiting in SyncGroup, from the group", func() bool {
 		gone = time.Since(w.syncing)
 		if err := w.heartbeat(w.a, w.idA, w.gen); err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
 			t.Fatalf("A's heartbeat: %v", err)
@@ -133,7 +135,7 @@ func TestKfake_RemovesAMemberWaitingInSyncGroupAtItsSessionTimeout(t *testing.T)
 	}()
 	select {
 	case resp := <-aAnswer:
-		t.Fatalf("A, the only member, rejoined and was answered at once (%+v): kfake counts joins right now, and docs/kafka-brokers.md and kafka.KeepWaitingMembers describe a kfake that is gone", resp)
+		t.Fatalf("A, the only member, rejoined and was answered at once (%+v): kfake counts joins right now, and docs/kafka-brokers.md and internal/devbroker's keeper describe a kfake that is gone", resp)
 	case resp := <-w.sAnswer:
 		t.Fatalf("S's SyncGroup was answered (%+v), want it held with no answer", resp)
 	case <-time.After(3 * time.Second):
@@ -146,7 +148,7 @@ func TestKfake_RemovesAMemberWaitingInSyncGroupAtItsSessionTimeout(t *testing.T)
 // for its leader stays in its group past its session timeout, and gets
 // the assignment the leader sends. Apache Kafka does so
 // (KAFKA_TEST_BROKERS); the embedded broker does so through
-// kafka.KeepWaitingMembers.
+// internal/devbroker's keeper.
 func TestBroker_KeepsAMemberWaitingInSyncGroup(t *testing.T) {
 	w := startSyncWait(t, testBrokers(t, 1, "sync-wait"))
 
@@ -187,7 +189,7 @@ func TestBroker_KeepsAMemberWaitingInSyncGroup(t *testing.T) {
 // in SyncGroup is removed at its session timeout once its leader synced,
 // and the group rebalances without it. Apache Kafka does so
 // (KAFKA_TEST_BROKERS); on the embedded broker this checks that
-// kafka.KeepWaitingMembers stops keeping a member once the sync is over,
+// internal/devbroker's keeper stops keeping a member once the sync is over,
 // and starts its session then: kfake alone may drop the answer to a dead
 // member's SyncGroup without starting its session, and keep it for good.
 func TestBroker_RemovesAMemberThatDiedInSyncGroup(t *testing.T) {
@@ -203,7 +205,7 @@ func TestBroker_RemovesAMemberThatDiedInSyncGroup(t *testing.T) {
 		t.Fatalf("A's SyncGroup: %v", err)
 	}
 	synced := time.Now()
-	waitFor(t, 20*joinWaitSession, "S to be removed and the group to rebalance", func() bool {
+	wait.For(t, 20*joinWaitSession, "S to be removed and the group to rebalance", func() bool {
 		err := w.heartbeat(w.a, w.idA, w.gen)
 		if err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
 			t.Fatalf("A's heartbeat: %v", err)
@@ -246,7 +248,7 @@ func TestKfake_TellsEveryMemberItLeadsOnceItsLeaderLeft(t *testing.T) {
 		resp, _ := w.join(w.ctx, n, idN)
 		nAnswer <- resp
 	}()
-	waitFor(t, 20*time.Second, "N to join the group", func() bool { return slices.Contains(w.members(), idN) })
+	wait.For(t, 20*time.Second, "N to join the group", func() bool { return slices.Contains(w.members(), idN) })
 	s := w.mustJoin(w.s, w.idS)
 	var nJoined *kmsg.JoinGroupResponse
 	select {

@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -96,7 +97,7 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	// A second member joins: a's partitions are revoked, and both its
 	// handlers outlive the shutdown timeout holding both slots.
 	MustRun(t, cfg, ports.HandlerFunc(func(context.Context, ports.Record) error { return nil }))
-	waitFor(t, 20*time.Second, "a to report itself wedged", a.c.Wedged)
+	wait.For(t, 20*time.Second, "a to report itself wedged", a.c.Wedged)
 	if a.c.Ready() {
 		t.Fatal("a wedged consumer reports Ready")
 	}
@@ -105,12 +106,12 @@ func TestConsumer_WedgedByAbandonedHandlers(t *testing.T) {
 	}
 	// Wedged turns true as the count is added; the metric follows a moment
 	// later, outside that step.
-	waitFor(t, 5*time.Second, "the abandoned-handlers gauge to read 2 while wedged", func() bool {
+	wait.For(t, 5*time.Second, "the abandoned-handlers gauge to read 2 while wedged", func() bool {
 		return abandonedGauge() == 2
 	})
 
 	unblock()
-	waitFor(t, 20*time.Second, "a to be ready again once the abandoned calls return", func() bool {
+	wait.For(t, 20*time.Second, "a to be ready again once the abandoned calls return", func() bool {
 		return !a.c.Wedged() && a.c.Ready()
 	})
 	waitCommitted(t, brokers, cfg.GroupID, topic, map[int32]int64{0: 1, 1: 1})
@@ -166,7 +167,7 @@ func TestConsumer_SlowHandlersAreNotStalled(t *testing.T) {
 		done.handled(rec)
 		return nil
 	}))
-	waitFor(t, 30*time.Second, "every record handled, never wedged", func() bool {
+	wait.For(t, 30*time.Second, "every record handled, never wedged", func() bool {
 		if rc.c.Wedged() {
 			t.Fatal("slow handlers that keep returning made the consumer Wedged")
 		}
@@ -204,7 +205,7 @@ func TestConsumer_WedgedByOneHungCall(t *testing.T) {
 // for it to be ready again.
 func mustStallThenRecover(t *testing.T, rc *runningConsumer, logs *logtest.Buffer, unblock func()) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "the consumer to report itself wedged", rc.c.Wedged)
+	wait.For(t, 20*time.Second, "the consumer to report itself wedged", rc.c.Wedged)
 	if rc.c.Ready() {
 		t.Fatal("a wedged consumer reports Ready")
 	}
@@ -212,7 +213,7 @@ func mustStallThenRecover(t *testing.T, rc *runningConsumer, logs *logtest.Buffe
 		t.Error("no handlers_stalled log")
 	}
 	unblock()
-	waitFor(t, 20*time.Second, "the consumer to be ready again once the calls return", func() bool {
+	wait.For(t, 20*time.Second, "the consumer to be ready again once the calls return", func() bool {
 		return !rc.c.Wedged() && rc.c.Ready()
 	})
 }

@@ -147,8 +147,9 @@ func (s *Store) sweep(now time.Time) {
 // Provider offers the store as IDEMPOTENCY_STORE=memory: no settings, not
 // shared (every sent record is forgotten on restart).
 var Provider = ports.Provider{
-	Name: "memory",
-	Load: func(ports.Settings) bool { return true },
+	Name:     "memory",
+	Variable: ports.StoreVariable,
+	Load:     func(ports.Settings) bool { return true },
 	OpenStore: func(_ ports.Settings, env ports.StoreEnv) (ports.IdempotencyStore, error) {
 		return NewWithConfig(Config{KeepAbandoned: env.TTL}), nil
 	},

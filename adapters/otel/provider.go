@@ -1,6 +1,7 @@
 package otel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,9 +48,7 @@ func NewProvider(ctx context.Context, cfg ExportConfig) (*Provider, error) {
 		return nil, errors.New("otel: no traces endpoint URL")
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	otelapi.SetErrorHandler(otelapi.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing_export_failed", slog.String("error", err.Error()))
 	}))

@@ -7,29 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/ports"
+	"github.com/harborlight/notification-worker/ports/storetest"
 )
-
-// fakeStore is a ports.IdempotencyStore whose answers the test chooses.
-type fakeStore struct {
-	ClaimFunc   func(ctx context.Context, key, token, digest string, ttl time.Duration) (ports.Claim, error)
-	RecordFunc  func(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error
-	ReleaseFunc func(ctx context.Context, key, token string) error
-}
-
-func (f *fakeStore) Claim(ctx context.Context, key, token, digest, sender string, ttl time.Duration) (ports.Claim, error) {
-	return f.ClaimFunc(ctx, key, token, digest, ttl)
-}
-
-func (f *fakeStore) Record(ctx context.Context, key string, r ports.Receipt, ttl time.Duration) error {
-	return f.RecordFunc(ctx, key, r, ttl)
-}
-
-func (f *fakeStore) Release(ctx context.Context, key, token string) error {
-	return f.ReleaseFunc(ctx, key, token)
-}
 
 // fakeNotifier is a ports.Notifier whose answer the test chooses.
 type fakeNotifier struct {
@@ -140,10 +123,11 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		m := newMetrics()
 		want := ports.Claim{State: ports.AlreadySent, Receipt: ports.Receipt{ProviderID: "SM1"}}
-		s := m.InstrumentStore(&fakeStore{
-			ClaimFunc:   func(context.Context, string, string, string, time.Duration) (ports.Claim, error) { return want, nil },
-			RecordFunc:  func(context.Context, string, ports.Receipt, time.Duration) error { return nil },
-			ReleaseFunc: func(context.Context, string, string) error { return nil },
+		s := m.InstrumentStore(&storetest.Fake{
+			Store: memory.New(nil), // Record and Release succeed
+			ClaimFunc: func(context.Context, string, string, string, string, time.Duration) (ports.Claim, error) {
+				return want, nil
+			},
 		})
 		if m.StoreStatus() != prometheus.StoreUnknown {
 			t.Errorf("StoreStatus before any call = %q, want %q", m.StoreStatus(), prometheus.StoreUnknown)
@@ -170,8 +154,8 @@ func TestMetrics_InstrumentStore(t *testing.T) {
 	})
 	t.Run("FailuresAndTimeoutsCountCancellationsDoNot", func(t *testing.T) {
 		m := newMetrics()
-		s := m.InstrumentStore(&fakeStore{
-			ClaimFunc: func(ctx context.Context, _, _, _ string, _ time.Duration) (ports.Claim, error) {
+		s := m.InstrumentStore(&storetest.Fake{
+			ClaimFunc: func(ctx context.Context, _, _, _, _ string, _ time.Duration) (ports.Claim, error) {
 				if ctx.Err() != nil {
 					return ports.Claim{}, ctx.Err()
 				}

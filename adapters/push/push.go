@@ -43,7 +43,7 @@ var templates = func() fs.FS {
 // Channel is the push channel as the domain knows it: the address is
 // recipient.device_token, letters, digits and ":_-." only; it is masked to
 // its last four characters; the message's Text is the "push" block.
-var Channel = domain.Channel{
+var Channel = domain.ChannelSpec{
 	Name:      Name,
 	Field:     "device_token",
 	Normalize: normalizeToken,

@@ -18,6 +18,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/push"
 	"github.com/harborlight/notification-worker/integration"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -153,7 +154,7 @@ func TestWorker_SendsOnePushOnce(t *testing.T) {
 	}
 	g := MustStartGateway(t)
 	topic := fmt.Sprintf("push-%d", time.Now().UnixNano())
-	emb, err := kafka.StartEmbedded(2, topic, topic+".dlq")
+	emb, err := devbroker.Start(2, []string{topic, topic + ".dlq"})
 	if err != nil {
 		t.Fatal(err)
 	}

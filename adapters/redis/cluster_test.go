@@ -42,7 +42,7 @@ func TestCluster(t *testing.T) {
 		s, ctx := MustStore(t, cfg), testCtx(t)
 		for i := range 30 {
 			k := fmt.Sprintf("sms:%s-%d", t.Name(), i)
-			MustSet(t, raw, cfg.OtherKey(k), "sent:1775121240000:SM"+strconv.Itoa(i))
+			MustSet(t, raw, cfg.OtherKey(k), "sent:1775121240000:~Zx9_k2ab:SM"+strconv.Itoa(i))
 			if got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute); got.State != ports.AlreadySent || got.Receipt.ProviderID != "SM"+strconv.Itoa(i) {
 				t.Fatalf("claim %d over a readable record: %+v, want already_sent", i, got)
 			}

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -140,9 +141,7 @@ func (s *Store) startHealth(cfg HealthConfig, unanswered time.Duration) error {
 	if cfg.Interval < 0 {
 		return fmt.Errorf("negative health interval %v", cfg.Interval)
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultHealthInterval
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultHealthInterval)
 	h := &health{
 		cfg:    cfg,
 		log:    cfg.Logger,
@@ -151,9 +150,7 @@ func (s *Store) startHealth(cfg HealthConfig, unanswered time.Duration) error {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	if h.log == nil {
-		h.log = slog.Default()
-	}
+	h.log = cmp.Or(h.log, slog.Default())
 	h.markers = s.cfg.markerKeys()
 	ctx, cancel := context.WithTimeout(context.Background(), healthStartTimeout)
 	defer cancel()

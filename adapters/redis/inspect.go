@@ -62,7 +62,7 @@ func (s *Store) Inspect(ctx context.Context, key string) ([]Found, error) {
 			return nil, fmt.Errorf("redis: pttl %s: %w", f.Key, err)
 		}
 		f.Exists, f.Raw, f.TTL = true, v, time.Duration(pttl)*time.Millisecond
-		f.Claim, f.Decoded = decodeValue(v)
+		f.Claim, f.Decoded = Decode(v)
 	}
 	return found, nil
 }

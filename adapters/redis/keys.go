@@ -26,8 +26,8 @@ const (
 	Compact Format = iota
 	// Readable keys are Config.KeyPrefix followed by the caller's key, and a
 	// sent record keeps the send time to the millisecond, the whole
-	// fingerprint and the provider id: the format of every release before
-	// Compact, and about 269 bytes a sent key.
+	// fingerprint and the provider id: ADR-0006's format, about 269 bytes
+	// a sent key.
 	Readable
 )
 

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,12 +105,8 @@ type RateLimiter struct {
 // password.
 func NewRateLimiter(cfg RateLimiterConfig) (*RateLimiter, error) {
 	conn := cfg.Conn
-	if conn.Timeout == 0 {
-		conn.Timeout = DefaultTimeout
-	}
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = DefaultRateKeyPrefix
-	}
+	conn.Timeout = cmp.Or(conn.Timeout, DefaultTimeout)
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultRateKeyPrefix)
 	if conn.Timeout < 0 {
 		return nil, fmt.Errorf("redis rate limiter: negative timeout %v", conn.Timeout)
 	}

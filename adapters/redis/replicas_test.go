@@ -15,6 +15,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/harborlight/notification-worker/ports/storetest"
 )
@@ -317,11 +318,7 @@ func workerStoreConfig(t *testing.T, env map[string]string, minReplicas string) 
 	if err != nil {
 		t.Fatalf("config.Load: %v", err)
 	}
-	cfg, err := c.RedisConfig()
-	if err != nil {
-		t.Fatalf("RedisConfig: %v", err)
-	}
-	return cfg
+	return redis.LoadSettings(c.Settings())
 }
 
 // failoverReplay writes records through s (a claim, then a record, per
@@ -355,7 +352,7 @@ func failoverReplay(t *testing.T, s, replay *redis.Store, hold, kill func()) (lo
 		// The store follows the failover (the Sentinels' announcement, a
 		// Cluster's new slot map): until then a claim fails.
 		var c ports.Claim
-		waitFor(t, 30*time.Second, "a claim on the new primary", func() error {
+		wait.For(t, 30*time.Second, "a claim on the new primary", func() error {
 			var err error
 			c, err = replay.Claim(context.Background(), k, "replay", "", "", time.Minute)
 			return err
@@ -563,7 +560,7 @@ func TestMinReplicas_GroupCommit(t *testing.T) {
 		// The first caller's WAIT blocks for seconds (its budget's share),
 		// so the other callers find a batch out and queue behind it.
 		_, errs := calls(5*time.Second, func() {
-			waitFor(t, 10*time.Second, "a WAIT blocked on the primary", func() error {
+			wait.For(t, 10*time.Second, "a WAIT blocked on the primary", func() error {
 				if n := infoInt(t, onPrimary, "blocked_clients"); n == 0 {
 					return errors.New("no blocked client")
 				}
@@ -621,7 +618,7 @@ func TestMinReplicas_ConnectionKilled(t *testing.T) {
 		}()
 	}
 	var killed string
-	waitFor(t, 10*time.Second, "a WAIT blocked on the primary", func() error {
+	wait.For(t, 10*time.Second, "a WAIT blocked on the primary", func() error {
 		list, err := onPrimary.Do(testCtx(t), onPrimary.B().ClientList().Build()).ToString()
 		if err != nil {
 			return err
@@ -674,7 +671,7 @@ func TestMinReplicas_ClusterMoved(t *testing.T) {
 	k := mustMoveEmptySlot(t, c, prefix, 0, 1)
 	replicas[1].Pause(t)
 	receipt := ports.Receipt{ProviderID: "SM1", SentAt: time.Now()}
-	waitFor(t, 30*time.Second, "the store following the new slot map", func() error {
+	wait.For(t, 30*time.Second, "the store following the new slot map", func() error {
 		err := s.Record(testCtx(t), k, receipt, time.Hour)
 		switch {
 		case err == nil:
@@ -687,7 +684,7 @@ func TestMinReplicas_ClusterMoved(t *testing.T) {
 		return err
 	})
 	replicas[1].Resume(t)
-	waitFor(t, 30*time.Second, "the record acknowledged on node 1", func() error {
+	wait.For(t, 30*time.Second, "the record acknowledged on node 1", func() error {
 		return s.Record(testCtx(t), k, receipt, time.Hour)
 	})
 	// A Cluster replica answers reads once told READONLY.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports/storetest"
 )
 
@@ -62,7 +63,7 @@ func TestRingHoldsMaxUnanswered(t *testing.T) {
 	}
 
 	srv.Resume(t)
-	waitFor(t, 20*time.Second, "store answers after the server resumes", func() error {
+	wait.For(t, 20*time.Second, "store answers after the server resumes", func() error {
 		_, err := s.Claim(context.Background(), uniqueKey(t), "tok", "", "", time.Minute)
 		return err
 	})
@@ -91,7 +92,7 @@ func TestPingEveryNode(t *testing.T) {
 		t.Fatalf("Ping error %q does not name the paused node %s", err, want)
 	}
 	c.Nodes[1].Resume(t)
-	waitFor(t, 20*time.Second, "Ping succeeds once every node answers", func() error { return s.Ping(context.Background()) })
+	wait.For(t, 20*time.Second, "Ping succeeds once every node answers", func() error { return s.Ping(context.Background()) })
 }
 
 // TestUnansweredFor: how long a command may keep its ring slot follows the
@@ -142,5 +143,5 @@ func TestPingAfterANodeLeaves(t *testing.T) {
 	}
 	// Within the store's 5 s refresh and slack; rueidis' own drop of the
 	// silent connection, which also rereads the map, takes 11 s or more.
-	waitFor(t, 9*time.Second, "Ping succeeds once the silent node has left the slot map", func() error { return s.Ping(context.Background()) })
+	wait.For(t, 9*time.Second, "Ping succeeds once the silent node has left the slot map", func() error { return s.Ping(context.Background()) })
 }

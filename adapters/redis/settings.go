@@ -10,32 +10,44 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Settings are the variables the Redis store reads, in the order the
-// worker's configuration reference (and the README's table) lists them.
-// The store's generic settings (IDEMPOTENCY_TTL, IDEMPOTENCY_TIMEOUT, the
-// breaker's, the failure mode) are the worker's, not these.
-var Settings = []ports.Setting{
-	{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`). Behind Redis Sentinel, name the Sentinels here, as rueidis reads them: `redis://user:password@sentinel-1:26379/0?addr=sentinel-2:26379&addr=sentinel-3:26379&master_set=mymaster`: the host and each `addr` are Sentinels (more hosts in the host part, comma-separated, are refused), `master_set` is the name they watch (`sentinel monitor <name> ...`); user, password and database apply to the primary they name, `rediss` to the Sentinels and the primary, with the first host as the TLS server name.", Secret: true},
-	{Name: "REDIS_SENTINEL_ADDRS", Meaning: "The other way to name Sentinels (prefer `master_set` in `REDIS_URL`): a comma-separated `host:port` list, set with `REDIS_SENTINEL_MASTER` or neither, and not with `master_set`. `REDIS_URL` stays required: its scheme (`rediss` is TLS, to the Sentinels too), user, password and database apply, its host is not dialled but is the TLS server name. Refused with Cluster seeds (`?addr=`) in `REDIS_URL`."},
-	{Name: "REDIS_SENTINEL_MASTER", Meaning: "Name of the master set the Sentinels in `REDIS_SENTINEL_ADDRS` watch (`sentinel monitor <name> ...`)."},
-	{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any, whichever way they are named."},
-	{Name: "REDIS_SENTINEL_PASSWORD", Meaning: "Password the Sentinels themselves require (`requirepass` in sentinel.conf), if any.", Secret: true},
-	{Name: "IDEMPOTENCY_MIN_REPLICAS", Meaning: "Replicas that must acknowledge every claim and sent record (Redis `WAIT`, within `IDEMPOTENCY_TIMEOUT`) before the worker relies on it (0 to 100). Unset: 1 when, at start, the primary (on Redis Cluster, every primary) has a connected replica (`INFO replication`), else 0; the worker logs which, and why, as `idempotency_replicas`. 0: the primary's word is enough, and a failover that promotes a lagging replica loses the last records, whose replays are sent again. Short of the count the call fails and the failure mode applies; see docs/runbook.md for what it costs and when to change it."},
-	{Name: "IDEMPOTENCY_WAIT_AOF", Default: "false", Meaning: "Acknowledge with `WAITAOF 0 <IDEMPOTENCY_MIN_REPLICAS>` as well, after the `WAIT`: each replica has also fsynced the write to its AOF (`appendonly yes`; a replica without one never counts). Needs `IDEMPOTENCY_MIN_REPLICAS` above 0 and Redis 7.2 or later on every node: the worker refuses to start otherwise. A replica with `appendfsync always` acknowledges within milliseconds; with `everysec`, within 1 to 3 s, so `IDEMPOTENCY_TIMEOUT` must be above that."},
-	{Name: "IDEMPOTENCY_KEY_FORMAT", Default: Compact.String(), Meaning: "How Redis keys and sent records are laid out. `compact`: `<IDEMPOTENCY_COMPACT_KEY_PREFIX><channel letter><12 characters of a hash of the event_id>`, holding one integer (send time and fingerprint, no provider id), about 117 bytes of Redis memory a notification; `notification-worker key <event_id>` prints an event's keys. `readable`: `<IDEMPOTENCY_KEY_PREFIX><channel>:<event_id>`, holding the provider id too, about 269 bytes; what releases before `compact` wrote. See docs/capacity.md."},
-	{Name: "IDEMPOTENCY_COMPACT_KEY_PREFIX", Default: DefaultCompactPrefix, Meaning: "Prefix of every `compact` key, to keep ours apart from others' on a shared Redis. Each character beyond the first costs 16 bytes a key on Redis 7 (keys of up to 14 bytes fit its smallest allocation)."},
-	{Name: "IDEMPOTENCY_KEY_PREFIX", Default: DefaultKeyPrefix, Meaning: "Prefix of every `readable` key, to keep ours apart from others' on a shared Redis."},
-	{Name: "IDEMPOTENCY_READ_BOTH_FORMATS", Default: "true", Meaning: "Also read the key of the format not written, in the same round trip as the claim, so that records and claims written in the other format are honoured: needed through a rolling upgrade from a release before `compact`, and for `IDEMPOTENCY_TTL` after any change of `IDEMPOTENCY_KEY_FORMAT` or of either prefix. `false` saves one Redis `GET` per notification once nothing of the other format is alive."},
-	{Name: "IDEMPOTENCY_ALLOW_EVICTION", Default: "false", Meaning: "Start on a Redis whose `maxmemory` is set and whose `maxmemory-policy` can evict the worker's keys (`allkeys-*`, or `volatile-*`: every key has a TTL). By default the worker refuses to start there (exit 2): an evicted sent record lets a replay send its notification again. `true` accepts that risk, logs `idempotency_eviction_allowed` at start, and evictions are logged `idempotency_keys_evicted` and counted. Prefer `noeviction` with `maxmemory` sized from docs/capacity.md."},
+// Provider is the Redis store as the worker offers it
+// (IDEMPOTENCY_STORE=redis), configured by REDIS_URL, and shared by the
+// worker's replicas. The store's generic settings (IDEMPOTENCY_TTL,
+// IDEMPOTENCY_TIMEOUT, the breaker's, the failure mode) are the worker's,
+// not these. The worker builds the store itself, from LoadSettings: it
+// sizes the store's ring by its breaker, probes the store from the breaker
+// and watches its health.
+var Provider = ports.Provider{
+	Name:     "redis",
+	Variable: ports.StoreVariable,
+	Settings: []ports.Setting{
+		{Name: "REDIS_URL", Meaning: "`redis://` or `rediss://` URL of the idempotency store, password included if any. Required with `IDEMPOTENCY_STORE=redis`, and with Twilio or SMTP configured unless `IDEMPOTENCY_STORE=memory` (see `IDEMPOTENCY_STORE`). Behind Redis Sentinel, name the Sentinels here, as rueidis reads them: `redis://user:password@sentinel-1:26379/0?addr=sentinel-2:26379&addr=sentinel-3:26379&master_set=mymaster`: the host and each `addr` are Sentinels (more hosts in the host part, comma-separated, are refused), `master_set` is the name they watch (`sentinel monitor <name> ...`); user, password and database apply to the primary they name, `rediss` to the Sentinels and the primary, with the first host as the TLS server name.", Secret: true, MaskURL: true},
+		{Name: "REDIS_SENTINEL_ADDRS", Meaning: "The other way to name Sentinels (prefer `master_set` in `REDIS_URL`): a comma-separated `host:port` list, set with `REDIS_SENTINEL_MASTER` or neither, and not with `master_set`. `REDIS_URL` stays required: its scheme (`rediss` is TLS, to the Sentinels too), user, password and database apply, its host is not dialled but is the TLS server name. Refused with Cluster seeds (`?addr=`) in `REDIS_URL`."},
+		{Name: "REDIS_SENTINEL_MASTER", Meaning: "Name of the master set the Sentinels in `REDIS_SENTINEL_ADDRS` watch (`sentinel monitor <name> ...`)."},
+		{Name: "REDIS_SENTINEL_USERNAME", Meaning: "User the Sentinels themselves require (their own ACL), if any, whichever way they are named."},
+		{Name: "REDIS_SENTINEL_PASSWORD", Meaning: "Password the Sentinels themselves require (`requirepass` in sentinel.conf), if any.", Secret: true},
+		{Name: "IDEMPOTENCY_MIN_REPLICAS", Meaning: "Replicas that must acknowledge every claim and sent record (Redis `WAIT`, within `IDEMPOTENCY_TIMEOUT`) before the worker relies on it (0 to 100). Unset: 1 when, at start, the primary (on Redis Cluster, every primary) has a connected replica (`INFO replication`), else 0; the worker logs which, and why, as `idempotency_replicas`. 0: the primary's word is enough, and a failover that promotes a lagging replica loses the last records, whose replays are sent again. Short of the count the call fails and the failure mode applies; see docs/runbook.md for what it costs and when to change it."},
+		{Name: "IDEMPOTENCY_WAIT_AOF", Default: "false", Meaning: "Acknowledge with `WAITAOF 0 <IDEMPOTENCY_MIN_REPLICAS>` as well, after the `WAIT`: each replica has also fsynced the write to its AOF (`appendonly yes`; a replica without one never counts). Needs `IDEMPOTENCY_MIN_REPLICAS` above 0 and Redis 7.2 or later on every node: the worker refuses to start otherwise. A replica with `appendfsync always` acknowledges within milliseconds; with `everysec`, within 1 to 3 s, so `IDEMPOTENCY_TIMEOUT` must be above that."},
+		{Name: "IDEMPOTENCY_KEY_FORMAT", Default: Compact.String(), Meaning: "How Redis keys and sent records are laid out. `compact`: `<IDEMPOTENCY_COMPACT_KEY_PREFIX><channel letter><12 characters of a hash of the event_id>`, holding one integer (send time and fingerprint, no provider id), about 117 bytes of Redis memory a notification; `notification-worker key <event_id>` prints an event's keys. `readable`: `<IDEMPOTENCY_KEY_PREFIX><channel>:<event_id>`, holding the provider id too, about 269 bytes; what releases before `compact` wrote. See docs/capacity.md."},
+		{Name: "IDEMPOTENCY_COMPACT_KEY_PREFIX", Default: DefaultCompactPrefix, Meaning: "Prefix of every `compact` key, to keep ours apart from others' on a shared Redis. Each character beyond the first costs 16 bytes a key on Redis 7 (keys of up to 14 bytes fit its smallest allocation)."},
+		{Name: "IDEMPOTENCY_KEY_PREFIX", Default: DefaultKeyPrefix, Meaning: "Prefix of every `readable` key, to keep ours apart from others' on a shared Redis."},
+		{Name: "IDEMPOTENCY_READ_BOTH_FORMATS", Default: "true", Meaning: "Also read the key of the format not written, in the same round trip as the claim, so that records and claims written in the other format are honoured: needed through a rolling upgrade from a release before `compact`, and for `IDEMPOTENCY_TTL` after any change of `IDEMPOTENCY_KEY_FORMAT` or of either prefix. `false` saves one Redis `GET` per notification once nothing of the other format is alive."},
+		{Name: "IDEMPOTENCY_ALLOW_EVICTION", Default: "false", Meaning: "Start on a Redis whose `maxmemory` is set and whose `maxmemory-policy` can evict the worker's keys (`allkeys-*`, or `volatile-*`: every key has a TTL). By default the worker refuses to start there (exit 2): an evicted sent record lets a replay send its notification again. `true` accepts that risk, logs `idempotency_eviction_allowed` at start, and evictions are logged `idempotency_keys_evicted` and counted. Prefer `noeviction` with `maxmemory` sized from docs/capacity.md."},
+	},
+	Shared: true,
+	Load: func(s ports.Settings) bool {
+		LoadSettings(s)
+		return s.Set("REDIS_URL")
+	},
 }
 
-// LoadSettings reads Settings through s into a Config, the one place their
-// rules are written: each variable is checked, and a bad one reported with
-// s.Fail (and left zero); so is a combination that cannot take effect
-// (WAITAOF without replicas, half a Sentinel setting, Sentinels named two
-// ways, Sentinel beside Cluster seeds). URL is empty when REDIS_URL is unset. It sets neither
-// Timeout, KeepAbandoned, MaxUnanswered nor the Health watch's logger and
-// interval, which are the worker's.
+// LoadSettings reads the Provider's settings through s into a Config, the
+// one place their rules are written: each variable is checked, and a bad
+// one reported with s.Fail (and left zero); so is a combination that cannot
+// take effect (WAITAOF without replicas, half a Sentinel setting, Sentinels
+// named two ways, Sentinel beside Cluster seeds). URL is empty when
+// REDIS_URL is unset. It sets neither Timeout, KeepAbandoned, MaxUnanswered
+// nor the Health watch's logger and interval, which are the worker's.
 func LoadSettings(s ports.Settings) Config {
 	cfg := Config{
 		URL:           redisURL(s, "REDIS_URL"),

@@ -4,9 +4,10 @@
 // # Values
 //
 // The caller's key maps to one Redis key in each Format (keys.go): a
-// compact one, the default, and a readable one, which earlier releases
-// write. A key holds a claim or a sent record, in the forms values.go lists
-// (every form any release wrote is read). A claim's key lives its lease
+// compact one, the default, and a readable one. A key holds a claim or a
+// sent record, in the forms values.go lists, whatever the Format: a store
+// reads all of them, under its own key and, with Config.ReadBoth, under the
+// other Format's. A claim's key lives its lease
 // plus Config.KeepAbandoned, so a claim whose worker died is found, and
 // taken over, by the next Claim once its lease has passed
 // (ports.Lease.Passed). Claims keep times to the millisecond, compact
@@ -22,85 +23,14 @@
 // it has none): every command of the call, and the replicas'
 // acknowledgement with Config.MinReplicas, runs within it.
 //
-// # Redis Cluster
+// # What the store needs of the server
 //
-// Every command touches exactly one key (SET, and a Lua script with one KEY),
-// so the store works on Redis Cluster unchanged: rueidis asks the node in the
-// URL for the slot map (CLUSTER SLOTS; CLUSTER SHARDS from Redis 8 on), sends
-// each command to the node that owns its key's slot, follows MOVED when a
-// slot has moved since, and falls back to a single-node client when the
-// server is not a cluster. One node's URL is enough: the store then uses
-// every node of the slot map. More seed nodes can be given as
-// "?addr=host:port" query parameters; a seed refusing connections is
-// skipped, at the cost of up to a second more in New (a delayed rueidis
-// topology refresh).
-//
-// On Cluster the URL must name database 0 or none: New fails otherwise
-// (Cluster has no SELECT). An ACL user needs, on every node (ACLs are not
-// shared between nodes), the rights listed under ACL plus "+cluster|slots"
-// (Redis 7) and "+cluster|shards" (Redis 8 and later) to read the slot map;
-// on Redis 7, "+cluster|shards" alone is not enough. Without them, rueidis
-// treats the seed as a standalone server, and every key in a slot the seed
-// does not own fails with MOVED: New's self-check refuses that. It claims
-// and releases 16 keys under the key prefix, "self-check:{<tag>}:<random>",
-// whose hash tags put them in slots 0, 1024, ..., 15360, and fails, saying
-// the ACL must allow CLUSTER SLOTS and CLUSTER SHARDS, when any of them gets
-// MOVED. Only a seed owning all 16 of those slots could pass unnoticed,
-// which no cluster of two or more primaries splitting the slots evenly in
-// ranges allows. The claims go out in one batch and the releases in
-// another: one round trip each. A KeyPrefix with a hash tag of its own puts
-// every key, these included, in the prefix's one slot: the check then
-// covers that slot, the only one used. The check needs every one of those
-// slots served: on a cluster running with cluster-require-full-coverage no
-// and a primary down, New fails (and a new pod does not start) until the
-// slots are served again, while stores already running go on, the keys of
-// the missing slots failing over to the worker's failure mode.
-//
-// During a failover a node answers CLUSTERDOWN or TRYAGAIN. rueidis retries
-// those, within the call's budget, only for commands marked retryable:
-// Record and Release are, Claim is not (see Claim), so a Claim then fails
-// and the worker's failure mode applies, as in any other store outage.
-//
-// # ACL
-//
-// The commands sent are HELLO, SELECT (when the URL names a db), SET, GET
-// (the other format's key, with Config.ReadBoth), EVALSHA and EVAL
-// (Release and the takeovers), PING, INFO (the store's watch over the
-// server, below), WAIT with Config.MinReplicas and WAITAOF with
-// Config.WaitAOF, plus CLUSTER SLOTS or SHARDS on Cluster (see above); the
-// scripts themselves run GET, SET and DEL, which ACL checks too. A user
-// restricted to "~<prefix>* ~<other prefix>* +@connection +select +set
-// +get +del +evalsha +eval +ping +info" is enough on a standalone server;
-// New's self-check fails when the other prefix is not readable, and New
-// fails when INFO is refused. INFO, not CONFIG GET, is what the store reads
-// the server's settings with: an ACL user rarely has CONFIG. With
-// Config.MinReplicas (by default, beside a replica) the user needs WAIT
-// too, and WAITAOF with Config.WaitAOF, both in "+@connection": New fails
-// when either is refused.
-//
-// # Eviction and resets
-//
-// A sent record must stay in Redis for its TTL: evicted, or lost in a
-// restart without persistence, it no longer suppresses a replay. At New and
-// every HealthConfig.Interval, the store reads INFO from every primary
-// (on Cluster, every primary in the slot map): New refuses a server whose
-// maxmemory-policy can evict its keys, unless told to accept it; evictions
-// while running are logged and reported; and a primary that restarted
-// without the store's marker keys is reported as a reset (health.go).
-//
-// # Replicas and Sentinel
-//
-// Redis replicates asynchronously: a write the primary acknowledged is lost
-// when the primary dies before a replica copied it, and a replay then finds
-// no record. Config.MinReplicas makes each claim and record wait for that
-// many replicas (WAIT on the connection that made the write, after it; see
-// acked) and fail, rather than succeed silently, when they do not answer
-// in time; by default (AutoMinReplicas) one, when the primary has a
-// replica. Concurrent calls share one WAIT, sent after all their writes (a
-// group commit): the acknowledgement costs about one replica round trip
-// per batch, not per call. Sentinels named in Config.URL (master_set), or
-// in SentinelAddrs and SentinelMaster, find the primary through Redis
-// Sentinel, and follow its failovers.
+// Redis 7 or later; every command touches one key, so Redis Cluster works
+// unchanged; the commands an ACL must allow, the Cluster's slot map,
+// eviction and resets, replicas and Sentinel: docs/runbook.md, "What the
+// worker needs of Redis". New checks each at start and refuses what breaks
+// the guarantee (selfCheck, health.go, replicas.go); Claim is not retried
+// by rueidis on CLUSTERDOWN or TRYAGAIN, Record and Release are.
 package redis
 
 import (
@@ -133,9 +63,8 @@ const (
 )
 
 // ErrForeignValue is wrapped by Claim when the key holds a value this store
-// did not write (not "pending:...", a well-formed "sent:..." nor a compact
-// record). The value
-// itself is never put in the error: it may be someone else's data.
+// does not write (none of the forms values.go lists). The value itself is
+// never put in the error: it may be someone else's data.
 var ErrForeignValue = errors.New("redis: key holds a value that is neither a claim nor a sent record")
 
 // maxFlushDelay is how long the pipeline may wait after a write for more
@@ -152,13 +81,14 @@ const clusterRefreshInterval = 5 * time.Second
 const pipelineMultiplex = -1
 
 // releaseLua deletes KEYS[1] only if it still holds the caller's pending
-// claim (ARGV[1] = "pending:<token>", with or without a lease after it).
+// claim (ARGV[1] = "pending:<token>", followed by the claim's '.' and its
+// other fields).
 // The compare and the delete must be one atomic step: between a GET and a
 // DEL on the client, another worker could take the claim over, and the DEL
 // would delete its claim.
 const releaseLua = `
 local v = redis.call("GET", KEYS[1])
-if v == ARGV[1] or (v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ".") then
+if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "." then
 	return redis.call("DEL", KEYS[1])
 end
 return 0
@@ -232,9 +162,9 @@ type Config struct {
 	CompactPrefix string
 	// ReadBoth makes Claim read the other format's key too, so that what
 	// workers writing the other format claimed or recorded is honoured:
-	// during a rolling upgrade from a release before Compact, and for an
-	// IDEMPOTENCY_TTL after a change of Format. It costs one GET per Claim,
-	// sent with the claim's SET in one round trip.
+	// through the rolling deploy that changes Format, and for an
+	// IDEMPOTENCY_TTL after it. It costs one GET per Claim, sent with the
+	// claim's SET in one round trip.
 	ReadBoth bool
 	// Timeout is the budget of a Claim, Record or Release whose caller's
 	// ctx has no deadline, and bounds Ping and Inspect on top of theirs.
@@ -330,18 +260,10 @@ type Store struct {
 
 // withDefaults returns c with its zero fields set to their defaults.
 func (c Config) withDefaults() Config {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.CompactPrefix == "" {
-		c.CompactPrefix = DefaultCompactPrefix
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.KeepAbandoned == 0 {
-		c.KeepAbandoned = domain.DefaultTTL
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
+	c.CompactPrefix = cmp.Or(c.CompactPrefix, DefaultCompactPrefix)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.KeepAbandoned = cmp.Or(c.KeepAbandoned, domain.DefaultTTL)
 	return c
 }
 
@@ -440,9 +362,7 @@ func tune(opt *rueidis.ClientOption) {
 	// circuit would stay open after the cluster itself had recovered.
 	// CLUSTER SLOTS omits failed replicas; every clusterRefreshInterval the
 	// map follows it.
-	if opt.ClusterOption.ShardsRefreshInterval == 0 {
-		opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
-	}
+	opt.ClusterOption.ShardsRefreshInterval = cmp.Or(opt.ClusterOption.ShardsRefreshInterval, clusterRefreshInterval)
 }
 
 // selfCheckTimeout bounds New's one-time check: longer than a call's
@@ -453,7 +373,8 @@ const selfCheckTimeout = 5 * time.Second
 // slot i*1024 (CRC16 of the tag, mod 16384), so the keys are spread evenly
 // over Redis Cluster's 16384 slots. On a cluster whose slot map
 // the client could not read, some of them get MOVED unless the seed node owns
-// all 16 of these slots: see the package comment.
+// all 16 of these slots, which no cluster of two or more primaries
+// splitting the slots evenly in ranges allows.
 var selfCheckTags = [...]string{
 	"la2", "dlj", "qf7", "qbw", "lp0", "ltp", "h85", "qsu",
 	"fjl", "ng4", "bfa", "jk9", "nrv", "nv6", "bwc", "sq3",
@@ -509,30 +430,7 @@ func (s *Store) selfCheck() error {
 
 	// Release what was claimed, even when some claims failed: the keys
 	// would otherwise stay for the claim TTL.
-	releaseErrs := make([]error, len(keys))
-	release := func(idx []int, build func(k string) rueidis.Completed) (noScript []int) {
-		cmds := make(rueidis.Commands, len(idx))
-		for j, i := range idx {
-			cmds[j] = build(keys[i])
-		}
-		for j, res := range s.client.DoMulti(ctx, cmds...) {
-			err := res.Error()
-			if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
-				noScript = append(noScript, idx[j])
-			} else if err != nil {
-				releaseErrs[idx[j]] = fmt.Errorf("redis release %s: %w", keys[idx[j]], err)
-			}
-		}
-		return noScript
-	}
-	owner := pendingPrefix + token
-	if noScript := release(claimed, func(k string) rueidis.Completed {
-		return s.client.B().Evalsha().Sha1(releaseSHA).Numkeys(1).Key(k).Arg(owner).Build()
-	}); len(noScript) > 0 {
-		release(noScript, func(k string) rueidis.Completed {
-			return s.client.B().Eval().Script(releaseLua).Numkeys(1).Key(k).Arg(owner).Build()
-		})
-	}
+	releaseErrs := s.releaseSelfCheck(ctx, keys, claimed, pendingPrefix+token)
 
 	moved, firstMoved := 0, error(nil)
 	for _, err := range claimErrs {
@@ -553,6 +451,37 @@ func (s *Store) selfCheck() error {
 		return fmt.Errorf("self-check release failed (the ACL must allow EVAL and EVALSHA): %w", err)
 	}
 	return nil
+}
+
+// releaseSelfCheck releases the self-check's claims of owner on the
+// keys at indexes claimed, in one DoMulti by EVALSHA and another by EVAL
+// for the keys whose node answered NOSCRIPT, and returns each key's
+// error.
+func (s *Store) releaseSelfCheck(ctx context.Context, keys []string, claimed []int, owner string) []error {
+	errs := make([]error, len(keys))
+	release := func(idx []int, build func(k string) rueidis.Completed) (noScript []int) {
+		cmds := make(rueidis.Commands, len(idx))
+		for j, i := range idx {
+			cmds[j] = build(keys[i])
+		}
+		for j, res := range s.client.DoMulti(ctx, cmds...) {
+			err := res.Error()
+			if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+				noScript = append(noScript, idx[j])
+			} else if err != nil {
+				errs[idx[j]] = fmt.Errorf("redis release %s: %w", keys[idx[j]], err)
+			}
+		}
+		return noScript
+	}
+	if noScript := release(claimed, func(k string) rueidis.Completed {
+		return s.client.B().Evalsha().Sha1(releaseSHA).Numkeys(1).Key(k).Arg(owner).Build()
+	}); len(noScript) > 0 {
+		release(noScript, func(k string) rueidis.Completed {
+			return s.client.B().Eval().Script(releaseLua).Numkeys(1).Key(k).Arg(owner).Build()
+		})
+	}
+	return errs
 }
 
 // isMoved reports whether err wraps a MOVED reply: the key's slot is served
@@ -625,7 +554,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // this store did not write.
 //
 // With Config.ReadBoth, a GET of the other format's key goes out with the
-// SET, in the same round trip (see other).
+// SET, in the same round trip, and what it found decides whenever the
+// caller's key does not (see other).
 //
 // Leases are judged by this process's clock against the one that wrote
 // them: clocks apart by more than a lease's slack make a claim look
@@ -671,124 +601,98 @@ func (s *Store) Claim(ctx context.Context, key, token, digest, sender string, tt
 		reads = rueidis.Commands{s.client.B().Get().Key(other).Build()}
 	}
 	res, ackErr := s.acked(ctx, s.claimCmd(k, mine.encode(), px), reads...)
-	if l, ok := abandoned(res[0], now); s.cfg.ReadBoth && ok {
-		o, err := otherDecides(other, res[1], now)
-		if err != nil {
-			// The abandoned claim under k is known, though not taken
-			// over: its lease goes with the error (see above).
-			return ports.Claim{State: ports.TakenOver, Lease: l}, err
+	own, old, err := held(k, res[0])
+	if err != nil {
+		return ports.Claim{}, err
+	}
+	var theirs found
+	if s.cfg.ReadBoth {
+		theirs.c, theirs.v, theirs.err = held(other, res[1])
+	}
+	switch {
+	case own.State == 0:
+		if ackErr != nil {
+			// Ours on the primary only: give it back, so that a retry
+			// finds the key free rather than an unknown worker's claim.
+			_ = s.Release(ctx, key, token)
+			return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ackErr)
 		}
-		if o.State != 0 {
-			return o, nil
+		own.State = ports.Claimed
+	case own.State == ports.InFlight && own.Lease.Passed(now):
+		// An abandoned claim: a sent record or a live claim under the
+		// other key decides first. Taking ours over, then releasing it
+		// for a live claim there, would delete the abandoned claim and
+		// its history: the worker behind that live claim, come to take
+		// the same abandoned claim over from the other side, would find
+		// it gone and release its own, and the next Claim would find
+		// both keys free and send without asking the provider.
+		if s.cfg.ReadBoth && theirs.err != nil {
+			// Known, though not taken over: its lease goes with the
+			// error (see above).
+			return ports.Claim{State: ports.TakenOver, Lease: own.Lease}, theirs.err
 		}
+		if s.cfg.ReadBoth && theirs.c.State != 0 && !theirs.abandoned(now) {
+			return theirs.c, nil
+		}
+		return s.takeOver(ctx, k, old, mine.inherit(own.Lease).encode(), px, own.Lease)
+	case own.State == ports.AlreadySent || own.Lease.Token != token:
+		return own, nil
 	}
-	c, err := s.claimed(ctx, k, res[0], mine, px, now)
-	if err == nil && c.State == ports.Claimed && ackErr != nil {
-		// Ours on the primary only: give it back, so that a retry finds
-		// the key free rather than an unknown worker's claim.
-		_ = s.Release(ctx, key, token)
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ackErr)
+	if !s.cfg.ReadBoth {
+		return own, nil
 	}
-	if err != nil || !s.cfg.ReadBoth {
-		return c, err
-	}
-	return s.other(ctx, key, k, other, res[1], c, mine, px, now)
+	return s.other(ctx, key, other, theirs, own, mine, px)
 }
 
-// claimed reads res, the answer to the SET of mine on the prefixed key k,
-// and takes an abandoned claim over.
-func (s *Store) claimed(ctx context.Context, k string, res rueidis.RedisResult, mine claimValue, px time.Duration, now time.Time) (ports.Claim, error) {
-	old, err := res.ToString()
+// found is what a key held: c and the value v, or err.
+type found struct {
+	c   ports.Claim
+	v   string
+	err error
+}
+
+// abandoned reports whether f is a claim whose lease has passed at now.
+func (f found) abandoned(now time.Time) bool {
+	return f.err == nil && f.c.State == ports.InFlight && f.c.Lease.Passed(now)
+}
+
+// held reads res, the answer of a command that returns what the prefixed
+// key k held: a zero Claim when k was empty, else the value v decoded. It
+// fails when Redis did, and with ErrForeignValue for a value this store
+// does not write; errors name k, never the value.
+func held(k string, res rueidis.RedisResult) (c ports.Claim, v string, err error) {
+	v, err = res.ToString()
 	if rueidis.IsRedisNil(err) {
-		return ports.Claim{State: ports.Claimed}, nil
+		return ports.Claim{}, "", nil
 	}
 	if err != nil {
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, err)
+		return ports.Claim{}, "", fmt.Errorf("redis claim %s: %w", k, err)
 	}
-	c, ok := decodeValue(old)
-	switch {
-	case !ok:
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
-	case c.State != ports.InFlight || !c.Lease.Passed(now):
-		return c, nil
+	c, ok := Decode(v)
+	if !ok {
+		return ports.Claim{}, "", fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
 	}
-	return s.takeOver(ctx, k, old, mine.inherit(c.Lease).encode(), px, c.Lease)
+	return c, v, nil
 }
 
-// abandoned reports whether res, the answer to a claim's SET, is an
-// abandoned claim: one that the claim would take over; if so, it returns
-// that claim's lease.
-func abandoned(res rueidis.RedisResult, now time.Time) (ports.Lease, bool) {
-	v, err := res.ToString()
-	if err != nil {
-		return ports.Lease{}, false
-	}
-	c, ok := decodeValue(v)
-	if !ok || c.State != ports.InFlight || !c.Lease.Passed(now) {
-		return ports.Lease{}, false
-	}
-	return c.Lease, true
-}
-
-// otherDecides returns what decides a Claim whose own key holds an
-// abandoned claim, before that claim is taken over, given res, what the
-// other format's key other held: a sent record or a live claim there is
-// what Claim reports, and an error or a value not ours is Claim's error.
-// An empty key, or an abandoned claim there too, leaves the decision to
-// the takeover of our own key: otherDecides then returns a zero Claim
-// (State 0) and nil.
-//
-// Taking our own key's abandoned claim over first, and releasing ours
-// afterwards because the other key holds a live claim, would delete the
-// abandoned claim and its history: the worker behind that live claim,
-// which came to take the same abandoned claim over from the other side,
-// would then find it gone and release its own, and the next Claim would
-// find both keys free and send without asking the provider.
-func otherDecides(other string, res rueidis.RedisResult, now time.Time) (ports.Claim, error) {
-	v, err := res.ToString()
-	if rueidis.IsRedisNil(err) {
-		return ports.Claim{}, nil
-	}
-	if err != nil {
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, err)
-	}
-	o, ok := decodeValue(v)
+// other weighs theirs, what the other format's key other held, against
+// c, our claim on the caller's key: Claimed (the key was free) or our own
+// token's live claim, from an earlier attempt. An empty key leaves c. A
+// sent record there, or a claim whose lease has not passed, is what Claim
+// reports, and our claim is released, so that nothing of ours stands
+// while a worker of the other format sends, and nothing outlives the
+// notification once it recorded. An abandoned claim there, when our key
+// was free, is taken over (see takeOverOther); when it held our earlier
+// claim, c stands. An error, or a value that
+// is not ours, is Claim's error (our claim is released first): the store
+// could not tell whether the notification was sent.
+func (s *Store) other(ctx context.Context, key, other string, theirs found, c ports.Claim, mine claimValue, px time.Duration) (ports.Claim, error) {
 	switch {
-	case !ok:
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
-	case o.State == ports.InFlight && o.Lease.Passed(now):
-		return ports.Claim{}, nil
-	}
-	return o, nil
-}
-
-// other weighs res, what the other format's key other held when the
-// caller's key k was claimed with mine, against c, the claim's outcome.
-//
-// When c says the notification is another worker's (sent, or claimed by
-// another token), c stands. Otherwise mine's token holds k, and the other
-// key decides: a sent record there, or a claim whose lease has not passed,
-// is what Claim reports, and our claim is released, so that a worker of the
-// other format, which does not look at k, is the only one to send. An
-// abandoned claim there, when k was free, is taken over (see
-// takeOverOther). An error, or a value that is not ours, is Claim's error
-// (our claim is released first): the store could not tell whether the
-// notification was sent.
-func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.RedisResult, c ports.Claim, mine claimValue, px time.Duration, now time.Time) (ports.Claim, error) {
-	if c.State == ports.AlreadySent || c.State == ports.InFlight && c.Lease.Token != mine.token {
+	case theirs.err == nil && theirs.c.State == 0:
 		return c, nil
-	}
-	v, err := res.ToString()
-	if rueidis.IsRedisNil(err) {
-		return c, nil
-	}
-	o, ok := decodeValue(v)
-	switch {
-	case err == nil && !ok:
-		err = ErrForeignValue
-	case err == nil && o.State == ports.InFlight && o.Lease.Passed(now):
+	case theirs.abandoned(mine.start): // mine.start is Claim's now
 		if c.State == ports.Claimed {
-			return s.takeOverOther(ctx, key, k, other, v, o.Lease, mine, px)
+			return s.takeOverOther(ctx, key, s.cfg.key(key), other, theirs.v, theirs.c.Lease, mine, px)
 		}
 		return c, nil
 	}
@@ -796,10 +700,7 @@ func (s *Store) other(ctx context.Context, key, k, other string, res rueidis.Red
 	// next Claim with token looks at the other key again, and another
 	// worker's takes it over once its lease has passed.
 	_ = s.Release(ctx, key, mine.token)
-	if err != nil {
-		return ports.Claim{}, fmt.Errorf("redis claim %s: %w", other, err)
-	}
-	return o, nil
+	return theirs.c, theirs.err
 }
 
 // takeOverOther takes over old, an abandoned claim (whose lease is prev)
@@ -840,24 +741,31 @@ func (s *Store) takeOverOther(ctx context.Context, key, k, other, old string, pr
 		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
-	now, err := res.ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	c, _, err := held(other, res)
+	if err != nil && !errors.Is(err, ErrForeignValue) {
 		// The deletion failed: refused, or cut short (it may have been
 		// applied). Whether our claim took the history or not, this
 		// caller knows prev, and gets it with the error: failing open, it
 		// reconciles prev's send first (see Claim).
-		inheritErr := inherit()
-		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: take over: %w", other, cmp.Or(err, inheritErr))
+		_ = inherit()
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, err
 	}
 	_ = s.Release(ctx, key, mine.token)
-	if err != nil {
-		// The abandoned claim expired, or another worker took it: the
-		// caller's next look tells.
+	return lost(c, err, prev)
+}
+
+// lost is what a takeover of prev reports when the key no longer held the
+// claim judged abandoned, given c and err, what held read there: what the
+// key holds now (another worker's takeover, or the record its worker wrote
+// after all); InFlight with prev when it is empty (the claim expired in
+// between, or was taken and released: the caller's next look tells); and
+// on an error, the error with State TakenOver and prev (see Claim).
+func lost(c ports.Claim, err error, prev ports.Lease) (ports.Claim, error) {
+	switch {
+	case err != nil:
+		return ports.Claim{State: ports.TakenOver, Lease: prev}, err
+	case c.State == 0:
 		return ports.Claim{State: ports.InFlight, Lease: prev}, nil
-	}
-	c, ok := decodeValue(now)
-	if !ok {
-		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: %w", other, ErrForeignValue)
 	}
 	return c, nil
 }
@@ -891,26 +799,10 @@ func (s *Store) takeOver(ctx context.Context, k, old, mine string, px time.Durat
 		}
 		return ports.Claim{State: ports.TakenOver, Lease: prev}, nil
 	}
-	now, err := res.ToString()
-	switch {
-	case rueidis.IsRedisNil(err):
-		// The abandoned claim expired in between: the key is free, but not
-		// ours; the caller's next look claims it.
-		return ports.Claim{State: ports.InFlight, Lease: prev}, nil
-	case err != nil:
-		// The script failed (refused, or cut short: it may have run).
-		// The abandoned claim is known: its lease goes with the error, so
-		// that a caller failing open reconciles its send first (see
-		// Claim).
-		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: take over: %w", k, err)
-	}
-	c, ok := decodeValue(now)
-	if !ok {
-		return ports.Claim{State: ports.TakenOver, Lease: prev}, fmt.Errorf("redis claim %s: %w", k, ErrForeignValue)
-	}
-	// Another worker took it over first (InFlight), or its worker
-	// recorded it after all (AlreadySent).
-	return c, nil
+	// The script failed (refused, or cut short: it may have run), or the
+	// key no longer held the abandoned claim.
+	c, _, err := held(k, res)
+	return lost(c, err, prev)
 }
 
 // claimCmd is Claim's command for the prefixed key k: set value, living px,
@@ -1018,9 +910,7 @@ func (c Config) connect(what string) (rueidis.Client, rueidis.ClientOption, erro
 			return nil, opt, errors.New(what + ": TLSConfig is set but the URL scheme is not rediss://")
 		}
 		tc := c.TLSConfig.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName = opt.TLSConfig.ServerName
-		}
+		tc.ServerName = cmp.Or(tc.ServerName, opt.TLSConfig.ServerName)
 		opt.TLSConfig = tc
 	}
 	if err := c.sentinel(&opt); err != nil {

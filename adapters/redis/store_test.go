@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/harborlight/notification-worker/ports/storetest"
 )
@@ -85,22 +85,6 @@ func MustSet(tb testing.TB, c rueidis.Client, key, value string) {
 	}
 }
 
-// waitFor calls f until it returns nil or within passes.
-func waitFor(tb testing.TB, within time.Duration, what string, f func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %v: last error: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestStoreContract(t *testing.T) {
 	srv := redistest.MustStart(t)
 	raw := srv.MustClient(t, 0)
@@ -130,8 +114,8 @@ func contractHarness(cfg redis.Config, raw rueidis.Client) storetest.Harness {
 	}
 }
 
-// TestKeyFormat pins the Readable format: its keys and values are what
-// the releases before Compact wrote and read.
+// TestKeyFormat pins the Readable format: ADR-0006's keys and values, as
+// the runbook reads them by hand.
 func TestKeyFormat(t *testing.T) {
 	srv := redistest.MustStart(t)
 	raw := srv.MustClient(t, 0)
@@ -142,7 +126,7 @@ func TestKeyFormat(t *testing.T) {
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: prefix}), uniqueKey(t)
 		storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute)
 		if v, ok := MustGet(t, raw, prefix+k); !ok || !strings.HasPrefix(v, "pending:tok-a.") {
-			t.Fatalf("GET %s = %q (present %v), want pending:tok-a.<start>.<until>", prefix+k, v, ok)
+			t.Fatalf("GET %s = %q (present %v), want pending:tok-a.<sender>.<firstuntil>.<digest>.<start>.<first>.<until>", prefix+k, v, ok)
 		}
 		if v, ok := MustGet(t, raw, k); ok {
 			t.Fatalf("unprefixed key %s exists with %q", k, v)
@@ -163,13 +147,14 @@ func TestKeyFormat(t *testing.T) {
 
 	t.Run("SentRecordFormat", func(t *testing.T) {
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
-		// An SMTP Message-ID: colons inside the provider id must survive.
+		// An SMTP Message-ID: colons inside the provider id must survive;
+		// no fingerprint: the field is empty.
 		r := ports.Receipt{ProviderID: "<a:b:c@mail.example>", SentAt: time.UnixMilli(1775121240123)}
 		if err := s.Record(ctx, k, r, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
-		if v, _ := MustGet(t, raw, "fmt:"+k); v != "sent:1775121240123:<a:b:c@mail.example>" {
-			t.Fatalf("stored %q, want sent:1775121240123:<a:b:c@mail.example>", v)
+		if v, _ := MustGet(t, raw, "fmt:"+k); v != "sent:1775121240123:~:<a:b:c@mail.example>" {
+			t.Fatalf("stored %q, want sent:1775121240123:~:<a:b:c@mail.example>", v)
 		}
 		got := storetest.MustClaim(t, s, ctx, k, "tok-b", time.Minute)
 		if got.State != ports.AlreadySent || got.Receipt.ProviderID != r.ProviderID || !got.Receipt.SentAt.Equal(r.SentAt) {
@@ -190,93 +175,25 @@ func TestKeyFormat(t *testing.T) {
 		if start < before || start > after || until-start != time.Minute.Milliseconds() || first != start || firstUntil != until {
 			t.Fatalf("stored %q: lease from %d for %dms, history from %d to %d, want from [%d, %d] for 60000ms, history its own lease", v, start, until-start, first, firstUntil, before, after)
 		}
-		// The release before senders reads the last four fields as the
-		// digest, the lease's start, the history's first start and the
-		// lease's end; the release before histories the last two as the
-		// lease, which it finds ending with ours and starting with the
-		// history.
-		if owner, digest, lease := senderlessReleaseLease(t, v); digest != "Dg-_x9" || lease != [3]int64{start, first, until} || !strings.HasPrefix(owner, "tok-a.") {
-			t.Fatalf("the release before senders reads %q as owner %q, digest %q, lease %v; want digest Dg-_x9, lease [%d %d %d]", v, owner, digest, lease, start, first, until)
-		}
-		if owner, lease := prevReleaseLease(t, v); !strings.HasPrefix(owner, "tok-a.") || lease != [2]int64{first, until} {
-			t.Fatalf("the release before histories reads %q as owner %q, lease %v; want lease [%d %d]", v, owner, lease, first, until)
-		}
 	})
 
 	t.Run("ClaimFormatAfterTakeover", func(t *testing.T) {
-		// A worker of the releases before that takes a twice-claimed key
-		// over asks the provider from the lease start it reads: the
-		// first claim's, not the last takeover's, with the first claim's
-		// digest.
+		// A takeover keeps the first claim's history: its sender, lease
+		// end, digest and start, not the last takeover's.
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
 		storetest.MustClaimSent(t, s, ctx, k, "tok-a", "Dg-_x9", "from:+15550001111", 20*time.Millisecond)
 		v, _ := MustGet(t, raw, "fmt:"+k)
-		_, firstLease := prevReleaseLease(t, v)
+		firstLease := mustDecodeLease(t, v)
 		time.Sleep(40 * time.Millisecond) // tok-a's lease passes: the scenario
 		if got := storetest.MustClaimSent(t, s, ctx, k, "tok-b", "other", "from:+15550002222", time.Minute); got.State != ports.TakenOver {
 			t.Fatalf("tok-b's claim: %v, want taken_over", got.State)
 		}
 		v, _ = MustGet(t, raw, "fmt:"+k)
-		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b.from:+15550001111.%d.Dg-_x9.", firstLease[1])) {
-			t.Fatalf("after the takeover %q, want tok-b's claim carrying tok-a's sender, lease end %d and digest", v, firstLease[1])
+		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b.from:+15550001111.%d.Dg-_x9.", firstLease.Until.UnixMilli())) {
+			t.Fatalf("after the takeover %q, want tok-b's claim carrying tok-a's sender, lease end %d and digest", v, firstLease.Until.UnixMilli())
 		}
-		owner, lease := prevReleaseLease(t, v)
-		if !strings.HasPrefix(owner, "tok-b.") || lease[0] != firstLease[0] {
-			t.Fatalf("after the takeover %q reads, to the release before histories, as owner %q, lease %v; want tok-b's claim from tok-a's start %d", v, owner, lease, firstLease[0])
-		}
-		if _, digest, lease := senderlessReleaseLease(t, v); digest != "Dg-_x9" || lease[1] != firstLease[0] {
-			t.Fatalf("after the takeover %q reads, to the release before senders, as digest %q, lease %v; want tok-a's digest and start %d", v, digest, lease, firstLease[0])
-		}
-	})
-
-	// A claim of the release before senders: taken over, its history (start
-	// and digest) goes on, with its own lease's end as the first's and no
-	// sender; its own release still works on it.
-	t.Run("ClaimOfTheReleaseBeforeSenders", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
-		oldStart := time.Now().Add(-2 * time.Minute).UnixMilli()
-		MustSet(t, raw, "fmt:"+k, fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.DgOld.%d.%d.%d", oldStart, oldStart, oldStart+60000))
-		got := storetest.MustClaimSent(t, s, ctx, k, "tok-b", "DgB", "from:+15550002222", time.Minute)
-		if l := got.Lease; got.State != ports.TakenOver || l.Token != "0a1b2c3d4e5f60718293a4b5" || l.First.UnixMilli() != oldStart ||
-			l.FirstUntil.UnixMilli() != oldStart+60000 || l.Digest != "DgOld" || l.Sender != "" {
-			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, its lease the first, digest DgOld, no sender", got)
-		}
-		v, _ := MustGet(t, raw, "fmt:"+k)
-		if !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b..%d.DgOld.", oldStart+60000)) {
-			t.Fatalf("stored %q, want our claim carrying the old lease's end and digest, and no sender", v)
-		}
-		MustSet(t, raw, "fmt:"+k, fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.DgOld.%d.%d.%d", time.Now().UnixMilli(), oldStart, time.Now().Add(time.Minute).UnixMilli()))
-		if err := s.Release(ctx, k, "0a1b2c3d4e5f60718293a4b5"); err != nil {
-			t.Fatal(err)
-		}
-		if v, ok := MustGet(t, raw, "fmt:"+k); ok {
-			t.Fatalf("the release before's claim, released by its token: %q left", v)
-		}
-	})
-
-	// A claim of the release before histories: taken over, its start is
-	// the history's first; its own release still works on it.
-	t.Run("ClaimOfTheReleaseBeforeHistories", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
-		oldStart := time.Now().Add(-2 * time.Minute).UnixMilli()
-		old := fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.%d.%d", oldStart, oldStart+60000)
-		MustSet(t, raw, "fmt:"+k, old)
-		got := storetest.MustClaimDigest(t, s, ctx, k, "tok-b", "DgB", time.Minute)
-		if got.State != ports.TakenOver || got.Lease.Token != "0a1b2c3d4e5f60718293a4b5" || got.Lease.First.UnixMilli() != oldStart || got.Lease.Digest != "" {
-			t.Fatalf("claim over the release before's abandoned claim: %+v, want taken_over, First its start %d, no digest", got, oldStart)
-		}
-		v, _ := MustGet(t, raw, "fmt:"+k)
-		if _, lease := prevReleaseLease(t, v); !strings.HasPrefix(v, fmt.Sprintf("pending:tok-b..%d..", oldStart+60000)) || lease[0] != oldStart {
-			t.Fatalf("stored %q, want our claim carrying the old lease and no sender or digest", v)
-		}
-
-		// Its own claims, live: it releases them with the same script.
-		MustSet(t, raw, "fmt:"+k, fmt.Sprintf("pending:0a1b2c3d4e5f60718293a4b5.%d.%d", time.Now().UnixMilli(), time.Now().Add(time.Minute).UnixMilli()))
-		if err := s.Release(ctx, k, "0a1b2c3d4e5f60718293a4b5"); err != nil {
-			t.Fatal(err)
-		}
-		if v, ok := MustGet(t, raw, "fmt:"+k); ok {
-			t.Fatalf("the release before's claim, released by its token: %q left", v)
+		if l := mustDecodeLease(t, v); l.Token != "tok-b" || !l.First.Equal(firstLease.Start) || l.Digest != "Dg-_x9" {
+			t.Fatalf("after the takeover %q reads as %+v; want tok-b's claim from tok-a's start %v with its digest", v, l, firstLease.Start)
 		}
 	})
 
@@ -286,8 +203,6 @@ func TestKeyFormat(t *testing.T) {
 		if err := s.Record(ctx, k, r, time.Hour); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
-		// A worker of the release before reads "sent:<ms>:" and takes the
-		// rest for the provider id: it still suppresses the replay.
 		if v, _ := MustGet(t, raw, "fmt:"+k); v != "sent:1775121240123:~Zx9_k2:<a:b@mail.example>" {
 			t.Fatalf("stored %q, want sent:1775121240123:~Zx9_k2:<a:b@mail.example>", v)
 		}
@@ -297,30 +212,11 @@ func TestKeyFormat(t *testing.T) {
 		}
 	})
 
-	// Values written by the release before leases and fingerprints, as a
-	// rolling upgrade leaves them: honoured, never taken for foreign.
-	t.Run("ClaimWithoutLeaseHonoured", func(t *testing.T) {
-		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
-		if err := raw.Do(ctx, raw.B().Set().Key("fmt:"+k).Value("pending:0a1b2c3d4e5f60718293a4b5").PxMilliseconds(60000).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		got := storetest.MustClaim(t, s, ctx, k, "tok-b", time.Minute)
-		if got.State != ports.InFlight || got.Lease.Token != "0a1b2c3d4e5f60718293a4b5" || !got.Lease.Until.IsZero() {
-			t.Fatalf("claim over an old claim: %+v, want in_flight owned by its token, lease unknown", got)
-		}
-		if err := s.Release(ctx, k, "0a1b2c3d4e5f60718293a4b5"); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
-		if got := storetest.MustClaim(t, s, ctx, k, "tok-c", time.Minute); got.State != ports.Claimed {
-			t.Fatalf("after releasing the old claim by its token: %v, want claimed", got.State)
-		}
-	})
-
 	t.Run("SentRecordWrittenElsewhere", func(t *testing.T) {
 		// The documented format is a contract: a record written by another
-		// tool (a backfill, an older worker) reads back.
+		// tool (a backfill) reads back.
 		s, k := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "fmt:"}), uniqueKey(t)
-		MustSet(t, raw, "fmt:"+k, "sent:1775121240000:SM0123")
+		MustSet(t, raw, "fmt:"+k, "sent:1775121240000:~Zx9_k2ab:SM0123")
 		got := storetest.MustClaim(t, s, ctx, k, "tok", time.Minute)
 		want := time.Date(2026, 4, 2, 9, 14, 0, 0, time.UTC)
 		if got.State != ports.AlreadySent || got.Receipt.ProviderID != "SM0123" || !got.Receipt.SentAt.Equal(want) {
@@ -336,13 +232,19 @@ func TestForeignValue(t *testing.T) {
 	s := MustStore(t, redis.Config{URL: srv.URL(), Format: redis.Readable, KeyPrefix: "foreign:"})
 
 	for name, value := range map[string]string{
-		"PlainString":   "hello-secret-value",
-		"SentNoTime":    "sent:",
-		"SentBadTime":   "sent:yesterday:SM1",
-		"SentNoID":      "sent:1775121240000",
-		"UpperCase":     "PENDING:tok",
-		"EmptyString":   "",
-		"LooksLikeJSON": `{"sent":true}`,
+		"PlainString": "hello-secret-value",
+		"SentNoTime":  "sent:",
+		"SentBadTime": "sent:yesterday:SM1",
+		"SentNoID":    "sent:1775121240000",
+		"UpperCase":   "PENDING:tok",
+		// Claims and records of shapes the store does not write.
+		"ClaimWithoutLease":          "pending:0a1b2c3d4e5f60718293a4b5",
+		"ClaimWithLeaseOnly":         "pending:0a1b2c3d4e5f60718293a4b5.1775121240000.1775121300000",
+		"ClaimWithoutSender":         "pending:0a1b2c3d4e5f60718293a4b5.Dg.1775121240000.1775121240000.1775121300000",
+		"ClaimWithBadTime":           "pending:0a1b2c3d4e5f60718293a4b5..1775121300000.Dg.soon.1775121240000.1775121300000",
+		"SentWithoutFingerprintMark": "sent:1775121240000:SM0123",
+		"EmptyString":                "",
+		"LooksLikeJSON":              `{"sent":true}`,
 		// Integers outside the compact records' range, or not in the
 		// decimal form Redis gives back.
 		"SmallInteger":    "12345",
@@ -421,7 +323,7 @@ func TestOutage(t *testing.T) {
 	mustRecover := func(t *testing.T, srv *redistest.Server, s *redis.Store) {
 		t.Helper()
 		k := uniqueKey(t)
-		waitFor(t, 5*time.Second, "store answers after the outage", func() error {
+		wait.For(t, 5*time.Second, "store answers after the outage", func() error {
 			_, err := s.Claim(context.Background(), k, "tok-after", "", "", time.Minute)
 			return err
 		})
@@ -547,7 +449,7 @@ func TestACLAndDatabase(t *testing.T) {
 	t.Run("CompactReadingBoth", func(t *testing.T) {
 		cfg := redis.Config{URL: url, CompactPrefix: "acl-c:", KeyPrefix: "acl:", ReadBoth: true}
 		s, k := MustStore(t, cfg), uniqueKey(t)
-		MustSet(t, srv.MustClient(t, 3), "acl:"+k, "sent:1775121240000:SM1")
+		MustSet(t, srv.MustClient(t, 3), "acl:"+k, "sent:1775121240000:~Zx9_k2ab:SM1")
 		if got := storetest.MustClaim(t, s, ctx, k, "tok-a", time.Minute); got.State != ports.AlreadySent {
 			t.Fatalf("claim with a readable record: %v, want already_sent", got.State)
 		}
@@ -681,40 +583,12 @@ func TestMaxCalls(t *testing.T) {
 	}
 }
 
-// prevReleaseLease reads a claim as the release before histories did: the
-// last two dot-separated fields are the lease, the rest is the owner.
-func prevReleaseLease(tb testing.TB, v string) (owner string, lease [2]int64) {
+// mustDecodeLease reads a claim's lease as the store does.
+func mustDecodeLease(tb testing.TB, v string) ports.Lease {
 	tb.Helper()
-	rest, found := strings.CutPrefix(v, "pending:")
-	i := strings.LastIndexByte(rest, '.')
-	j := strings.LastIndexByte(rest[:max(i, 0)], '.')
-	if !found || i < 0 || j < 0 {
-		tb.Fatalf("%q: not a claim with a lease", v)
+	c, ok := redis.Decode(v)
+	if !ok || c.State != ports.InFlight {
+		tb.Fatalf("%q: not a claim (%+v, %v)", v, c, ok)
 	}
-	start, err1 := strconv.ParseInt(rest[j+1:i], 10, 64)
-	until, err2 := strconv.ParseInt(rest[i+1:], 10, 64)
-	if err1 != nil || err2 != nil {
-		tb.Fatalf("%q: lease fields: %v, %v", v, err1, err2)
-	}
-	return rest[:j], [2]int64{start, until}
-}
-
-// senderlessReleaseLease reads a claim as the release before senders did,
-// from the right: the lease's end, the history's first start, the lease's
-// start and the digest, the rest being the owner.
-func senderlessReleaseLease(tb testing.TB, v string) (owner, digest string, lease [3]int64) {
-	tb.Helper()
-	rest, found := strings.CutPrefix(v, "pending:")
-	f := strings.Split(rest, ".")
-	if !found || len(f) < 5 {
-		tb.Fatalf("%q: not a claim with a history", v)
-	}
-	n := len(f)
-	for i, field := range f[n-3:] {
-		var err error
-		if lease[i], err = strconv.ParseInt(field, 10, 64); err != nil {
-			tb.Fatalf("%q: lease field %q: %v", v, field, err)
-		}
-	}
-	return strings.Join(f[:n-4], "."), f[n-4], lease
+	return c.Lease
 }

@@ -48,7 +48,7 @@ func TestTakeoverMeetsAValueNotOurs(t *testing.T) {
 	}
 	now := time.Now()
 	dead := newClaim("dead-worker", "dgst01", "", now.Add(-time.Minute), time.Second) // its lease passed
-	found, ok := decodeValue(dead.encode())
+	found, ok := Decode(dead.encode())
 	if !ok || !found.Lease.Passed(now) {
 		t.Fatalf("the abandoned claim decodes to %+v, %v", found, ok)
 	}

@@ -8,67 +8,40 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// The values the store writes under a key, newest version first:
+// The values the store writes under a key, and the only ones it reads:
 //
 //	pending:<token>.<sender>.<firstuntilms>.<digest>.<startms>.<firstms>.<untilms>
-//	                                        a claim, its lease (start and
-//	                                        end, Unix milliseconds) and its
-//	                                        history, carried through
-//	                                        takeovers: the first claim's
-//	                                        sender, lease end, digest and
-//	                                        start (sender and digest may be
-//	                                        empty)
-//	pending:<token>.<digest>.<startms>.<firstms>.<untilms>
-//	                                        a claim written before histories
-//	                                        kept the sender and the first
-//	                                        lease's end (read as its own
-//	                                        until)
-//	pending:<token>.<startms>.<untilms>     a claim written before histories,
-//	                                        whose history is its own lease
-//	pending:<token>                         a claim written before leases: live
-//	                                        for as long as its key
-//	sent:<unixms>:~<fingerprint>:<id>       a sent record and the fingerprint
-//	                                        of what was sent
-//	sent:<unixms>:<id>                      a sent record written before
-//	                                        fingerprints
+//	                                        a claim: its token, its lease
+//	                                        (start and end, Unix
+//	                                        milliseconds) and its history,
+//	                                        carried through takeovers: the
+//	                                        first claim's sender, lease end,
+//	                                        digest and start (sender and
+//	                                        digest may be empty)
+//	sent:<unixms>:~<fingerprint>:<id>       a sent record, the fingerprint
+//	                                        of what was sent (may be empty)
+//	                                        and the provider id, colons
+//	                                        included
 //	<decimal integer in [2^62, 2^63)>       a compact sent record (see
 //	                                        encodeCompact)
 //
-// A claim is written in the same form whatever the Format: it lives for
-// a lease, and an abandoned one is rare, so its size does not matter. A
-// sent record is written compact under a Compact key when it can be, else
-// in the newest sent: form.
-//
-// Every string version keeps the prefixes and the decimal send time of the first,
-// so workers of different releases share keys during a rolling upgrade:
-// the first release reads a claim with a lease as another worker's claim
-// (whose owner is "<token>.<start>.<until>") and a record with a
-// fingerprint as sent (whose provider id is "~<fingerprint>:<id>"). A
-// provider id never starts with '~' (Twilio SIDs are letters and digits, a
-// Message-ID starts with '<'), which tells the two sent forms apart; a
-// token never contains '.'.
-//
-// Each claim form adds its fields before those of the form it follows, and
-// every release reads a claim from the right: the last two fields are the
-// lease as the release before histories reads it (the history's first
-// start, and the lease's end), and the last four the digest, the lease's
-// start, the history's first start and the lease's end, as the release
-// that kept no sender reads them. Either finds a claim of this release
-// live or abandoned as its until says, takes it over by its exact value
-// (writing its own form, without what it does not know), and never
-// releases it: the owner it compares ("<token>.<sender>.<firstuntil>", or
-// longer) is no token of its own. A worker of those releases taking such
-// a claim over asks the provider about the first send's start and digest,
-// and about its own sender. Their own claims are read here with what they
-// hold (a sender left empty, the first lease's end taken to be the lease's
-// own), and released by the same script (which matches "pending:<token>"
-// and a '.' after it). A digest never contains '.'; a sender's '.' and '%'
-// are written %2E and %25.
+// A claim is written in the same form whatever the Format: it lives for a
+// lease, and an abandoned one is rare, so its size does not matter, and
+// workers writing either format take it over by comparing one value on one
+// key. A sent record is written compact under a Compact key when it can
+// be, else in the sent: form. These are what a mixed fleet writes through
+// the rolling deploy that changes Format (ADR-0008): every worker of it
+// reads all three under either key. Anything else under a key is not ours
+// (ErrForeignValue). A token and a digest never contain '.'; a sender's
+// '.' and '%' are written %2E and %25.
 const (
 	pendingPrefix   = "pending:"
 	sentPrefix      = "sent:"
 	fingerprintMark = "~"
 )
+
+// claimFields is how many '.'-separated fields follow pendingPrefix.
+const claimFields = 7
 
 // claimValue is a claim the store writes: token's, with a lease of ttl
 // from start, and its history (see ports.Lease).
@@ -96,16 +69,6 @@ func (c claimValue) until() time.Time {
 // inherit is c taking prev over: c's lease, prev's history.
 func (c claimValue) inherit(prev ports.Lease) claimValue {
 	c.first, c.firstUntil, c.digest, c.sender = prev.First, prev.FirstUntil, prev.Digest, prev.Sender
-	if c.first.IsZero() {
-		c.first, c.firstUntil = prev.Start, prev.Until
-	}
-	if c.first.IsZero() {
-		// A claim without a lease is never taken over.
-		c.first, c.firstUntil = c.start, c.until()
-	}
-	if c.firstUntil.IsZero() {
-		c.firstUntil = prev.Until
-	}
 	return c
 }
 
@@ -124,14 +87,9 @@ var (
 	senderUnescapes = strings.NewReplacer("%2E", ".", "%25", "%")
 )
 
-// encodeSent is the value of a sent record. A receipt without a fingerprint
-// is written in the first form, which is shorter.
+// encodeSent is the sent: form of a record.
 func encodeSent(r ports.Receipt) string {
-	at := sentPrefix + strconv.FormatInt(r.SentAt.UnixMilli(), 10) + ":"
-	if r.Fingerprint == "" && !strings.HasPrefix(r.ProviderID, fingerprintMark) {
-		return at + r.ProviderID
-	}
-	return at + fingerprintMark + r.Fingerprint + ":" + r.ProviderID
+	return sentPrefix + strconv.FormatInt(r.SentAt.UnixMilli(), 10) + ":" + fingerprintMark + r.Fingerprint + ":" + r.ProviderID
 }
 
 // encodeRecord is the value of a sent record in format f.
@@ -212,18 +170,14 @@ func fingerprintBits(f string) (bits uint32, ok bool) {
 	return bits, true
 }
 
-// Decode reads a value a store wrote under one of its keys, in any format
-// of any release, as Claim would report it: AlreadySent with what the
-// record kept, or InFlight with the claim's lease. ok is false for a value
-// no store writes. It is for tools and tests that read keys by hand.
-func Decode(v string) (c ports.Claim, ok bool) { return decodeValue(v) }
-
-// decodeValue reads a value of any version as what Claim found: InFlight
-// with the claim's lease, or AlreadySent with the record. ok is false for a
-// value this store did not write.
-func decodeValue(v string) (c ports.Claim, ok bool) {
+// Decode reads a value the store writes (see the list above) as Claim
+// reports it: AlreadySent with what the record kept, or InFlight with the
+// claim's lease. ok is false for any other value. Tools and tests that
+// read keys by hand use it too.
+func Decode(v string) (c ports.Claim, ok bool) {
 	if owner, found := strings.CutPrefix(v, pendingPrefix); found {
-		return ports.Claim{State: ports.InFlight, Lease: decodeLease(owner)}, owner != ""
+		l, ok := decodeLease(owner)
+		return ports.Claim{State: ports.InFlight, Lease: l}, ok
 	}
 	r, ok := decodeSent(v)
 	if !ok {
@@ -232,70 +186,44 @@ func decodeValue(v string) (c ports.Claim, ok bool) {
 	return ports.Claim{State: ports.AlreadySent, Receipt: r}, ok
 }
 
-// decodeLease reads a claim's owner in any form of the list above, from
-// the right: the last field is the lease's end, as every release reads
-// it, and each form's fields come before those of the form it follows.
-// Any other shape is read as a bare token.
-func decodeLease(owner string) ports.Lease {
+// decodeLease reads what follows pendingPrefix in a claim; ok is false
+// unless it has the claim's fields, its times in Unix milliseconds.
+func decodeLease(owner string) (l ports.Lease, ok bool) {
 	f := strings.Split(owner, ".")
-	n := len(f)
-	millis := func(i int) (time.Time, bool) {
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		return time.UnixMilli(v).UTC(), err == nil
+	if len(f) != claimFields || f[0] == "" {
+		return ports.Lease{}, false
 	}
-	token := func(fields int) string { return strings.Join(f[:n-fields], ".") }
-	if n < 3 {
-		return ports.Lease{Token: owner}
-	}
-	until, ok1 := millis(n - 1)
-	start, ok2 := millis(n - 2)
-	if !ok1 || !ok2 || token(2) == "" {
-		return ports.Lease{Token: owner}
-	}
-	l := ports.Lease{Token: token(2), Start: start, Until: until, First: start, FirstUntil: until}
-	// With a history, the field before until is the first start, and the
-	// lease's own start and the digest come before it.
-	own, ok := time.Time{}, false
-	if n >= 5 && token(4) != "" {
-		own, ok = millis(n - 3)
-	}
-	if !ok {
-		return l
-	}
-	l.Token, l.Start, l.Digest = token(4), own, f[n-4]
-	// With a sender, the first lease's end and the sender come before.
-	if n >= 7 && token(6) != "" {
-		if firstUntil, ok := millis(n - 5); ok {
-			l.Token, l.FirstUntil, l.Sender = token(6), firstUntil, senderUnescapes.Replace(f[n-6])
+	var t [4]time.Time
+	for i, field := range [...]string{f[2], f[4], f[5], f[6]} {
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return ports.Lease{}, false
 		}
+		t[i] = time.UnixMilli(n).UTC()
 	}
-	return l
+	return ports.Lease{
+		Token: f[0], Start: t[1], Until: t[3],
+		First: t[2], FirstUntil: t[0], Digest: f[3], Sender: senderUnescapes.Replace(f[1]),
+	}, true
 }
 
-// decodeSent parses either sent form. The provider id is everything after
-// the time (and the fingerprint), colons included.
+// decodeSent reads the sent: form. The provider id is everything after
+// the fingerprint, colons included.
 func decodeSent(v string) (ports.Receipt, bool) {
 	rest, ok := strings.CutPrefix(v, sentPrefix)
 	if !ok {
 		return ports.Receipt{}, false
 	}
-	at, id, ok := strings.Cut(rest, ":")
+	at, rest, ok := strings.Cut(rest, ":"+fingerprintMark)
 	if !ok {
 		return ports.Receipt{}, false
 	}
+	fp, id, ok := strings.Cut(rest, ":")
 	unixms, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
+	if !ok || err != nil {
 		return ports.Receipt{}, false
 	}
-	r := ports.Receipt{ProviderID: id, SentAt: time.UnixMilli(unixms).UTC()}
-	if marked, ok := strings.CutPrefix(id, fingerprintMark); ok {
-		fp, pid, ok := strings.Cut(marked, ":")
-		if !ok {
-			return ports.Receipt{}, false
-		}
-		r.Fingerprint, r.ProviderID = fp, pid
-	}
-	return r, true
+	return ports.Receipt{ProviderID: id, SentAt: time.UnixMilli(unixms).UTC(), Fingerprint: fp}, true
 }
 
 // ms converts a TTL to the milliseconds PX takes. PX rejects 0 and negative

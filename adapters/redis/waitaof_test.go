@@ -8,6 +8,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/redis"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -106,7 +107,7 @@ func TestWaitAOF_ReplicaWithoutAOF(t *testing.T) {
 	}
 	// The record did reach the replica's memory: what was missing is its
 	// AOF, which only WAITAOF asks for.
-	waitFor(t, 10*time.Second, "the record on the replica", func() error {
+	wait.For(t, 10*time.Second, "the record on the replica", func() error {
 		if _, ok := MustGet(t, onReplica, cfg.Key(r)); !ok {
 			return errors.New("absent")
 		}
@@ -136,7 +137,7 @@ func TestWaitAOF_PromptWithFsyncAlways(t *testing.T) {
 	s := MustStore(t, redis.Config{URL: primary.URL(), Timeout: budget, MinReplicas: 1, WaitAOF: true})
 	// The replica's first write to its AOF waits for the rewrite that
 	// follows its initial sync: not what is tested.
-	waitFor(t, 30*time.Second, "a first acknowledged record", func() error {
+	wait.For(t, 30*time.Second, "a first acknowledged record", func() error {
 		return s.Record(testCtx(t), uniqueKey(t), ports.Receipt{ProviderID: "SM0", SentAt: time.Now()}, time.Hour)
 	})
 	onReplica := replica.MustClient(t, 0)

@@ -168,7 +168,7 @@ func bodyParts(t *testing.T, msg *mail.Message) map[string]string {
 }
 
 func TestHostileHeaders(t *testing.T) {
-	tpl, err := domain.LoadTemplates("")
+	tpl, err := domain.LoadTemplates(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,22 +8,33 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Settings are the variables the SMTP notifier reads, in the order the
-// worker's configuration reference (and the README's table) lists them.
-var Settings = []ports.Setting{
-	{Name: "SMTP_HOST", Meaning: "SMTP server host name, without the port; required with `EMAIL_NOTIFIER=smtp`."},
-	{Name: "SMTP_PORT", Default: "587", Meaning: "SMTP server port."},
-	{Name: "SMTP_USERNAME", Meaning: "SMTP user name. Empty: no authentication."},
-	{Name: "SMTP_PASSWORD", Meaning: "SMTP password; needs `SMTP_USERNAME`.", Secret: true},
-	{Name: "SMTP_FROM", Meaning: "Sender address, display name allowed (`Harborlight <noreply@example.com>`). Required with `SMTP_HOST`."},
-	{Name: "SMTP_TLS_POLICY", Default: "mandatory", Meaning: "`mandatory` (STARTTLS or fail), `opportunistic` (STARTTLS when offered) or `none`."},
+// Provider is the SMTP relay as the worker offers it on the email channel:
+// EMAIL_NOTIFIER=smtp (or console), configured by SMTP_HOST. It sets no
+// Timeout: the domain bounds every send with SEND_TIMEOUT.
+var Provider = ports.Provider{
+	Name:     "smtp",
+	Variable: "EMAIL_NOTIFIER",
+	AlwaysOn: true,
+	Settings: []ports.Setting{
+		{Name: "SMTP_HOST", Meaning: "SMTP server host name, without the port; required with `EMAIL_NOTIFIER=smtp`."},
+		{Name: "SMTP_PORT", Default: "587", Meaning: "SMTP server port."},
+		{Name: "SMTP_USERNAME", Meaning: "SMTP user name. Empty: no authentication."},
+		{Name: "SMTP_PASSWORD", Meaning: "SMTP password; needs `SMTP_USERNAME`.", Secret: true},
+		{Name: "SMTP_FROM", Meaning: "Sender address, display name allowed (`Harborlight <noreply@example.com>`). Required with `SMTP_HOST`."},
+		{Name: "SMTP_TLS_POLICY", Default: "mandatory", Meaning: "`mandatory` (STARTTLS or fail), `opportunistic` (STARTTLS when offered) or `none`."},
+	},
+	Load: func(s ports.Settings) bool { return LoadSettings(s).Host != "" },
+	Open: func(s ports.Settings, _ ports.NotifierEnv) (ports.Notifier, error) {
+		return New(LoadSettings(s))
+	},
 }
 
-// LoadSettings reads Settings through s into a Config, the one place their
-// rules are written: each variable is checked, and a bad one reported with
-// s.Fail (and left zero); so is a partial set. Host is empty when SMTP is
-// not configured (email goes to the console). A Config it returns with
-// no problem reported passes New's checks. It sets no Timeout.
+// LoadSettings reads the Provider's settings through s into a Config, the
+// one place their rules are written: each variable is checked, and a bad
+// one reported with s.Fail (and left zero); so is a partial set. Host is
+// empty when SMTP is not configured (email goes to the console). A Config
+// it returns with no problem reported passes New's checks. It sets no
+// Timeout.
 //
 // With some of SMTP_HOST, SMTP_FROM, SMTP_USERNAME and SMTP_PASSWORD set,
 // the operator expects email through SMTP, and silently printing it to
@@ -38,12 +49,7 @@ func LoadSettings(s ports.Settings) Config {
 		Password: s.String("SMTP_PASSWORD"),
 		From:     address(s, "SMTP_FROM"),
 	}
-	switch p := s.String("SMTP_TLS_POLICY"); p {
-	case "mandatory", "opportunistic", "none":
-		cfg.TLSPolicy = p
-	default:
-		s.Fail("SMTP_TLS_POLICY", "want one of mandatory, opportunistic, none")
-	}
+	cfg.TLSPolicy = s.OneOf("SMTP_TLS_POLICY", "mandatory", "opportunistic", "none")
 	if s.Set("SMTP_HOST") {
 		if !s.Set("SMTP_FROM") {
 			s.Fail("SMTP_FROM", "required when SMTP_HOST is set")

@@ -34,6 +34,7 @@
 package smtp
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -470,22 +471,10 @@ func (n *Notifier) message(m ports.Message, rcpt *mail.Address) (*gomail.Msg, st
 	return msg, id
 }
 
-// Validate returns the error New would return for cfg, without building
-// anything: every invalid field at once, never the password. Zero fields
-// take their defaults first, as in New.
-func (cfg Config) Validate() error {
-	_, err := cfg.withDefaults().check()
-	return err
-}
-
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
-	}
-	if cfg.TLSPolicy == "" {
-		cfg.TLSPolicy = DefaultTLSPolicy
-	}
+	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
+	cfg.TLSPolicy = cmp.Or(cfg.TLSPolicy, DefaultTLSPolicy)
 	return cfg
 }
 

@@ -21,6 +21,7 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/internal/testcert"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -356,7 +357,7 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("MandatoryWithSTARTTLSAndAuth", func(t *testing.T) {
-		serverTLS, clientTLS := smtptest.SelfSignedTLS(t)
+		serverTLS, clientTLS := testcert.New(t)
 		srv := smtptest.StartServer(t, smtptest.Script{TLS: serverTLS, Users: map[string]string{"mailer": "pw"}})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"
@@ -370,7 +371,7 @@ func TestTLSPolicy(t *testing.T) {
 	})
 
 	t.Run("ErrUntrustedCertificateIsUnavailable", func(t *testing.T) {
-		serverTLS, _ := smtptest.SelfSignedTLS(t)
+		serverTLS, _ := testcert.New(t)
 		srv := smtptest.StartServer(t, smtptest.Script{TLS: serverTLS})
 		cfg := plainConfig(srv)
 		cfg.TLSPolicy = "mandatory"

@@ -8,26 +8,40 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// Settings are the variables the Twilio notifier reads, in the order the
-// worker's configuration reference (and the README's table) lists them.
-var Settings = []ports.Setting{
-	{Name: "TWILIO_ACCOUNT_SID", Meaning: "Twilio account SID (letters and digits). With `TWILIO_AUTH_TOKEN` and a sender, Twilio is configured (see `SMS_NOTIFIER`); a partial set is an error."},
-	{Name: "TWILIO_AUTH_TOKEN", Meaning: "Twilio auth token (letters and digits).", Secret: true},
-	{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},
-	{Name: "TWILIO_MESSAGING_SERVICE_SID", Meaning: "Twilio Messaging Service SID, the alternative to `TWILIO_FROM_NUMBER`."},
-	{Name: "TWILIO_API_URL", Default: "https://api.twilio.com", Meaning: "Absolute `http(s)` base URL of the Twilio API (a proxy, a test double), without user info, query or fragment."},
-	{Name: "TWILIO_LIST_LAG", Default: "1m", Meaning: "How long Twilio's Messages list may lag the messages Twilio accepted. Reconciling an SMS whose send outcome was unknown answers \"not delivered\" only once its attempt ended this long ago; before, a message not listed is \"cannot tell\". Twilio is asked at once, then once this long after the send (docs/reconciliation.md)."},
+// Provider is Twilio as the worker offers it on the SMS channel:
+// SMS_NOTIFIER=twilio (or console), configured by the account SID, the
+// auth token and a sender together (Config.Configured).
+var Provider = ports.Provider{
+	Name:     "twilio",
+	Variable: "SMS_NOTIFIER",
+	AlwaysOn: true,
+	Settings: []ports.Setting{
+		{Name: "TWILIO_ACCOUNT_SID", Meaning: "Twilio account SID (letters and digits). With `TWILIO_AUTH_TOKEN` and a sender, Twilio is configured (see `SMS_NOTIFIER`); a partial set is an error."},
+		{Name: "TWILIO_AUTH_TOKEN", Meaning: "Twilio auth token (letters and digits).", Secret: true},
+		{Name: "TWILIO_FROM_NUMBER", Meaning: "Sender phone number, E.164 (`+15551234567`). Set it or `TWILIO_MESSAGING_SERVICE_SID`."},
+		{Name: "TWILIO_MESSAGING_SERVICE_SID", Meaning: "Twilio Messaging Service SID, the alternative to `TWILIO_FROM_NUMBER`."},
+		{Name: "TWILIO_API_URL", Default: "https://api.twilio.com", Meaning: "Absolute `http(s)` base URL of the Twilio API (a proxy, a test double), without user info, query or fragment."},
+		{Name: "TWILIO_LIST_LAG", Default: "1m", Meaning: "How long Twilio's Messages list may lag the messages Twilio accepted. Reconciling an SMS whose send outcome was unknown answers \"not delivered\" only once its attempt ended this long ago; before, a message not listed is \"cannot tell\". Twilio is asked at once, then once this long after the send (docs/reconciliation.md)."},
+	},
+	Load: func(s ports.Settings) bool { return LoadSettings(s).Configured() },
+	Open: func(s ports.Settings, env ports.NotifierEnv) (ports.Notifier, error) {
+		cfg := LoadSettings(s)
+		// At most one SMS per record in flight: a connection each.
+		cfg.Timeout, cfg.MaxConns = env.SendTimeout, env.MaxConns
+		return New(cfg)
+	},
 }
 
 // e164 is the E.164 format Twilio requires of a sender: "+", a country
 // code that does not start with 0, at most 15 digits in all.
 var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 
-// LoadSettings reads Settings through s into a Config, the one place their
-// rules are written: each variable is checked, and a bad one reported with
-// s.Fail (and left zero); so is a partial set. It sets neither Timeout nor
-// MaxConns, which are the worker's. Twilio is configured when AccountSID,
-// AuthToken and a sender are all set (Configured).
+// LoadSettings reads the Provider's settings through s into a Config, the
+// one place their rules are written: each variable is checked, and a bad
+// one reported with s.Fail (and left zero); so is a partial set. It sets
+// neither Timeout nor MaxConns, which are the worker's. Twilio is
+// configured when AccountSID, AuthToken and a sender are all set
+// (Configured).
 //
 // With some credentials given, the operator expects SMS through Twilio,
 // and silently printing them to the console instead would lose every SMS:

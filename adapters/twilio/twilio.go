@@ -1,18 +1,7 @@
 // Package twilio is the SMS ports.Notifier: it sends each message through
 // Twilio's Messages API with github.com/twilio/twilio-go, and classifies
-// Twilio's answers into the ports error kinds.
-//
-// Classification (see Send): Twilio's 4xx about the message (21211 invalid
-// number, 21614 not a mobile number) is Permanent; 21610 (the recipient
-// replied STOP) is Permanent and wraps ports.ErrRecipientOptedOut; 401,
-// 403, a 3xx, and the 4xx codes about our sender (21212, 21606, ...: see
-// senderCodes) are Unavailable, because the operator must fix them and they
-// must not dead-letter every SMS meanwhile; a request that was written and
-// got no answer, and any 5xx (Twilio's JSON or a gateway's page) wrap
-// ports.ErrOutcomeUnknown, because Twilio may have accepted the message;
-// 429 and 21611 are backpressure (below); 408 and failures before the
-// request was written (dial, DNS, TLS) are retryable. Only a 2xx counts as
-// sent.
+// Twilio's answers into the ports error kinds (see Send). Only a 2xx
+// counts as sent.
 //
 // # Refusals and backpressure
 //
@@ -50,6 +39,7 @@
 package twilio
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,14 +171,9 @@ type sendInProgress struct {
 
 // alphanumeric is what Twilio accepts as an account SID, auth token or
 // messaging service SID; it answers anything else with error 21222 (invalid
-// credentials) at the first send.
+// credentials) at the first send. It is the one statement of that rule:
+// New checks Config with it, and LoadSettings the variables.
 var alphanumeric = regexp.MustCompile(`^[a-zA-Z0-9]+$`)
-
-// Alphanumeric reports whether id has the form Twilio accepts for an
-// account SID, an auth token or a messaging service SID: one or more ASCII
-// letters and digits. It is the one statement of that rule: New checks
-// Config with it, and configuration loaders check the variables with it.
-func Alphanumeric(id string) bool { return alphanumeric.MatchString(id) }
 
 // New validates cfg, applies defaults and returns a Notifier with its
 // clients built. It does not contact Twilio. Its error names every missing
@@ -261,7 +246,9 @@ func pooledTransport(maxConns int) *http.Transport {
 //     message fails the same way again. An unsubscribed number (21610)
 //     also wraps ports.ErrRecipientOptedOut, with a receipt whose
 //     ProviderID is "opted-out:21610".
-//   - Unavailable: 401 or 403, credentials or account.
+//   - Unavailable: 401, 403, a 3xx, or a 4xx code about our sender
+//     (senderCodes): the operator must fix them, and they must not
+//     dead-letter every SMS meanwhile.
 //   - unknown (errors.Is(err, ports.ErrOutcomeUnknown)): the request was
 //     written whole and no answer came (a timeout, ctx done, the connection
 //     reset or closed); or any 5xx, JSON or not: Twilio's own 500 and 503
@@ -596,31 +583,13 @@ func (n *Notifier) redirected(raw string) string {
 	return u.String()
 }
 
-// Validate returns the error New would return for cfg, without building
-// anything: every missing or invalid field at once, never the auth token.
-// Zero fields take their defaults first, as in New.
-func (cfg Config) Validate() error {
-	_, err := cfg.withDefaults().validate()
-	return err
-}
-
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {
-	if cfg.APIURL == "" {
-		cfg.APIURL = DefaultAPIURL
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
-	if cfg.ListLag == 0 {
-		cfg.ListLag = DefaultListLag
-	}
-	if cfg.ClockSkew == 0 {
-		cfg.ClockSkew = DefaultClockSkew
-	}
+	cfg.APIURL = cmp.Or(cfg.APIURL, DefaultAPIURL)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.ListLag = cmp.Or(cfg.ListLag, DefaultListLag)
+	cfg.ClockSkew = cmp.Or(cfg.ClockSkew, DefaultClockSkew)
 	return cfg
 }
 
@@ -631,13 +600,13 @@ func (cfg Config) validate() (*url.URL, error) {
 	switch {
 	case cfg.AccountSID == "":
 		bad = append(bad, "AccountSID is required")
-	case !Alphanumeric(cfg.AccountSID):
+	case !alphanumeric.MatchString(cfg.AccountSID):
 		bad = append(bad, "AccountSID must be alphanumeric")
 	}
 	switch {
 	case cfg.AuthToken == "":
 		bad = append(bad, "AuthToken is required")
-	case !Alphanumeric(cfg.AuthToken):
+	case !alphanumeric.MatchString(cfg.AuthToken):
 		bad = append(bad, "AuthToken must be alphanumeric")
 	}
 	if cfg.From == "" && cfg.MessagingServiceSID == "" {

@@ -7,12 +7,8 @@ import (
 	"time"
 
 	"github.com/harborlight/notification-worker/adapters/breaker"
-	"github.com/harborlight/notification-worker/adapters/console"
-	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/redis"
-	"github.com/harborlight/notification-worker/adapters/smtp"
-	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -20,17 +16,18 @@ import (
 // The adapter registry: for each port, the adapters it can be given, by the
 // name its variable takes (EVENT_SOURCE, IDEMPOTENCY_STORE; each channel's
 // notifiers are in its row of channels). Adding an adapter is an entry here
-// and its name among the variable's values in config.
+// and its Provider among config.Providers, which offers its name as a
+// value of the variable.
 var (
 	// eventSources return the brokers the consumer dials.
 	eventSources = map[string]func(m *Main) ([]string, error){
-		"kafka":    func(m *Main) ([]string, error) { return m.Config.Kafka.Brokers, nil },
+		"kafka":    func(m *Main) ([]string, error) { return m.kafka.Brokers, nil },
 		"embedded": (*Main).startEmbedded,
 	}
-	// stores: a store that declares and reads its own settings
-	// (ports.Provider) is one line, providedStore(its Provider), as memory.
+	// stores: a store whose Provider opens it is one line,
+	// providedStore(its Provider), as memory.
 	stores = map[string]store{
-		"redis":  {open: (*Main).openRedis},
+		"redis":  {open: (*Main).openRedis, provider: &redis.Provider},
 		"memory": providedStore(memory.Provider),
 	}
 )
@@ -67,21 +64,20 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 	_, source := eventSources[c.Source]
 	st, store := stores[c.Store]
 	resolved := source && (store || c.Store == given)
-	shared := c.Store == "redis" || st.provider != nil && st.provider.Shared
+	shared := st.provider != nil && st.provider.Shared
 	forgets := st.provider != nil && !st.provider.Shared
 	for _, ch := range active(cfg, d) {
-		name := cfg.Notifier(ch.Variable)
+		name := cfg.Notifier(ch.Provider.Variable)
 		if d.Notifiers[ch.Name] != nil {
 			name = given
 		}
 		if shared && name == "console" {
-			c.consoleShared = append(c.consoleShared, ch.Variable)
+			c.consoleShared = append(c.consoleShared, ch.Provider.Variable)
 		}
 		if forgets && name != "console" && name != given {
 			c.realBesideMemory = append(c.realBesideMemory, name)
 		}
-		_, ok := ch.Notifiers[name]
-		resolved = resolved && (ok || name == given)
+		resolved = resolved && (name == ch.Provider.Name || name == "console" || name == given)
 		c.Notifiers[ch.Name] = name
 	}
 	if !resolved {
@@ -90,8 +86,7 @@ func choose(cfg config.Config, d Deps) (choice, error) {
 	return c, nil
 }
 
-// store is one entry of stores: how the worker opens it, and its Provider
-// when it declares its own settings.
+// store is one entry of stores: how the worker opens it, and its Provider.
 type store struct {
 	open     func(m *Main, ctx context.Context) (ports.IdempotencyStore, error)
 	provider *ports.Provider
@@ -121,28 +116,41 @@ func providedStore(p ports.Provider) store {
 	}}
 }
 
+// embeddedBroker starts the in-process broker with topics and returns its
+// addresses and what stops it. Only a development build links one
+// (devbroker.go, built with -tags devbroker: `make run`); in the production
+// binary it is nil, and EVENT_SOURCE=embedded and the demo refuse
+// (errNoEmbeddedBroker).
+var embeddedBroker func(topics ...string) (brokers []string, stop func(), err error)
+
+// errNoEmbeddedBroker is what EVENT_SOURCE=embedded and the demo get from a
+// binary without the in-process broker.
+var errNoEmbeddedBroker = errors.New("this binary has no embedded broker: only a development build has one (go build -tags devbroker; `make run` runs the demo on it)")
+
 // startEmbedded starts the in-process broker, with the topic and the dead
-// letter topic, and returns its address.
+// letter topic, and returns its address; in the production binary it
+// refuses EVENT_SOURCE=embedded as bad configuration.
 func (m *Main) startEmbedded() ([]string, error) {
-	emb, err := kafka.StartEmbedded(embeddedPartitions, m.Config.Kafka.Topic, m.Config.Kafka.DLQTopic)
+	if embeddedBroker == nil {
+		return nil, m.configError("EVENT_SOURCE", "embedded", errNoEmbeddedBroker.Error()+"; set EVENT_SOURCE=kafka and KAFKA_BROKERS")
+	}
+	brokers, stop, err := embeddedBroker(m.kafka.Topic, m.kafka.DLQTopic)
 	if err != nil {
 		return nil, err
 	}
-	m.closers = append(m.closers, emb.Close)
-	return emb.Brokers(), nil
+	m.closers = append(m.closers, stop)
+	return brokers, nil
 }
 
 // openRedis returns the Redis store behind the circuit breaker, the one
 // layer that decides Redis is unavailable; it also bounds what the handlers
 // leave unanswered on a server that went silent, and the store's ring is
 // sized to hold that bound, so no call waits for a free slot past its
-// deadline (see redis.Config).
+// deadline (see redis.Config; config.LoadWorker refused a bound the
+// largest ring cannot hold, and redis.New refuses it too).
 func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	cfg := m.Config.Idempotency
-	rcfg, err := storeConfig(m.Config)
-	if err != nil {
-		return nil, err
-	}
+	rcfg := storeConfig(m.Config)
 	unansweredFor, err := rcfg.UnansweredFor()
 	if err != nil {
 		return nil, err
@@ -151,15 +159,7 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 	// time, and the domain's one background writer of owed records.
 	bcfg, maxUnanswered := breaker.ForCallers(
 		breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown},
-		m.Config.Kafka.MaxInFlight+1, unansweredFor)
-	most, err := rcfg.MaxCalls()
-	if err != nil {
-		return nil, err
-	}
-	if maxUnanswered > most {
-		return nil, fmt.Errorf("MAX_IN_FLIGHT=%d with IDEMPOTENCY_BREAKER_COOLDOWN=%v and the Redis URL's write_timeout (a command may wait %v for its answer) would leave up to %d calls awaiting Redis; the store holds at most %d: lower MAX_IN_FLIGHT or write_timeout, or raise the cooldown",
-			m.Config.Kafka.MaxInFlight, cfg.BreakerCooldown, unansweredFor, maxUnanswered, most)
-	}
+		m.Config.MaxInFlight+1, unansweredFor)
 	rcfg.MaxUnanswered = maxUnanswered
 	rcfg.Health.Logger, rcfg.Health.Events = m.logger, m.metrics
 	rcfg.Health.Interval = redisHealthInterval
@@ -196,20 +196,11 @@ func (m *Main) openRedis(ctx context.Context) (ports.IdempotencyStore, error) {
 var redisHealthInterval time.Duration
 
 // storeConfig is the Redis store's configuration from the worker's: the
-// store's own settings (config.Config.RedisConfig) and the worker's
-// budget per call and sent records' TTL.
-func storeConfig(c config.Config) (redis.Config, error) {
-	rcfg, err := c.RedisConfig()
-	if err != nil {
-		return redis.Config{}, err
-	}
+// store's own settings (redis.LoadSettings) and the worker's budget per
+// call and sent records' TTL.
+func storeConfig(c config.Config) redis.Config {
+	rcfg := redis.LoadSettings(c.Settings())
 	rcfg.Timeout = c.Idempotency.Timeout
 	rcfg.KeepAbandoned = c.Idempotency.TTL
-	return rcfg, nil
+	return rcfg
 }
-
-func (m *Main) openTwilio() (ports.Notifier, error) { return twilio.New(m.Config.TwilioConfig()) }
-
-func (m *Main) openSMTP() (ports.Notifier, error) { return smtp.New(m.Config.SMTPConfig()) }
-
-func (m *Main) openConsole() (ports.Notifier, error) { return console.New(m.Stdout), nil }

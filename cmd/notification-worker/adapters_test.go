@@ -147,3 +147,22 @@ func mustStartWith(t *testing.T, logs string, want map[string]string) {
 	}
 	t.Fatalf("no worker_starting log in:\n%s", logs)
 }
+
+// Every provider the worker builds a channel or a store from is one config
+// composes, so its settings are read, checked and listed with the others.
+func TestProviders_ComposedByConfig(t *testing.T) {
+	composed := map[string]bool{}
+	for _, p := range config.Providers {
+		composed[p.Name] = true
+	}
+	for _, ch := range channels {
+		if !composed[ch.Provider.Name] {
+			t.Errorf("channel %s: provider %s is not in config.Providers", ch.Name, ch.Provider.Name)
+		}
+	}
+	for name, st := range stores {
+		if st.provider == nil || !composed[st.provider.Name] || st.provider.Name != name {
+			t.Errorf("store %s: its provider is not in config.Providers under that name", name)
+		}
+	}
+}

@@ -114,13 +114,12 @@ func TestCLI_KeyRedisDecodesWhatIsStored(t *testing.T) {
 	if err := st.Record(ctx, smsKey, ports.Receipt{SentAt: sentAt, Fingerprint: "Zx9_kQ", ProviderID: "SM1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	// A claim with a lease, as every release since leases reads it, under
-	// the compact key.
+	// A live claim under the compact key.
 	raw := srv.MustClient(t, 0)
-	start := time.Now().Truncate(time.Millisecond)
+	start, until := time.Now().UnixMilli(), time.Now().Add(time.Hour).UnixMilli()
 	MustSetRaw(t, raw, redis.Config{KeyPrefix: prefix}.Key(emailKey),
-		fmt.Sprintf("pending:tok42.%d.%d", start.UnixMilli(), start.Add(time.Hour).UnixMilli()))
-	// A readable record as a release before compact keys wrote it.
+		fmt.Sprintf("pending:tok42..%d..%d.%d.%d", until, start, start, until))
+	// A readable record, as a worker writing readable keys writes it.
 	MustSetRaw(t, raw, prefix+domain.NotificationKey("evt-2", ports.ChannelSMS),
 		"sent:1775121240000:~Ab3dE:SM00000000000000000000000000000042")
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // The group member's client.id, as the broker reports it, is the pod's
@@ -38,7 +40,7 @@ func TestMain_KafkaClientID(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer admin.Close()
-			waitFor(t, "the group's member", func() (bool, string) {
+			wait.For(t, waitWithin, "the group's member", func() (bool, string) {
 				groups, err := admin.DescribeConsumerGroups([]string{group})
 				if err != nil || len(groups) != 1 || len(groups[0].Members) != 1 {
 					return false, fmt.Sprintf("%v, %+v", err, groups)

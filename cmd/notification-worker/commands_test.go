@@ -78,6 +78,21 @@ func TestRun(t *testing.T) {
 		}
 	})
 
+	// The production binary links no embedded broker: EVENT_SOURCE=embedded
+	// and the demo are refused in one line, exit 2, before anything runs.
+	t.Run("WithoutEmbeddedBrokerExits2", func(t *testing.T) {
+		dev := embeddedBroker
+		embeddedBroker = nil
+		t.Cleanup(func() { embeddedBroker = dev })
+		for _, args := range [][]string{nil, {"demo"}} {
+			setEnv(t, map[string]string{"EVENT_SOURCE": "embedded", "HTTP_ADDR": "127.0.0.1:0"})
+			code, stdout, stderr := runCmd(t, "", args...)
+			if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "-tags devbroker") {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and one line naming -tags devbroker", args, code, stdout, stderr)
+			}
+		}
+	})
+
 	// The demo is `make run`: the incident replayed, each notification sent
 	// once, each replay suppressed, exit 0.
 	t.Run("Demo", func(t *testing.T) {

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/harborlight/notification-worker/adapters/console"
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
+	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -44,12 +48,16 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 		},
 	}))
 
-	emb, err := kafka.StartEmbedded(embeddedPartitions, cfg.Kafka.Topic, cfg.Kafka.DLQTopic)
+	if embeddedBroker == nil {
+		return errNoEmbeddedBroker
+	}
+	k := kafka.LoadSettings(cfg.Settings())
+	brokers, stop, err := embeddedBroker(k.Topic, k.DLQTopic)
 	if err != nil {
 		return err
 	}
-	defer emb.Close()
-	cfg.Kafka.Brokers = emb.Brokers()
+	defer stop()
+	cfg = cfg.With("KAFKA_BROKERS", strings.Join(brokers, ","))
 	// The demo's workers serve no probes: two of them run in turn, and the
 	// default :8080 may be taken on a developer's machine.
 	cfg.HTTPAddr = ""
@@ -61,7 +69,7 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 
 	store := memory.New(nil)
 	sends := &countingNotifier{next: console.New(stdout), perKey: map[string]int{}}
-	var totals [2]tally
+	var sent, suppressed int
 	for phase, title := range []string{
 		"first delivery",
 		"the consumer group restarts from offset 0, as on 2026-04-02",
@@ -72,27 +80,24 @@ func runDemo(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 				return err
 			}
 		}
-		t := &totals[phase]
 		notifiers := map[ports.Channel]ports.Notifier{}
 		for _, ch := range channelNames(channels) {
 			notifiers[ch] = sends
 		}
-		m := &Main{Config: cfg, Stdout: stdout, Deps: Deps{
-			Logger:        log,
-			Store:         store,
-			Notifiers:     notifiers,
-			Observer:      t,
-			RecordMetrics: t,
-		}}
-		if err := runUntil(ctx, m, func() bool { return t.handled() >= notifications && t.deadLettered.Load() >= 1 }); err != nil {
+		metrics := prometheus.New()
+		m := &Main{Config: cfg, Stdout: stdout, Deps: Deps{Logger: log, Store: store, Notifiers: notifiers, Metrics: metrics}}
+		if err := runUntil(ctx, m, func() bool {
+			c := countsOf(metrics)
+			return c.sent+c.suppressed >= notifications && c.deadLettered >= 1
+		}); err != nil {
 			return fmt.Errorf("phase %d: %w", phase+1, err)
 		}
+		c := countsOf(metrics)
 		fmt.Fprintf(stdout, "== phase %d: sent %d, duplicates suppressed %d, dead-lettered %d\n",
-			phase+1, t.outcome(ports.OutcomeSent), t.outcome(ports.OutcomeDuplicate), t.deadLettered.Load())
+			phase+1, c.sent, c.suppressed, c.deadLettered)
+		sent, suppressed = sent+c.sent, suppressed+c.suppressed
 	}
 
-	sent := totals[0].outcome(ports.OutcomeSent) + totals[1].outcome(ports.OutcomeSent)
-	suppressed := totals[0].outcome(ports.OutcomeDuplicate) + totals[1].outcome(ports.OutcomeDuplicate)
 	dup := sends.duplicates()
 	fmt.Fprintf(stdout, "sent %d, duplicates suppressed %d, duplicate sends %d\n", sent, suppressed, dup)
 	switch {
@@ -133,10 +138,10 @@ func runUntil(ctx context.Context, m *Main, done func() bool) error {
 // deleteGroup deletes the group's committed offsets once its last member has
 // left (the broker may need a moment to see the leave).
 func deleteGroup(ctx context.Context, cfg config.Config) error {
-	kcfg := kafka.Config{Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, GroupID: cfg.Kafka.GroupID}
+	k := kafka.LoadSettings(cfg.Settings())
 	var err error
 	for range 50 {
-		if err = kafka.DeleteGroup(ctx, kcfg); err == nil {
+		if err = kafka.DeleteGroup(ctx, k); err == nil {
 			return nil
 		}
 		select {
@@ -148,38 +153,39 @@ func deleteGroup(ctx context.Context, cfg config.Config) error {
 	return err
 }
 
-// tally counts what one phase observed.
-type tally struct {
-	mu           sync.Mutex
-	outcomes     map[ports.Outcome]int
-	deadLettered atomic.Int64
-}
+// counts is what one phase's worker counted, as its /metrics shows it.
+type counts struct{ sent, suppressed, deadLettered int }
 
-func (t *tally) Observe(_ ports.Channel, o ports.Outcome) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.outcomes == nil {
-		t.outcomes = map[ports.Outcome]int{}
+func countsOf(metrics *prometheus.Metrics) counts {
+	return counts{
+		sent:         counted(metrics, "notifications_total", "outcome", string(ports.OutcomeSent)),
+		suppressed:   counted(metrics, "notifications_total", "outcome", string(ports.OutcomeDuplicate)),
+		deadLettered: counted(metrics, "records_dead_lettered_total", "", ""),
 	}
-	t.outcomes[o]++
 }
 
-func (t *tally) outcome(o ports.Outcome) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.outcomes[o]
+// counted returns the sum of the counters named name (without the
+// namespace) whose label is value; every one of them when label is "".
+func counted(metrics *prometheus.Metrics, name, label, value string) int {
+	families, err := metrics.Registry().Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != prometheus.Namespace+"_"+name {
+			continue
+		}
+		for _, series := range f.GetMetric() {
+			if label == "" || slices.ContainsFunc(series.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == label && l.GetValue() == value
+			}) {
+				total += series.GetCounter().GetValue()
+			}
+		}
+	}
+	return int(total)
 }
-
-// handled counts notifications that reached an end: sent or suppressed.
-func (t *tally) handled() int {
-	return t.outcome(ports.OutcomeSent) + t.outcome(ports.OutcomeDuplicate)
-}
-
-func (t *tally) RecordDeadLettered(string, ports.Kind) { t.deadLettered.Add(1) }
-func (t *tally) HandlerPanicked(string)                {}
-func (t *tally) ConsumerLag(string, int32, int64)      {}
-func (t *tally) HandlersAbandoned(int)                 {}
-func (t *tally) RecordRetried(string, ports.Kind)      {}
 
 // countingNotifier counts what reached the provider, per idempotency key:
 // the demo's proof that nothing was sent twice.
@@ -219,16 +225,17 @@ func publishDemo(ctx context.Context, cfg config.Config, stdout io.Writer) (noti
 		msgs = append(msgs, kafka.Message{Key: []byte(ev.ShipmentID), Value: ev.json()})
 	}
 	msgs = append(msgs, kafka.Message{Key: []byte("SHP-broken"), Value: []byte(`{"type":"shipment.delivered","shipment_id":"SHP-broken"`)})
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: cfg.Kafka.Brokers})
+	k := kafka.LoadSettings(cfg.Settings())
+	pub, err := kafka.NewPublisher(k)
 	if err != nil {
 		return 0, err
 	}
-	err = pub.Publish(ctx, cfg.Kafka.Topic, msgs...)
+	err = pub.Publish(ctx, k.Topic, msgs...)
 	pub.Close()
 	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(stdout, "== published %d shipment events (%d notifications) and 1 malformed record to %s\n",
-		len(events), notifications, cfg.Kafka.Topic)
+		len(events), notifications, k.Topic)
 	return notifications, nil
 }

@@ -31,7 +31,7 @@ const (
 // A secret variable is never a value there: its line says where it goes.
 func renderValuesEnv(set map[string]string) string {
 	var b strings.Builder
-	for n, v := range config.ReferenceWith(providers()...) {
+	for n, v := range config.Reference {
 		if n > 0 {
 			b.WriteString("\n")
 		}
@@ -80,7 +80,7 @@ func wrap(s string, width int) []string {
 // that `helm install` refuses a misspelt setting and a secret value.
 func valuesEnvSchema() map[string]any {
 	props := map[string]any{}
-	for _, v := range config.ReferenceWith(providers()...) {
+	for _, v := range config.Reference {
 		if !v.Secret {
 			props[v.Name] = map[string]any{"type": "string", "description": v.Meaning}
 		}
@@ -94,8 +94,8 @@ func valuesEnvSchema() map[string]any {
 }
 
 // TestHelmValuesEnv fails when the chart's values.yaml env section, or the
-// env schema of its values.schema.json, is not what config.Reference and
-// the providers' settings render, with deploy/k8s/configmap.yaml's
+// env schema of its values.schema.json, is not what config.Reference (the
+// providers' settings among them) renders, with deploy/k8s/configmap.yaml's
 // values: the chart documents every setting as the README does, sets what
 // the Kustomize base sets, and refuses what the worker does not read. With
 // -update it rewrites both.
@@ -111,7 +111,7 @@ func TestHelmValuesEnv(t *testing.T) {
 		t.Fatalf("%s: %v", kustomizeConfig, err)
 	}
 	known := map[string]bool{}
-	for _, v := range config.ReferenceWith(providers()...) {
+	for _, v := range config.Reference {
 		known[v.Name] = !v.Secret
 	}
 	for _, name := range slices.Sorted(maps.Keys(cm.Data)) {

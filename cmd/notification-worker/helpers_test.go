@@ -15,7 +15,12 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/prometheus/promtest"
 	"github.com/harborlight/notification-worker/config"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 )
+
+// The tests run with the development build's embedded broker, as `make run`
+// does (devbroker.go).
+func init() { embeddedBroker = devbroker.Starter(embeddedPartitions) }
 
 // waitWithin bounds every wait in these tests: joining a group on the
 // embedded broker and handling a few dozen records takes a second or two.
@@ -47,9 +52,9 @@ func MustLoadConfig(tb testing.TB, env map[string]string) config.Config {
 
 // MustStartEmbedded starts an embedded broker with topic and its DLQ, closed
 // when tb ends.
-func MustStartEmbedded(tb testing.TB, topic string) *kafka.Embedded {
+func MustStartEmbedded(tb testing.TB, topic string) *devbroker.Broker {
 	tb.Helper()
-	emb, err := kafka.StartEmbedded(embeddedPartitions, topic, topic+".dlq")
+	emb, err := devbroker.Start(embeddedPartitions, []string{topic, topic + ".dlq"})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,23 +117,6 @@ func MustRun(tb testing.TB, m *Main) (stop func() error) {
 	}
 	tb.Cleanup(func() { _ = stop() })
 	return stop
-}
-
-// waitFor polls cond until it holds, failing the test with cond's last
-// word after waitWithin.
-func waitFor(tb testing.TB, what string, cond func() (bool, string)) {
-	tb.Helper()
-	deadline := time.Now().Add(waitWithin)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %v; last: %s", what, waitWithin, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}

@@ -46,12 +46,9 @@ func runKey(ctx context.Context, cio cmdIO, args []string) error {
 	if err != nil {
 		return err
 	}
-	rcfg, err := storeConfig(cfg)
-	if err != nil {
-		return err
-	}
+	rcfg := storeConfig(cfg)
 	if *read {
-		return readKeys(ctx, cfg, rcfg, ids, cio.stdout)
+		return readKeys(ctx, rcfg, ids, cio.stdout)
 	}
 	both := "only these"
 	if rcfg.ReadBoth {
@@ -75,8 +72,8 @@ func runKey(ctx context.Context, cio cmdIO, args []string) error {
 
 // readKeys prints what Redis holds under every key of ids' notifications,
 // one line a key, decoded. It needs REDIS_URL.
-func readKeys(ctx context.Context, cfg config.Config, rcfg redis.Config, ids []string, stdout io.Writer) error {
-	if cfg.Redis.URL == "" {
+func readKeys(ctx context.Context, rcfg redis.Config, ids []string, stdout io.Writer) error {
+	if rcfg.URL == "" {
 		return &config.Error{Problems: []config.Problem{{Var: "REDIS_URL", Reason: "required with key --redis"}}, LogFormat: "text"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, keyTimeout)
@@ -133,10 +130,7 @@ func describe(f redis.Found, now time.Time) string {
 	}
 	l := c.Lease
 	s := "claim, token " + l.Token
-	switch {
-	case l.Until.IsZero():
-		return s + ", lease without an end (a release before leases: live while the key lives)"
-	case !l.Passed(now):
+	if !l.Passed(now) {
 		return fmt.Sprintf("%s, leased from %s until %s (live)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("%s, leased from %s until %s (expired: abandoned, the next claim takes it over)", s, l.Start.UTC().Format(time.RFC3339), l.Until.UTC().Format(time.RFC3339))

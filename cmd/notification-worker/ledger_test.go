@@ -9,6 +9,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // ledgerEvents returns n events on SMS and email, each on a shipment of its
@@ -36,7 +37,7 @@ func (p *retryPeers) smsPerRecipient() map[string]int {
 // the peers got meanwhile.
 func (p *retryPeers) waitEmailsSent(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d emails sent", n), func() (bool, string) {
+	wait.For(t, waitWithin, fmt.Sprintf("%d emails sent", n), func() (bool, string) {
 		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="email"`, `outcome="sent"`)
 		return got == float64(n), fmt.Sprintf("emails counted sent: %v; Twilio double accepted %d SMS", got, len(p.twilio.Messages()))
 	})
@@ -62,7 +63,7 @@ func TestMain_LedgerFull(t *testing.T) {
 			events := ledgerEvents(records)
 			MustPublish(t, p.brokers, p.topic, eventMessages(events)...)
 			// Every email refused: the records taken meanwhile were retried.
-			waitFor(t, "the SMTP server's refusals", func() (bool, string) {
+			wait.For(t, waitWithin, "the SMTP server's refusals", func() (bool, string) {
 				_, mails := p.smtp.Counts()
 				return mails > refused, fmt.Sprintf("%d messages offered", mails)
 			})
@@ -88,7 +89,7 @@ func TestMain_LedgerFull(t *testing.T) {
 		MustPublish(t, p.brokers, p.topic, eventMessages(events[1:])...)
 		// Refused more often than its retries allow: a wait, not a failure.
 		const budget = 12 // RETRY_MAX_ATTEMPTS' default
-		waitFor(t, "the second record refused past its retry budget", func() (bool, string) {
+		wait.For(t, waitWithin, "the second record refused past its retry budget", func() (bool, string) {
 			refusals := sumOf(scrape(t, p.m), "notification_worker_ledger_refusals_total")
 			logged := false
 			for _, l := range logs.Events(t, "ledger_full") {

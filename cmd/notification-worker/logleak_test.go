@@ -24,6 +24,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // Customers' addresses in the leak test. Each appears in an event that goes
@@ -161,7 +162,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 			Value: []byte(`{"type":"shipment.delivered","recipient":{"phone":"` + phonePoison + `","email":"` + emailPoison + `"`),
 		})
 		MustPublish(t, emb.Brokers(), topic, msgs...)
-		waitFor(t, "every record handled", func() (bool, string) {
+		wait.For(t, waitWithin, "every record handled", func() (bool, string) {
 			s := scrape(t, m)
 			sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
 			perm := sumOf(s, "notification_worker_records_dead_lettered_total{", `kind="permanent"`)
@@ -198,7 +199,7 @@ func TestLogs_NoSecretOrAddressLeaks(t *testing.T) {
 		// The store goes away: the worker fails open and says so.
 		redisSrv.Kill(t)
 		MustPublish(t, emb.Brokers(), topic, eventMessages([]sampleEvent{ev("SHP-LEAK-7", phoneOutage, emailOutage, "sms", "email")})...)
-		waitFor(t, "sent with Redis down", func() (bool, string) {
+		wait.For(t, waitWithin, "sent with Redis down", func() (bool, string) {
 			s := scrape(t, m)
 			sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
 			return sent == 4, fmt.Sprintf("sent %v of 4", sent)

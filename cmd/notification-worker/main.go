@@ -1,13 +1,7 @@
 // Command notification-worker consumes shipment events from Kafka and sends
 // each customer notification once, however often the event is replayed.
-//
-//	notification-worker            run the worker (configured by environment)
-//	notification-worker version    the release, VCS revision and Go version
-//	notification-worker demo       the 2026-04-02 incident, replayed on an embedded broker
-//	notification-worker publish    publish events (JSON lines, or -sample N) to KAFKA_BROKERS
-//	notification-worker key        an event's Redis keys, and with --redis what they hold
-//
-// main only handles signals and exit codes; the work is in Main.
+// Its commands are listed in usage. main only handles signals and exit
+// codes; the work is in Main.
 package main
 
 import (
@@ -76,6 +70,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.As(err, &startErr):
 		startErr.report(stderr)
 		return startErr.exitCode()
+	case errors.Is(err, errNoEmbeddedBroker):
+		fmt.Fprintf(stderr, "notification-worker %s: %v\n", name, err)
+		return exitConfig
 	}
 	fmt.Fprintln(stderr, "notification-worker:", err)
 	return exitFailure
@@ -113,6 +110,7 @@ const usage = `usage:
   notification-worker [worker]        run the worker, configured by environment (see README)
   notification-worker version         print the release, VCS revision and Go version
   notification-worker demo            replay the 2026-04-02 incident on an embedded broker
+                                      (a development build's: make run)
   notification-worker publish [flags] [file]
                                       publish events to KAFKA_BROKERS: JSON lines from file
                                       or stdin, or -sample N generated sample events
@@ -155,7 +153,7 @@ func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
 	if err := noArguments("worker", "worker (the command run when none is named)\n\nRuns the worker, configured by environment only (the README's configuration table).", args, cio.stdout); err != nil {
 		return err
 	}
-	cfg, err := config.LoadWorkerEnviron(cio.environ(), providers()...)
+	cfg, err := config.LoadWorkerEnviron(cio.environ())
 	if err != nil {
 		return err
 	}
@@ -165,7 +163,7 @@ func runWorkerCommand(ctx context.Context, cio cmdIO, args []string) error {
 // runDemoCommand runs the demo, which needs no broker nor store: it
 // checks the variables it reads (config.Load), not a worker's whole set.
 func runDemoCommand(ctx context.Context, cio cmdIO, args []string) error {
-	if err := noArguments("demo", "demo\n\nReplays the 2026-04-02 incident on an embedded broker, with the in-memory store and console notifiers.", args, cio.stdout); err != nil {
+	if err := noArguments("demo", "demo\n\nReplays the 2026-04-02 incident on an embedded broker, with the in-memory store and console notifiers.\nOnly a development build (go build -tags devbroker; make run) has the embedded broker.", args, cio.stdout); err != nil {
 		return err
 	}
 	cfg, err := config.Load(cio.lookup)
@@ -183,7 +181,7 @@ func runWorker(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	defer m.Close()
 	err := m.Open(ctx)
 	if err == nil {
-		logMemoryLimit(m.logger, limit, cfg.Kafka.MaxBufferedBytes)
+		logMemoryLimit(m.logger, limit, cfg.MaxBufferedBytes)
 		err = m.Run(ctx)
 	}
 	return startFailure(ctx, err, cfg.LogFormat)

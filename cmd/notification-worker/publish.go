@@ -32,11 +32,12 @@ func runPublish(ctx context.Context, cio cmdIO, args []string) error {
 	if err != nil {
 		return err
 	}
+	k := kafka.LoadSettings(cfg.Settings())
 	if *topic == "" {
-		*topic = cfg.Kafka.Topic
+		*topic = k.Topic
 	}
 	stdin, stdout := cio.stdin, cio.stdout
-	if len(cfg.Kafka.Brokers) == 0 {
+	if len(k.Brokers) == 0 {
 		return &usageError{"publish: KAFKA_BROKERS is empty: an embedded broker would vanish with this process (try `make run` for the embedded demo)"}
 	}
 
@@ -65,14 +66,7 @@ func runPublish(ctx context.Context, cio cmdIO, args []string) error {
 		return &usageError{"publish: nothing to publish"}
 	}
 
-	tlsCfg, err := kafkaTLS(cfg)
-	if err != nil {
-		return err
-	}
-	pub, err := kafka.NewPublisher(kafka.Config{
-		Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID, TLS: tlsCfg, SASLMechanism: cfg.Kafka.SASLMechanism,
-		SASLUsername: cfg.Kafka.SASLUsername, SASLPassword: cfg.Kafka.SASLPassword.Reveal(),
-	})
+	pub, err := kafka.NewPublisher(k)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/ratelimit"
 	"github.com/harborlight/notification-worker/adapters/redis"
+	"github.com/harborlight/notification-worker/adapters/smtp"
+	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/ports"
 )
@@ -23,9 +25,10 @@ func (m *Main) openRateLimits(store string) (ports.RateLimiter, map[ports.Channe
 		var p domain.Pace
 		switch ch.Name {
 		case ports.ChannelSMS:
-			p = domain.Pace{Sender: smsSender(cfg.Twilio.FromNumber, cfg.Twilio.MessagingServiceSID), Limit: cfg.RateLimit.SMS}
+			t := twilio.LoadSettings(cfg.Settings())
+			p = domain.Pace{Sender: smsSender(t.From, t.MessagingServiceSID), Limit: cfg.RateLimit.SMS}
 		case ports.ChannelEmail:
-			p = domain.Pace{Sender: "smtp:" + cfg.SMTP.Host, Limit: cfg.RateLimit.Email}
+			p = domain.Pace{Sender: "smtp:" + smtp.LoadSettings(cfg.Settings()).Host, Limit: cfg.RateLimit.Email}
 		}
 		if p.Limit.Rate > 0 {
 			paces[ch.Name] = p
@@ -37,10 +40,7 @@ func (m *Main) openRateLimits(store string) (ports.RateLimiter, map[ports.Channe
 	if store != "redis" || m.Deps.Store != nil {
 		return ratelimit.NewLocal(nil), paces, nil
 	}
-	rcfg, err := storeConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
+	rcfg := storeConfig(cfg)
 	unansweredFor, err := rcfg.UnansweredFor()
 	if err != nil {
 		return nil, nil, err
@@ -48,12 +48,12 @@ func (m *Main) openRateLimits(store string) (ports.RateLimiter, map[ports.Channe
 	// MAX_IN_FLIGHT handlers each make one call at a time; while Redis is
 	// silent the Fallback asks it at most once per cool-off, and each call
 	// may keep its slot unanswered for unansweredFor.
-	rcfg.MaxUnanswered = cfg.Kafka.MaxInFlight * (int(unansweredFor/ratelimit.DefaultCoolOff) + 2)
+	rcfg.MaxUnanswered = cfg.MaxInFlight * (int(unansweredFor/ratelimit.DefaultCoolOff) + 2)
 	prefix := redis.DefaultRateKeyPrefix
-	if cfg.Redis.KeyPrefix != "" {
+	if rcfg.KeyPrefix != "" {
 		// The operator keeps this deployment's keys apart by the prefix:
 		// its senders' paces too.
-		prefix = cfg.Redis.KeyPrefix + "rate:"
+		prefix = rcfg.KeyPrefix + "rate:"
 	}
 	fleet, err := redis.NewRateLimiter(redis.RateLimiterConfig{Conn: rcfg, KeyPrefix: prefix})
 	if err != nil {
@@ -63,12 +63,12 @@ func (m *Main) openRateLimits(store string) (ports.RateLimiter, map[ports.Channe
 	fellBack := &ports.LogLimit{Every: rateFallbackLogEvery}
 	fb, err := ratelimit.NewFallback(ratelimit.FallbackConfig{
 		Fleet:    fleet,
-		Replicas: cfg.Kafka.ExpectedReplicas,
+		Replicas: cfg.ExpectedReplicas,
 		OnFallback: func(op, sender string, err error) {
 			m.metrics.RateLimitFallback()
 			if held, ok := fellBack.Allow(time.Now()); ok {
 				m.logger.Warn("rate_limit_fallback", slog.String("operation", op), slog.String("sender", sender),
-					slog.Int("replicas", cfg.Kafka.ExpectedReplicas), slog.String("error", err.Error()),
+					slog.Int("replicas", cfg.ExpectedReplicas), slog.String("error", err.Error()),
 					slog.Int("suppressed_since_last", held))
 			}
 		},

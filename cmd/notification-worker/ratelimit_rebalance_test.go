@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder runs a backlog
@@ -36,7 +38,7 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 		"IDEMPOTENCY_CLAIM_TTL": "7100ms",
 	})
 	first := f.start(t)
-	waitFor(t, "the first worker holding partitions", func() (bool, string) {
+	wait.For(t, waitWithin, "the first worker holding partitions", func() (bool, string) {
 		return assigned(t, first), "not assigned"
 	})
 
@@ -52,14 +54,14 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 		ev[i].Channels = []string{"sms"}
 	}
 	MustPublish(t, f.brokers, f.topic, eventMessages(ev)...)
-	waitFor(t, "the first SMS paced out", func() (bool, string) {
+	wait.For(t, waitWithin, "the first SMS paced out", func() (bool, string) {
 		n := len(f.twilio.Messages())
 		return n >= 3, fmt.Sprintf("%d sent", n)
 	})
 
 	joined := time.Now()
 	second := f.start(t)
-	waitFor(t, "both workers holding partitions", func() (bool, string) {
+	wait.For(t, waitWithin, "both workers holding partitions", func() (bool, string) {
 		a, b := assigned(t, first), assigned(t, second)
 		return a && b, fmt.Sprintf("first assigned %v, second %v", a, b)
 	})
@@ -67,7 +69,7 @@ func TestRateLimit_PacedBacklogYieldsToARebalanceInKeyOrder(t *testing.T) {
 	if took > joinWithin {
 		t.Errorf("the second worker held partitions %v after it started, want within %v: a record waiting for its turn held the rebalance", took, joinWithin)
 	}
-	waitFor(t, "every SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "every SMS sent", func() (bool, string) {
 		n := len(f.twilio.Messages())
 		return n >= shipments*steps, fmt.Sprintf("%d of %d sent", n, shipments*steps)
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // mostRefused is how many of n sends the Twilio double may refuse for its
@@ -100,7 +101,7 @@ func TestRateLimit_SendsAtTheProvidersPace(t *testing.T) {
 	ev := smsBacklog(events, "SHP-RATE")
 	start := time.Now()
 	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
-	waitFor(t, "every SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "every SMS sent", func() (bool, string) {
 		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
 		return got == events, fmt.Sprintf("SMS counted sent: %v of %d", got, events)
 	})
@@ -150,7 +151,7 @@ func TestRateLimit_EmailAtTheRelaysPace(t *testing.T) {
 	}
 	start := time.Now()
 	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
-	waitFor(t, "every email at the relay", func() (bool, string) {
+	wait.For(t, waitWithin, "every email at the relay", func() (bool, string) {
 		n := len(p.smtp.Deliveries())
 		return n >= events, fmt.Sprintf("%d of %d delivered", n, events)
 	})
@@ -200,7 +201,7 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 		f.start(t)
 	}
 	workers, twilio := f.workers, f.twilio
-	waitFor(t, "every worker holding partitions", func() (bool, string) {
+	wait.For(t, waitWithin, "every worker holding partitions", func() (bool, string) {
 		var states []any
 		all := true
 		for _, m := range workers {
@@ -215,7 +216,7 @@ func TestRateLimit_ThreeWorkersShareOneLimit(t *testing.T) {
 	start := time.Now()
 	MustPublish(t, f.brokers, f.topic, eventMessages(ev)...)
 	var perWorker []float64
-	waitFor(t, "every SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "every SMS sent", func() (bool, string) {
 		perWorker = perWorker[:0]
 		total := 0.0
 		for _, m := range workers {
@@ -286,7 +287,7 @@ func TestRateLimit_RedisDownPacesByTheReplicasShare(t *testing.T) {
 			ev := smsBacklog(events, "SHP-FALLBACK")
 			start := time.Now()
 			MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
-			waitFor(t, "every SMS sent with Redis down", func() (bool, string) {
+			wait.For(t, waitWithin, "every SMS sent with Redis down", func() (bool, string) {
 				got := len(p.twilio.Messages())
 				return got == events, fmt.Sprintf("SMS at the double: %d of %d", got, events)
 			})
@@ -342,7 +343,7 @@ func TestRateLimit_PacedBacklogIsNotAnOutage(t *testing.T) {
 
 	ev := smsBacklog(events, "SHP-PACED")
 	MustPublish(t, p.brokers, p.topic, eventMessages(ev)...)
-	waitFor(t, "every SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "every SMS sent", func() (bool, string) {
 		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
 		return got == events, fmt.Sprintf("SMS counted sent: %v of %d", got, events)
 	})

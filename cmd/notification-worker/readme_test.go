@@ -10,7 +10,7 @@ import (
 	"github.com/harborlight/notification-worker/internal/docsection"
 )
 
-var update = flag.Bool("update", false, "rewrite the configuration section of README.md from config.Reference and the channel table's providers")
+var update = flag.Bool("update", false, "rewrite the configuration section of README.md from config.Reference, which holds the providers' settings")
 
 const (
 	readmePath  = "../../README.md"
@@ -20,15 +20,15 @@ const (
 )
 
 // renderReference renders the variables the worker reads as the README's
-// Markdown table: config.Reference, and the variables of every provider
-// the channel table and the stores declare (providers), so a provider's
-// settings are listed without a second registration.
+// Markdown table: config.Reference, the worker's own variables and every
+// provider's settings (config.Providers), so a provider's settings are
+// listed without a second registration.
 func renderReference() string {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	var b strings.Builder
-	b.WriteString("<!-- Generated from config.Reference (config/reference.go) and the providers' Settings (cmd/notification-worker/channels.go): edit them there, then run `" + updateHint + "`. -->\n\n")
+	b.WriteString("<!-- Generated from config.Reference (config/reference.go), which takes each adapter's settings from its Provider (adapters/*/settings.go): edit them there, then run `" + updateHint + "`. -->\n\n")
 	b.WriteString("| Variable | Default | Meaning |\n|---|---|---|\n")
-	for _, v := range config.ReferenceWith(providers()...) {
+	for _, v := range config.Reference {
 		def := ""
 		if v.Default != "" {
 			def = "`" + v.Default + "`"

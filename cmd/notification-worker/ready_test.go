@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/harborlight/notification-worker/adapters/kafka"
+	"github.com/harborlight/notification-worker/internal/devbroker"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestMain_ReadyzSpare: two workers on a one-partition topic. The one the
@@ -15,7 +16,7 @@ import (
 // as down.
 func TestMain_ReadyzSpare(t *testing.T) {
 	topic, group := uniqueName("spare"), uniqueName("group")
-	emb, err := kafka.StartEmbedded(1, topic, topic+".dlq")
+	emb, err := devbroker.Start(1, []string{topic, topic + ".dlq"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestMain_ReadyzSpare(t *testing.T) {
 		MustOpen(t, workers[i])
 		MustRun(t, workers[i])
 	}
-	waitFor(t, "one worker assigned, the other a ready spare", func() (bool, string) {
+	wait.For(t, waitWithin, "one worker assigned, the other a ready spare", func() (bool, string) {
 		var got []string
 		assigned, spare := 0, 0
 		for _, w := range workers {

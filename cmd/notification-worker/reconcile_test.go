@@ -13,6 +13,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/twilio"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -41,7 +42,7 @@ func TestMain_SenderChangeAsksAboutTheSenderUsed(t *testing.T) {
 			r.from, r.service = tc.from, tc.service
 			outB, _ := r.worker(t, nil)
 			waitLogged(t, "B", outB, "claim_taken_over")
-			waitFor(t, "B reconciles or sends", func() (bool, string) {
+			wait.For(t, waitWithin, "B reconciles or sends", func() (bool, string) {
 				return len(outB.Events(t, "reconciled_delivered"))+len(outB.Events(t, "notification_sent")) > 0, tailOf(outB.String())
 			})
 			if n := r.smsTo(ev.Recipient.Phone); n != 1 {
@@ -59,7 +60,7 @@ func TestMain_SenderChangeAsksAboutTheSenderUsed(t *testing.T) {
 		r.from = "+15550003333"
 		outB, stopB := r.worker(t, nil)
 		waitLogged(t, "B", outB, "claim_taken_over")
-		waitFor(t, "B asks the list and gets 503", func() (bool, string) {
+		wait.For(t, waitWithin, "B asks the list and gets 503", func() (bool, string) {
 			return r.listed.Load() > before, tailOf(outB.String())
 		})
 		stopB()
@@ -68,7 +69,7 @@ func TestMain_SenderChangeAsksAboutTheSenderUsed(t *testing.T) {
 		r.from, r.service = "", service
 		outC, _ := r.worker(t, nil)
 		waitLogged(t, "C", outC, "claim_taken_over")
-		waitFor(t, "C reconciles or sends", func() (bool, string) {
+		wait.For(t, waitWithin, "C reconciles or sends", func() (bool, string) {
 			return len(outC.Events(t, "reconciled_delivered"))+len(outC.Events(t, "notification_sent")) > 0, tailOf(outC.String())
 		})
 		if n := r.smsTo(ev.Recipient.Phone); n != 1 {
@@ -93,7 +94,7 @@ func TestMain_ShutdownWhileWaitingForTheNextAsk(t *testing.T) {
 	published := time.Now()
 	MustPublish(t, r.brokers, r.topic, eventMessages([]sampleEvent{ev})...)
 	waitLogged(t, "A", outA, "send_outcome_unknown")
-	waitFor(t, "A asks the list at once", func() (bool, string) {
+	wait.For(t, waitWithin, "A asks the list at once", func() (bool, string) {
 		return r.twilio.ListRequests("") > 0, tailOf(outA.String())
 	})
 	stopA()
@@ -102,7 +103,7 @@ func TestMain_ShutdownWhileWaitingForTheNextAsk(t *testing.T) {
 	}
 
 	outB, _ := r.worker(t, nil)
-	waitFor(t, "B sends", func() (bool, string) {
+	wait.For(t, waitWithin, "B sends", func() (bool, string) {
 		return len(outB.Events(t, "notification_sent")) > 0, tailOf(outB.String())
 	})
 	msgs := r.twilio.Messages()

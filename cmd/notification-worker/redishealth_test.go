@@ -10,6 +10,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // The worker passes what the Redis store's watch finds to its log and its
@@ -51,7 +52,7 @@ func TestMain_RedisEvictionsAndResetReachMetrics(t *testing.T) {
 	if evictedKeys() == 0 {
 		t.Fatalf("the co-tenant's 4 MiB evicted nothing under maxmemory 3mb")
 	}
-	waitFor(t, "the evictions on /metrics", func() (bool, string) {
+	wait.For(t, waitWithin, "the evictions on /metrics", func() (bool, string) {
 		got, _ := scrape(t, m).Get("notification_worker_redis_evicted_keys_total")
 		evicted := evictedKeys()
 		return got == evicted, fmt.Sprintf("%v of the %v keys Redis evicted", got, evicted)
@@ -62,7 +63,7 @@ func TestMain_RedisEvictionsAndResetReachMetrics(t *testing.T) {
 
 	srv.Kill(t)
 	srv.Restart(t)
-	waitFor(t, "the reset on /metrics", func() (bool, string) {
+	wait.For(t, waitWithin, "the reset on /metrics", func() (bool, string) {
 		got, _ := scrape(t, m).Get("notification_worker_idempotency_store_resets_total")
 		return got == 1, fmt.Sprintf("%v resets", got)
 	})

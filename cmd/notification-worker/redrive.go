@@ -24,7 +24,7 @@ const redriveProgressEvery = kafka.DefaultRedriveBatch
 // maxReasonShown is how much of a reason the summary prints.
 const maxReasonShown = 100
 
-const redriveUsage = `usage: notification-worker redrive [flags]
+const redriveUsage = `redrive [flags]
 
 Republishes the dead letters on KAFKA_DLQ_TOPIC to the topic each came from
 (KAFKA_TOPIC when a dead letter does not name one), with its key, headers and
@@ -51,19 +51,12 @@ flags:`
 func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 	stdout, stderr := cio.stdout, cio.stderr
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	since := fs.String("since", "", "read only the dead letters written at or after this time: RFC 3339 (2026-04-02T09:00:00Z) or a duration before now (6h)")
 	from := fs.String("from", "", "read only these partitions, from these offsets, as partition:offset,...")
 	reason := fs.String("reason", "", "redrive only dead letters of this kind: "+strings.Join(kafka.RedriveKinds, ", "))
 	dryRun := fs.Bool("dry-run", false, "count and print what would be redriven, by kind and reason; write nothing")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, redriveUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return &usageError{"redrive: " + err.Error()}
+	if err := parseFlags(fs, redriveUsage, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{fmt.Sprintf("redrive: unexpected argument %q", fs.Arg(0))}
@@ -97,19 +90,16 @@ func runRedrive(ctx context.Context, cio cmdIO, args []string) error {
 // redriveConfig checks the flags and the configuration together, naming
 // every problem at once.
 func redriveConfig(cfg config.Config, since, from, reason string, now time.Time) (kafka.RedriveConfig, error) {
-	k := cfg.Kafka
+	k := kafka.LoadSettings(cfg.Settings())
 	var bad []string
 	if len(k.Brokers) == 0 {
 		bad = append(bad, "KAFKA_BROKERS is empty: there is no dead letter topic to read")
 	}
 	rcfg := kafka.RedriveConfig{
-		Config: kafka.Config{
-			Brokers: k.Brokers, Topic: k.Topic, DLQTopic: k.DLQTopic,
-			RetryInitialBackoff: k.RetryInitialBackoff, RetryMaxBackoff: k.RetryMaxBackoff,
-			SASLMechanism: k.SASLMechanism, SASLUsername: k.SASLUsername, SASLPassword: k.SASLPassword.Reveal(),
-		},
-		Kind: reason,
+		Config: k,
+		Kind:   reason,
 	}
+	rcfg.RetryInitialBackoff, rcfg.RetryMaxBackoff = cfg.RetryInitialBackoff, cfg.RetryMaxBackoff
 	if reason != "" && !slices.Contains(kafka.RedriveKinds, reason) {
 		bad = append(bad, fmt.Sprintf("-reason %q is not one of %s", reason, strings.Join(kafka.RedriveKinds, ", ")))
 	}
@@ -130,22 +120,9 @@ func redriveConfig(cfg config.Config, since, from, reason string, now time.Time)
 		}
 		rcfg.From = offsets
 	}
-	if k.GroupID != "" {
-		// Where versions before markers kept what they redrove: a group
-		// for unfiltered runs, and one per kind for -reason.
-		rcfg.EarlierGroups = map[string]string{"": k.GroupID + ".redrive"}
-		for _, kind := range kafka.RedriveKinds {
-			rcfg.EarlierGroups[kind] = k.GroupID + ".redrive." + kind
-		}
-	}
 	if len(bad) > 0 {
 		return kafka.RedriveConfig{}, &usageError{"redrive: " + strings.Join(bad, "; ")}
 	}
-	tlsCfg, err := kafkaTLS(cfg)
-	if err != nil {
-		return kafka.RedriveConfig{}, err
-	}
-	rcfg.TLS = tlsCfg
 	return rcfg, nil
 }
 

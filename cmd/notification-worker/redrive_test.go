@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -9,14 +8,15 @@ import (
 
 	"github.com/IBM/sarama"
 	gosmtp "github.com/emersion/go-smtp"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/memory"
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 func TestRedriveCommand(t *testing.T) {
@@ -66,7 +66,7 @@ func TestRedriveCommand(t *testing.T) {
 		m := &Main{Config: cfg, Stdout: &out, Deps: Deps{Store: memory.New(nil), Metrics: prometheus.New()}}
 		MustOpen(t, m)
 		stop := MustRun(t, m)
-		waitFor(t, "the poison record dead-lettered", func() (bool, string) {
+		wait.For(t, waitWithin, "the poison record dead-lettered", func() (bool, string) {
 			dl := sumOf(scrape(t, m), "notification_worker_records_dead_lettered_total{")
 			return dl == 1, fmt.Sprintf("dead-lettered %v of 1", dl)
 		})
@@ -115,36 +115,10 @@ func TestRedriveCommand(t *testing.T) {
 	})
 }
 
-// The consumer groups in which a version before markers kept what it
-// redrove, KAFKA_GROUP_ID.redrive and KAFKA_GROUP_ID.redrive.KIND, still
-// count: what they passed is not redriven again.
-func TestRedriveCommand_EarlierVersionsGroupsCount(t *testing.T) {
-	emb, topic, group := startRedriveBroker(t, "redriveearlier")
-	var dls []kafka.Message
-	for i, kind := range []string{"retryable", "permanent", "retryable"} {
-		dls = append(dls, kafka.Message{Key: []byte("SHP-1"), Value: []byte(fmt.Sprintf("dl-%d", i)), Headers: map[string]string{
-			kafka.HeaderDLQKind: kind, kafka.HeaderDLQOriginalTopic: topic,
-			kafka.HeaderDLQOriginalPartition: "0", kafka.HeaderDLQOriginalOffset: fmt.Sprint(i),
-		}})
-	}
-	MustPublish(t, emb.Brokers(), topic+".dlq", dls...)
-	// An unfiltered run redrove the first; one for permanent, the second.
-	mustCommitAll(t, emb.Brokers(), group+".redrive", topic+".dlq", 1)
-	mustCommitAll(t, emb.Brokers(), group+".redrive.permanent", topic+".dlq", 3)
-
-	code, stdout, stderr := runCmd(t, "", "redrive")
-	if code != 0 || !strings.Contains(stdout, "3 dead letters read, 1 redriven, 2 already redriven passed over") {
-		t.Fatalf("redrive: exit %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-	if got := topicRecords(t, emb.Brokers(), topic); got != 1 {
-		t.Errorf("the topic holds %d records, want dl-2 alone", got)
-	}
-}
-
 // startRedriveBroker starts an embedded broker with a topic named after
 // prefix and its dead letter topic, and sets the environment to them
 // alone, with a group of its own.
-func startRedriveBroker(t *testing.T, prefix string) (emb *kafka.Embedded, topic, group string) {
+func startRedriveBroker(t *testing.T, prefix string) (emb *devbroker.Broker, topic, group string) {
 	t.Helper()
 	clearEnv(t)
 	topic, group = uniqueName(prefix), uniqueName("group")
@@ -153,29 +127,6 @@ func startRedriveBroker(t *testing.T, prefix string) (emb *kafka.Embedded, topic
 	t.Setenv("KAFKA_TOPIC", topic)
 	t.Setenv("KAFKA_GROUP_ID", group)
 	return emb, topic, group
-}
-
-// mustCommitAll commits offset off for group on every partition of topic.
-func mustCommitAll(tb testing.TB, brokers []string, group, topic string, off int64) {
-	tb.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer cl.Close()
-	var os kadm.Offsets
-	for p := range int32(embeddedPartitions) {
-		os.Add(kadm.Offset{Topic: topic, Partition: p, At: off, LeaderEpoch: -1})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitWithin)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, os)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		tb.Fatalf("commit %s at %d: %v", group, off, err)
-	}
 }
 
 // topicRecords returns how many records topic holds: the sum of its
@@ -224,14 +175,14 @@ func TestRedrive_PartlySentEventSendsOnlyWhatFailed(t *testing.T) {
 		return nil
 	}}, nil, map[string]string{"RETRY_MAX_ATTEMPTS": "3"})
 	p.publishSMSAndEmail(t)
-	waitFor(t, "the event dead-lettered as retryable", func() (bool, string) {
+	wait.For(t, waitWithin, "the event dead-lettered as retryable", func() (bool, string) {
 		dl := sumOf(scrape(t, p.m), "notification_worker_records_dead_lettered_total{", `kind="retryable"`)
 		return dl == 1, fmt.Sprintf("dead-lettered retryable %v of 1", dl)
 	})
 	p.wantAtPeers(t, 1, 0)
 
 	failing.Store(false)
-	k := p.m.Config.Kafka
+	k := kafka.LoadSettings(p.m.Config.Settings())
 	t.Setenv("KAFKA_BROKERS", strings.Join(k.Brokers, ","))
 	t.Setenv("KAFKA_TOPIC", k.Topic)
 	t.Setenv("KAFKA_GROUP_ID", k.GroupID)
@@ -240,7 +191,7 @@ func TestRedrive_PartlySentEventSendsOnlyWhatFailed(t *testing.T) {
 		t.Fatalf("redrive: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	p.waitEmailSent(t)
-	waitFor(t, "the SMS of the redriven record suppressed", func() (bool, string) {
+	wait.For(t, waitWithin, "the SMS of the redriven record suppressed", func() (bool, string) {
 		dup := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="sms"`, `outcome="duplicate"`)
 		return dup == 1, fmt.Sprintf("SMS counted duplicate: %v", dup)
 	})

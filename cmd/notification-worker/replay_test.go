@@ -18,6 +18,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/config"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -110,7 +111,7 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 
 	waitSent := func(what string, want int) {
 		t.Helper()
-		waitFor(t, what, func() (bool, string) {
+		wait.For(t, waitWithin, what, func() (bool, string) {
 			got, _ := sms.counts()
 			return got >= want, fmt.Sprintf("%d of %d sent", got, want)
 		})
@@ -122,7 +123,7 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 	}
 	// Every send recorded: the replay meets 1500 sent records.
 	keys := sms.keys()
-	waitFor(t, "the first sends recorded in Redis", func() (bool, string) {
+	wait.For(t, waitWithin, "the first sends recorded in Redis", func() (bool, string) {
 		recorded := 0
 		for _, v := range mustGetAll(t, raw, storeKey(t, cfg), keys) {
 			if isSentRecord(v) {
@@ -137,7 +138,7 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 	MustPublish(t, emb.Brokers(), topic, eventMessages(smsEvents(duringPause))...)
 	// The outage lasts until the worker has given up on Redis: a claim
 	// timed out and was failed open, and the breaker opened.
-	waitFor(t, "the pause to reach the store and open the breaker", func() (bool, string) {
+	wait.For(t, waitWithin, "the pause to reach the store and open the breaker", func() (bool, string) {
 		failedOpen := len(out.Events(t, "idempotency_check_unavailable"))
 		state := m.breaker.State()
 		return failedOpen > 0 && state == breaker.StateOpen,
@@ -150,7 +151,7 @@ func TestMain_ReplayAfterARedisPause(t *testing.T) {
 
 	before := duplicates.Load()
 	MustPublish(t, emb.Brokers(), topic, eventMessages(events)...)
-	waitFor(t, "the replay handled", func() (bool, string) {
+	wait.For(t, waitWithin, "the replay handled", func() (bool, string) {
 		_, again := sms.counts()
 		suppressed := int(duplicates.Load() - before)
 		return suppressed+again >= notifications, fmt.Sprintf("%d suppressed, %d sent again", suppressed, again)
@@ -205,11 +206,7 @@ func mustGetAll(tb testing.TB, c rueidis.Client, key func(string) string, keys [
 // by cfg writes for it.
 func storeKey(tb testing.TB, cfg config.Config) func(string) string {
 	tb.Helper()
-	rcfg, err := storeConfig(cfg)
-	if err != nil {
-		tb.Fatalf("storeConfig: %v", err)
-	}
-	return rcfg.Key
+	return storeConfig(cfg).Key
 }
 
 // isSentRecord reports whether v is a sent record, in any format.

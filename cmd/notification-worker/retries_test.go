@@ -18,6 +18,7 @@ import (
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -96,7 +97,7 @@ func (p *retryPeers) publishSMSAndEmail(t *testing.T) string {
 // last attempt has run, and no later attempt can send anything.
 func (p *retryPeers) waitEmailSent(t *testing.T) {
 	t.Helper()
-	waitFor(t, "the email sent", func() (bool, string) {
+	wait.For(t, waitWithin, "the email sent", func() (bool, string) {
 		got := sumOf(scrape(t, p.m), "notification_worker_notifications_total{", `channel="email"`, `outcome="sent"`)
 		return got == 1, fmt.Sprintf("emails counted sent: %v", got)
 	})
@@ -201,7 +202,7 @@ func TestMain_OwnRetriesNeverResend(t *testing.T) {
 		p.wantAtPeers(t, 1, 1)
 		// The owed SMS record is written: a replay from anywhere is suppressed.
 		key := storeKey(t, p.m.Config)(domain.NotificationKey(id, ports.ChannelSMS))
-		waitFor(t, "the owed SMS record in Redis", func() (bool, string) {
+		wait.For(t, waitWithin, "the owed SMS record in Redis", func() (bool, string) {
 			v, err := client.Do(context.Background(), client.B().Get().Key(key).Build()).ToString()
 			return err == nil && isSentRecord(v), fmt.Sprintf("GET %s = %q, %v", key, v, err)
 		})

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -53,7 +54,7 @@ func sampleEvents(n int) (events []sampleEvent, notifications int) {
 			Recipient: sampleRecipient{
 				Name:  name,
 				Phone: fmt.Sprintf("+3120%07d", 1000000+i),
-				Email: fmt.Sprintf("%s.%d@example.com", lower(name), i),
+				Email: fmt.Sprintf("%s.%d@example.com", strings.ToLower(name), i),
 			},
 			Data: map[string]string{
 				"eta":          "14:00-16:00",
@@ -81,14 +82,4 @@ func (e sampleEvent) json() []byte {
 		panic(err) // a struct of strings always marshals
 	}
 	return b
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

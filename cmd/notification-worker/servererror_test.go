@@ -9,6 +9,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestMain_ServerErrorAfterAcceptanceSendsOnce sends 5 SMS through a Twilio
@@ -69,7 +70,7 @@ func TestMain_ServerErrorAfterAcceptanceSendsOnce(t *testing.T) {
 		}
 	}
 	MustPublish(t, p.brokers, p.topic, eventMessages(evs)...)
-	waitFor(t, "5 SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "5 SMS sent", func() (bool, string) {
 		s := scrape(t, p.m)
 		sent := sumOf(s, "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
 		return sent == 5, fmt.Sprintf("sent %v, unknown %v, reconciliations %v, in the double's list %d", sent,

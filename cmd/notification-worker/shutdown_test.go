@@ -10,6 +10,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -44,7 +45,7 @@ func TestMain_ShutdownPaysOrReportsTheLedger(t *testing.T) {
 			evs, _ := sampleEvents(1)
 			evs[0].Channels = []string{"sms"}
 			MustPublish(t, p.brokers, p.topic, eventMessages(evs)...)
-			waitFor(t, "the SMS sent and its record owed", func() (bool, string) {
+			wait.For(t, waitWithin, "the SMS sent and its record owed", func() (bool, string) {
 				s := scrape(t, p.m)
 				sent := sumOf(s, "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
 				owed := sumOf(s, "notification_worker_ledger_owed")
@@ -82,12 +83,11 @@ func TestMain_ShutdownPaysOrReportsTheLedger(t *testing.T) {
 			}
 			// A replay by a new worker (another group reads the topic from
 			// the start) finds the record and sends nothing.
-			cfg := p.m.Config
-			cfg.Kafka.GroupID = uniqueName("group")
+			cfg := p.m.Config.With("KAFKA_GROUP_ID", uniqueName("group"))
 			replay := &Main{Config: cfg, Stdout: &logtest.Buffer{}}
 			MustOpen(t, replay)
 			MustRun(t, replay)
-			waitFor(t, "the replay handled", func() (bool, string) {
+			wait.For(t, waitWithin, "the replay handled", func() (bool, string) {
 				s := scrape(t, replay)
 				n := sumOf(s, "notification_worker_notifications_total{", `channel="sms"`)
 				return n == 1, fmt.Sprintf("notifications counted by the replaying worker: %v", n)

@@ -27,7 +27,7 @@ var exitCodes = []struct {
 }{
 	{exitOK, "A clean shutdown (SIGTERM), or a command that did its work; also a worker stopped while it was starting."},
 	{exitFailure, "A command failed at run time; or the worker failed to start for a reason that is neither its configuration nor a dependency (one `worker_start_failed` line without `dependency`)."},
-	{exitConfig, "Bad usage or configuration: every bad variable, a misspelt setting among them, named in one line (`config_invalid`), and what a dependency refuses as configured (an evicting Redis, `IDEMPOTENCY_WAIT_AOF` on a Redis without `WAITAOF`)."},
+	{exitConfig, "Bad usage or configuration: every bad variable, a misspelt setting among them, named in one line (`config_invalid`), and what a dependency refuses as configured (an evicting Redis, `IDEMPOTENCY_WAIT_AOF` on a Redis without `WAITAOF`); and `EVENT_SOURCE=embedded` or `demo` in a binary without the embedded broker (every build but `make run`'s `-tags devbroker`), in one line."},
 	{exitUnreachable, "The worker could not reach a dependency (Redis or Kafka) within `STARTUP_TIMEOUT`: one `worker_start_failed` line names the `dependency`, the `error` of its last attempt and what to `check`."},
 }
 

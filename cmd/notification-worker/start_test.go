@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // silentAddr returns a loopback address that accepts connections and
@@ -98,7 +99,7 @@ func TestRun_WaitsForKafkaWithinStartupTimeout(t *testing.T) {
 	addr := closedAddr(t)
 	setEnv(t, map[string]string{"HTTP_ADDR": "off", "KAFKA_BROKERS": addr, "STARTUP_TIMEOUT": "2m"})
 	mustStartAndStop(t, func(stdout *logtest.Buffer) {
-		waitFor(t, "a worker_start_waiting line for kafka", func() (bool, string) {
+		wait.For(t, waitWithin, "a worker_start_waiting line for kafka", func() (bool, string) {
 			return strings.Contains(stdout.String(), `"msg":"worker_start_waiting","dependency":"kafka"`), stdout.String()
 		})
 		_, port, _ := net.SplitHostPort(addr)
@@ -189,7 +190,7 @@ func mustStartAndStop(t *testing.T, meanwhile func(stdout *logtest.Buffer)) stri
 	if meanwhile != nil {
 		meanwhile(&stdout)
 	}
-	waitFor(t, "the consumer to start", func() (bool, string) {
+	wait.For(t, waitWithin, "the consumer to start", func() (bool, string) {
 		return strings.Contains(stdout.String(), `"msg":"consumer_started"`), stdout.String() + stderr.String()
 	})
 	cancel()

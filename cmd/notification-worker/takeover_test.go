@@ -21,6 +21,7 @@ import (
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -139,7 +140,7 @@ func oneSMSEvent() sampleEvent {
 // waitLogged waits until out holds an event msg.
 func waitLogged(t *testing.T, who string, out *logtest.Buffer, msg string) {
 	t.Helper()
-	waitFor(t, who+" logs "+msg, func() (bool, string) {
+	wait.For(t, waitWithin, who+" logs "+msg, func() (bool, string) {
 		return len(out.Events(t, msg)) > 0, tailOf(out.String())
 	})
 }
@@ -181,7 +182,7 @@ func TestMain_TakeoverOfATakeoverReconcilesTheFirstSend(t *testing.T) {
 	before := r.listed.Load()
 	outB, stopB := r.worker(t, nil)
 	waitLogged(t, "B", outB, "claim_taken_over")
-	waitFor(t, "B asks the list and gets 503", func() (bool, string) {
+	wait.For(t, waitWithin, "B asks the list and gets 503", func() (bool, string) {
 		return r.listed.Load() > before, tailOf(outB.String())
 	})
 	stopB()
@@ -192,7 +193,7 @@ func TestMain_TakeoverOfATakeoverReconcilesTheFirstSend(t *testing.T) {
 	r.listDown.Store(false)
 	outC, _ := r.worker(t, nil)
 	waitLogged(t, "C", outC, "claim_taken_over")
-	waitFor(t, "C reconciles or sends", func() (bool, string) {
+	wait.For(t, waitWithin, "C reconciles or sends", func() (bool, string) {
 		return len(outC.Events(t, "reconciled_delivered"))+len(outC.Events(t, "notification_sent")) > 0, tailOf(outC.String())
 	})
 	if n := r.smsTo(ev.Recipient.Phone); n != 1 {
@@ -215,7 +216,7 @@ func TestMain_RewordedTemplateReconcilesWhatWasSent(t *testing.T) {
 	r.listDown.Store(false)
 	outB, _ := r.worker(t, map[string]string{"TEMPLATES_DIR": rewordedTemplates(t, ev.Type)})
 	waitLogged(t, "B", outB, "claim_taken_over")
-	waitFor(t, "B reconciles or sends", func() (bool, string) {
+	wait.For(t, waitWithin, "B reconciles or sends", func() (bool, string) {
 		return len(outB.Events(t, "reconciled_delivered"))+len(outB.Events(t, "notification_sent")) > 0, tailOf(outB.String())
 	})
 	if n := r.smsTo(ev.Recipient.Phone); n != 1 {
@@ -269,7 +270,7 @@ func TestMain_AbandonedReadableClaimIsTakenOver(t *testing.T) {
 
 	out, _ := r.worker(t, nil)
 	MustPublish(t, r.brokers, r.topic, eventMessages([]sampleEvent{ev})...)
-	waitFor(t, "the SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "the SMS sent", func() (bool, string) {
 		return len(out.Events(t, "notification_sent")) > 0, fmt.Sprintf("double holds %d; log: %s", r.smsTo(ev.Recipient.Phone), tailOf(out.String()))
 	})
 	if n := r.smsTo(ev.Recipient.Phone); n != 1 {

@@ -24,6 +24,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/kafka"
 	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -62,7 +63,7 @@ func TestMain_TraceContinuesFromTheProducer(t *testing.T) {
 	MustOpen(t, m)
 	stop := MustRun(t, m)
 	recordSpan := "process " + topic
-	waitFor(t, "the record's span", func() (bool, string) {
+	wait.For(t, waitWithin, "the record's span", func() (bool, string) {
 		names := []string{}
 		for _, s := range exp.GetSpans() {
 			if s.Name == recordSpan {
@@ -147,7 +148,7 @@ func TestMain_ExportsOverOTLP(t *testing.T) {
 	m := &Main{Config: cfg, Stdout: &out}
 	MustOpen(t, m)
 	stop := MustRun(t, m)
-	waitFor(t, "the event's notifications sent", func() (bool, string) {
+	wait.For(t, waitWithin, "the event's notifications sent", func() (bool, string) {
 		sent := sumOf(scrape(t, m), "notification_worker_notifications_total{", `outcome="sent"`)
 		return sent == float64(n), fmt.Sprintf("sent %v of %d", sent, n)
 	})
@@ -220,7 +221,7 @@ func TestMain_LogsJoinedToTraces(t *testing.T) {
 		m := &Main{Config: MustLoadConfig(t, vars), Stdout: out, Deps: Deps{Notifiers: map[ports.Channel]ports.Notifier{ports.ChannelSMS: sms}}}
 		MustOpen(t, m)
 		stop := MustRun(t, m)
-		waitFor(t, "the retried record sent and the poison dead-lettered", func() (bool, string) {
+		wait.For(t, waitWithin, "the retried record sent and the poison dead-lettered", func() (bool, string) {
 			sent, dead := len(out.Events(t, "notification_sent")), len(out.Events(t, "event_dead_lettered"))
 			return sent == 1 && dead == 1, fmt.Sprintf("%d notification_sent, %d event_dead_lettered", sent, dead)
 		})

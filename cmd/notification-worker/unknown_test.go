@@ -8,6 +8,7 @@ import (
 
 	"github.com/harborlight/notification-worker/adapters/smtp/smtptest"
 	"github.com/harborlight/notification-worker/integration/twiliodouble/double"
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // TestMain_UnknownOutcomesReachTwilioOnce sends 8 SMS whose outcome is
@@ -43,7 +44,7 @@ func TestMain_UnknownOutcomesReachTwilioOnce(t *testing.T) {
 		p.twilio.Fail(f)
 	}
 	MustPublish(t, p.brokers, p.topic, eventMessages(evs)...)
-	waitFor(t, "8 SMS sent", func() (bool, string) {
+	wait.For(t, waitWithin, "8 SMS sent", func() (bool, string) {
 		s := scrape(t, p.m)
 		sent := sumOf(s, "notification_worker_notifications_total{", `channel="sms"`, `outcome="sent"`)
 		return sent == 8, fmt.Sprintf("sent %v, unknown %v, reconciliations %v", sent,

@@ -13,18 +13,19 @@ import (
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 	"github.com/redis/rueidis"
 )
 
-// TestMain_ReadableRecordsFromTheReleaseBefore is a rolling upgrade from a
-// release that wrote readable keys: records it left in Redis, in each of
-// its value forms, are replayed to a worker on the defaults (compact keys,
+// TestMain_UpgradeToCompactHonoursReadableRecords is the rolling deploy from
+// readable keys to compact ones: records the workers writing readable keys
+// left in Redis are replayed to a worker on the defaults (compact keys,
 // reading both formats). None of them may reach the provider again, each is
 // logged duplicate_suppressed, and the events it has no record of are sent
 // once and recorded compact, under the keys `notification-worker key`
 // prints for them.
-func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
+func TestMain_UpgradeToCompactHonoursReadableRecords(t *testing.T) {
 	const sentBefore, fresh = 12, 8
 	redisSrv := redistest.MustStart(t)
 	raw := redisSrv.MustClient(t, 0)
@@ -44,15 +45,13 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 	}
 	cfg := MustLoadConfig(t, env)
 	events := smsEvents(sentBefore + fresh)
-	// The forms the release before wrote: without a fingerprint, with one,
-	// and an opted-out recipient's record.
-	forms := []string{"sent:%d:SM%032d", "sent:%d:~Zx9_k2ab:SM%032d", "sent:%d:~Zx9_k2ab:opted-out:21610%.0d"}
+	// What a worker writing readable keys records: a provider id, or an
+	// opted-out recipient's record.
+	forms := []string{"sent:%d:~Zx9_k2ab:SM%032d", "sent:%d:~Zx9_k2ab:opted-out:21610%.0d"}
 	for i, ev := range events[:sentBefore] {
 		v := fmt.Sprintf(forms[i%len(forms)], time.Now().Add(-time.Hour).UnixMilli(), i)
-		if strings.Contains(v, "~Zx9_k2ab") {
-			// The fingerprint of what was sent: the same event.
-			v = strings.Replace(v, "Zx9_k2ab", fingerprintOf(t, ev), 1)
-		}
+		// The fingerprint of what was sent: the same event.
+		v = strings.Replace(v, "Zx9_k2ab", fingerprintOf(t, ev), 1)
 		MustSetRaw(t, raw, prefix+domain.NotificationKey(ev.EventID, ports.ChannelSMS), v)
 	}
 
@@ -65,7 +64,7 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 	MustRun(t, m)
 	MustPublish(t, emb.Brokers(), topic, eventMessages(events)...)
 
-	waitFor(t, "every event handled", func() (bool, string) {
+	wait.For(t, waitWithin, "every event handled", func() (bool, string) {
 		sent, _ := sms.counts()
 		suppressed := len(out.Events(t, "duplicate_suppressed"))
 		return sent+suppressed >= len(events), fmt.Sprintf("%d sent, %d suppressed", sent, suppressed)
@@ -101,7 +100,7 @@ func TestMain_ReadableRecordsFromTheReleaseBefore(t *testing.T) {
 			printed[f[0]] = f[2]
 		}
 	}
-	waitFor(t, "the fresh sends recorded compact", func() (bool, string) {
+	wait.For(t, waitWithin, "the fresh sends recorded compact", func() (bool, string) {
 		for _, id := range ids {
 			v, ok := MustGetRaw(t, raw, printed[id])
 			if !ok || !isSentRecord(v) || strings.HasPrefix(v, "sent:") {

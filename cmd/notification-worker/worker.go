@@ -3,10 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -62,12 +63,12 @@ type Main struct {
 
 	logger   *slog.Logger
 	metrics  *prometheus.Metrics
-	channels []channel         // the rows of channels this worker offers
+	channels []route           // the rows of channels this worker offers
 	adapters map[string]string // what was built for each port, for the start-up log
 	tracer   *otel.Tracer      // nil: tracing off
 	breaker  *breaker.Breaker  // nil without Redis
 	consumer *kafka.Consumer
-	kafka    kafka.Config // the consumer's, for Run to reach the brokers with
+	kafka    kafka.Config // Kafka's settings; once Open built the consumer, its configuration, for Run to reach the brokers with
 	handler  ports.Handler
 	http     *httpapi.Server // nil when HTTP_ADDR is off
 	debug    string          // the debug server's address; "" when DEBUG_ADDR is empty
@@ -99,10 +100,8 @@ type Deps struct {
 	// Metrics replaces a fresh set. Tests pass one to two workers in turn,
 	// as they pass one Store, to read counts that span a restart.
 	Metrics *prometheus.Metrics
-	// Observer and RecordMetrics are told what the domain, and the
-	// consumer and the record policy, report, besides Metrics.
-	Observer      ports.Observer
-	RecordMetrics RecordMetrics
+	// Observer is told how each notification ended, besides Metrics.
+	Observer ports.Observer
 	// TracerProvider replaces the tracing the configuration asks for (OTLP
 	// export when OTEL_EXPORTER_OTLP_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none). Tests pass one
@@ -132,7 +131,8 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.metrics == nil {
 		m.metrics = prometheus.New()
 	}
-	m.metrics.KnowTopic(cfg.Kafka.Topic)
+	m.kafka = kafka.LoadSettings(cfg.Settings())
+	m.metrics.KnowTopic(m.kafka.Topic)
 	m.channels = active(cfg, m.Deps)
 	m.metrics.KnowChannels(channelNames(m.channels)...)
 	m.metrics.SetVersion(release())
@@ -209,15 +209,15 @@ func (m *Main) openPorts(ctx context.Context, chosen choice) (ports.IdempotencyS
 	store = m.tracer.Store(m.metrics.InstrumentStore(store))
 	notifiers := map[ports.Channel]ports.Notifier{}
 	for _, ch := range channels {
-		if !slices.ContainsFunc(m.channels, func(c channel) bool { return c.Name == ch.Name }) {
-			m.adapters[string(ch.Name)] = "off (" + ch.Variable + " unset, and " + ch.Provider.Name + " not configured)"
+		if !slices.ContainsFunc(m.channels, func(c route) bool { return c.Name == ch.Name }) {
+			m.adapters[string(ch.Name)] = "off (" + ch.Provider.Variable + " unset, and " + ch.Provider.Name + " not configured)"
 			continue
 		}
 		name := chosen.Notifiers[ch.Name]
 		notifier := m.Deps.Notifiers[ch.Name]
 		if notifier == nil {
 			var err error
-			if notifier, err = ch.Notifiers[name](m); err != nil {
+			if notifier, err = m.openNotifier(ch, name); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -240,7 +240,11 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 		}
 		notifiers[ch] = m.tracer.Notifier(ch, m.adapters[string(ch)], m.metrics.InstrumentNotifier(ch, n))
 	}
-	templates, err := domain.LoadTemplates(cfg.TemplatesDir, domainChannels(m.channels)...)
+	var overrides fs.FS
+	if cfg.TemplatesDir != "" {
+		overrides = os.DirFS(cfg.TemplatesDir)
+	}
+	templates, err := domain.LoadTemplates(overrides, domainChannels(m.channels)...)
 	if err != nil && cfg.TemplatesDir != "" {
 		// LoadWorker checked them for the built-in channels only.
 		return nil, m.configError("TEMPLATES_DIR", cfg.TemplatesDir, err.Error())
@@ -286,11 +290,15 @@ func (m *Main) openService(store ports.IdempotencyStore, notifiers map[ports.Cha
 // behind the record policy. A handler call running longer than stallAfter
 // is hung, and /healthz says so.
 func (m *Main) openConsumer(brokers []string, h ports.Handler, stallAfter time.Duration) error {
-	kcfg, err := m.kafkaConfig(brokers)
-	if err != nil {
-		return err
-	}
-	kcfg.StallAfter = stallAfter
+	// Kafka's own settings, with the worker's budgets, retry backoff and
+	// shutdown time.
+	c, kcfg := m.Config, m.kafka
+	kcfg.Brokers, kcfg.StallAfter = brokers, stallAfter
+	kcfg.MaxInFlight, kcfg.MaxBufferedBytes = c.MaxInFlight, c.MaxBufferedBytes
+	kcfg.RetryInitialBackoff, kcfg.RetryMaxBackoff = c.RetryInitialBackoff, c.RetryMaxBackoff
+	kcfg.ShutdownTimeout = c.ShutdownTimeout
+	kcfg.Logger, kcfg.Metrics = m.logger, m.metrics
+	var err error
 	if m.consumer, err = kafka.NewConsumer(kcfg); err != nil {
 		return err
 	}
@@ -462,14 +470,14 @@ func (m *Main) Close() {
 // orders, commits and holds one of its MAX_IN_FLIGHT slots for each call of
 // the handler (each attempt): what a failure means is decided here.
 func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, error) {
-	k := m.Config.Kafka
+	c := m.Config
 	pcfg := policy.Config{
-		MaxRecordBytes:      k.MaxRecordBytes,
-		RetryMaxAttempts:    k.RetryMaxAttempts,
-		RetryInitialBackoff: k.RetryInitialBackoff,
-		RetryMaxBackoff:     k.RetryMaxBackoff,
+		MaxRecordBytes:      c.MaxRecordBytes,
+		RetryMaxAttempts:    c.RetryMaxAttempts,
+		RetryInitialBackoff: c.RetryInitialBackoff,
+		RetryMaxBackoff:     c.RetryMaxBackoff,
 		Logger:              m.logger,
-		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
+		Metrics:             m.metrics,
 	}
 	if err := pcfg.Validate(); err != nil {
 		return nil, err
@@ -492,40 +500,6 @@ func (m *Main) recordPolicy(sink ports.DeadLetterSink) ([]ports.Middleware, erro
 	}, nil
 }
 
-func (m *Main) kafkaConfig(brokers []string) (kafka.Config, error) {
-	k := m.Config.Kafka
-	kcfg := kafka.Config{
-		Brokers:             brokers,
-		Topic:               k.Topic,
-		GroupID:             k.GroupID,
-		ClientID:            k.ClientID,
-		DLQTopic:            k.DLQTopic,
-		MaxInFlight:         k.MaxInFlight,
-		MaxBufferedBytes:    k.MaxBufferedBytes,
-		RetryInitialBackoff: k.RetryInitialBackoff,
-		RetryMaxBackoff:     k.RetryMaxBackoff,
-		ShutdownTimeout:     m.Config.ShutdownTimeout,
-		SASLMechanism:       k.SASLMechanism,
-		SASLUsername:        k.SASLUsername,
-		SASLPassword:        k.SASLPassword.Reveal(),
-		RebalanceStrategy:   k.RebalanceStrategy,
-		GroupInstanceID:     k.GroupInstanceID,
-		SessionTimeout:      k.SessionTimeout,
-		Logger:              m.logger,
-		Metrics:             consumerMetrics(m.metrics, m.Deps.RecordMetrics),
-	}
-	tlsCfg, err := kafkaTLS(m.Config)
-	if err != nil {
-		return kafka.Config{}, err
-	}
-	kcfg.TLS = tlsCfg
-	return kcfg, nil
-}
-
-// kafkaTLS returns the TLS settings KAFKA_TLS and KAFKA_TLS_CA_FILE ask for,
-// or nil for plaintext (see config.Config.KafkaTLS).
-func kafkaTLS(cfg config.Config) (*tls.Config, error) { return cfg.KafkaTLS() }
-
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "text" {
@@ -535,65 +509,14 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 }
 
 // observers returns an Observer telling each non-nil one in turn.
-func observers(obs ...ports.Observer) ports.Observer { return multiObserver(nonNil(obs)) }
+func observers(obs ...ports.Observer) ports.Observer {
+	return multiObserver(slices.DeleteFunc(obs, func(o ports.Observer) bool { return o == nil }))
+}
 
 type multiObserver []ports.Observer
 
 func (all multiObserver) Observe(ch ports.Channel, o ports.Outcome) {
 	for _, x := range all {
 		x.Observe(ch, o)
-	}
-}
-
-// RecordMetrics is what the consumer and the record policy report.
-type RecordMetrics interface {
-	kafka.Metrics
-	policy.Metrics
-}
-
-// consumerMetrics returns RecordMetrics telling each non-nil one in turn.
-func consumerMetrics(ms ...RecordMetrics) RecordMetrics { return multiMetrics(nonNil(ms)) }
-
-// nonNil returns the elements of xs that are not nil interfaces.
-func nonNil[T comparable](xs []T) []T {
-	var zero T
-	out := make([]T, 0, len(xs))
-	for _, x := range xs {
-		if x != zero {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-type multiMetrics []RecordMetrics
-
-func (all multiMetrics) RecordDeadLettered(topic string, kind ports.Kind) {
-	for _, m := range all {
-		m.RecordDeadLettered(topic, kind)
-	}
-}
-
-func (all multiMetrics) HandlerPanicked(topic string) {
-	for _, m := range all {
-		m.HandlerPanicked(topic)
-	}
-}
-
-func (all multiMetrics) ConsumerLag(topic string, partition int32, lag int64) {
-	for _, m := range all {
-		m.ConsumerLag(topic, partition, lag)
-	}
-}
-
-func (all multiMetrics) HandlersAbandoned(delta int) {
-	for _, m := range all {
-		m.HandlersAbandoned(delta)
-	}
-}
-
-func (all multiMetrics) RecordRetried(topic string, kind ports.Kind) {
-	for _, m := range all {
-		m.RecordRetried(topic, kind)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/prometheus"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/internal/logtest"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -87,13 +88,13 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 		}
 	})
 	t.Run("ReadyzWhileAssigned", func(t *testing.T) {
-		waitFor(t, "/readyz 200 once partitions are assigned", func() (bool, string) {
+		wait.For(t, waitWithin, "/readyz 200 once partitions are assigned", func() (bool, string) {
 			code, body := readyz(t, first)
 			return code == http.StatusOK && body["ready"] == true && body["consumer"] == consumerAssigned,
 				fmt.Sprintf("%d %v", code, body)
 		})
 	})
-	waitFor(t, "first delivery", func() (bool, string) {
+	wait.For(t, waitWithin, "first delivery", func() (bool, string) {
 		s := scrape(t, first)
 		sent := sumOf(s, "notification_worker_notifications_total{", `outcome="sent"`)
 		dl := sumOf(s, "notification_worker_records_dead_lettered_total{")
@@ -136,7 +137,7 @@ func TestMain_MetricsAcrossAReplay(t *testing.T) {
 	}}
 	MustOpen(t, second)
 	stop = MustRun(t, second)
-	waitFor(t, "replay", func() (bool, string) {
+	wait.For(t, waitWithin, "replay", func() (bool, string) {
 		s := scrape(t, second)
 		dup := sumOf(s, "notification_worker_notifications_total{", `outcome="duplicate"`)
 		dl := sumOf(s, "notification_worker_records_dead_lettered_total{")
@@ -251,7 +252,7 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 				ev[0].Channels = []string{"sms"}
 				MustPublish(t, emb.Brokers(), topic, eventMessages(ev)...)
 				sent++
-				waitFor(t, what, func() (bool, string) {
+				wait.For(t, waitWithin, what, func() (bool, string) {
 					got := sumOf(scrape(t, m), "notification_worker_notifications_total{", `outcome="sent"`)
 					return got == float64(sent), fmt.Sprintf("sent %v of %d", got, sent)
 				})
@@ -266,7 +267,7 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 			// breaker counts only failures that beat the caller's deadline,
 			// so how many sends open it is not fixed).
 			var body map[string]any
-			waitFor(t, "/readyz 200 naming the outage", func() (bool, string) {
+			wait.For(t, waitWithin, "/readyz 200 naming the outage", func() (bool, string) {
 				send("a send with Redis down (fail-open)")
 				var code int
 				code, body = readyz(t, m)
@@ -282,7 +283,7 @@ func TestMain_ReadyzShowsStoreOutage(t *testing.T) {
 			redisSrv.Restart(t)
 			// The next call finds the store again (after the breaker's
 			// probe, if there is one).
-			waitFor(t, "/readyz store ok once Redis is back", func() (bool, string) {
+			wait.For(t, waitWithin, "/readyz store ok once Redis is back", func() (bool, string) {
 				send("a send after Redis came back")
 				_, body := readyz(t, m)
 				return body["store"] == prometheus.StoreOK, fmt.Sprintf("%v", body)

@@ -19,6 +19,7 @@ import (
 	"github.com/harborlight/notification-worker/adapters/otel"
 	"github.com/harborlight/notification-worker/adapters/redis/redistest"
 	"github.com/harborlight/notification-worker/domain"
+	"github.com/harborlight/notification-worker/internal/devbroker"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -43,9 +44,9 @@ var groupSeq atomic.Int64
 func mustBroker(b *testing.B, n, keys int) *broker {
 	b.Helper()
 	topic := "shipment-events"
-	e, err := kafka.StartEmbedded(partitions, topic)
+	e, err := devbroker.Start(partitions, []string{topic})
 	if err != nil {
-		b.Fatalf("StartEmbedded: %v", err)
+		b.Fatalf("devbroker.Start: %v", err)
 	}
 	b.Cleanup(e.Close)
 	return mustPublish(b, e.Brokers(), topic, n, keys)

@@ -309,12 +309,6 @@ const sentSeries = `notification_worker_notifications_total{channel="sms",outcom
 // with GOGC=100, twice what the last collection left live.
 const heapGoalSeries = "go_memstats_next_gc_bytes"
 
-// sentCount reads the worker's count of SMS sent (0 before the first).
-func sentCount(ctx context.Context, w *integration.Worker) (int, error) {
-	v, err := metricValue(ctx, w, sentSeries)
-	return int(v), err
-}
-
 // metricValue reads one series from the worker's /metrics (0 when absent).
 func metricValue(ctx context.Context, w *integration.Worker, series string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.HTTPAddr+"/metrics", nil)

@@ -4,6 +4,7 @@
 package buildinfo
 
 import (
+	"cmp"
 	"runtime"
 	"runtime/debug"
 )
@@ -41,9 +42,7 @@ func from(version string, bi *debug.BuildInfo) Info {
 	if i.Version == "" && bi.Main.Version != "(devel)" {
 		i.Version = bi.Main.Version
 	}
-	if i.Version == "" {
-		i.Version = Unknown
-	}
+	i.Version = cmp.Or(i.Version, Unknown)
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" && s.Value != "" {
 			i.Revision = s.Value

@@ -54,143 +54,160 @@ func Within(got, want, slack time.Duration) bool {
 	return got <= want && got >= want-slack
 }
 
-// Run runs the contract suite.
+// Run runs the contract suite: one subtest per rule, named for it.
 func Run(t *testing.T, h Harness) {
-	t.Run("BurstThenOneTurnPerInterval", func(t *testing.T) {
-		l, ctx, s := h.New(t), Ctx(t), Sender(t)
-		start := time.Now()
-		var got []ports.Reservation
-		for range slow.Burst + 3 {
-			got = append(got, MustTake(t, l, ctx, s, slow, forever))
-		}
-		slack := time.Since(start)
-		for i, r := range got {
-			want := time.Duration(max(i-slow.Burst+1, 0)) * slow.Interval()
-			if !r.OK || !Within(r.Wait, want, slack) {
-				t.Errorf("take %d = %+v, want OK with a wait of %v (less at most %v)", i, r, want, slack)
-			}
-		}
-	})
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, h Harness)
+	}{
+		{"BurstThenOneTurnPerInterval", burstThenOneTurnPerInterval},
+		{"MaxWaitReservesNothing", maxWaitReservesNothing},
+		{"SendersAreIndependent", sendersAreIndependent},
+		{"PauseHoldsEveryTurnThenPaces", pauseHoldsEveryTurnThenPaces},
+		{"PauseNeverShortens", pauseNeverShortens},
+		{"PauseAfterTakesDoesNotShortenThem", pauseAfterTakesDoesNotShortenThem},
+		{"RateOverAWindow", rateOverAWindow},
+		{"ErrInvalidLimit", errInvalidLimit},
+		{"ErrContextDone", errContextDone},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+}
 
-	t.Run("MaxWaitReservesNothing", func(t *testing.T) {
-		l, ctx, s := h.New(t), Ctx(t), Sender(t)
-		one := ports.Limit{Rate: slow.Rate, Burst: 1}
-		start := time.Now()
-		if r := MustTake(t, l, ctx, s, one, 0); !r.OK || r.Wait != 0 {
-			t.Fatalf("first take = %+v, want OK now", r)
+func burstThenOneTurnPerInterval(t *testing.T, h Harness) {
+	l, ctx, s := h.New(t), Ctx(t), Sender(t)
+	start := time.Now()
+	var got []ports.Reservation
+	for range slow.Burst + 3 {
+		got = append(got, MustTake(t, l, ctx, s, slow, forever))
+	}
+	slack := time.Since(start)
+	for i, r := range got {
+		want := time.Duration(max(i-slow.Burst+1, 0)) * slow.Interval()
+		if !r.OK || !Within(r.Wait, want, slack) {
+			t.Errorf("take %d = %+v, want OK with a wait of %v (less at most %v)", i, r, want, slack)
 		}
-		refused := MustTake(t, l, ctx, s, one, 4*time.Second)
-		again := MustTake(t, l, ctx, s, one, 4*time.Second)
-		taken := MustTake(t, l, ctx, s, one, forever)
-		slack := time.Since(start)
-		for _, r := range []ports.Reservation{refused, again} {
-			if r.OK || !Within(r.Wait, one.Interval()-4*time.Second, slack) {
-				t.Errorf("take beyond maxWait = %+v, want not OK, and a retry in %v (less at most %v)", r, one.Interval()-4*time.Second, slack)
-			}
-		}
-		// The refused takes left the pace alone: the next turn is still
-		// one Interval after the first.
-		if !taken.OK || !Within(taken.Wait, one.Interval(), slack) {
-			t.Errorf("take after refusals = %+v, want OK in %v (less at most %v)", taken, one.Interval(), slack)
-		}
-	})
+	}
+}
 
-	t.Run("SendersAreIndependent", func(t *testing.T) {
-		l, ctx := h.New(t), Ctx(t)
-		a, b := Sender(t), Sender(t)
-		for range slow.Burst + 1 {
-			MustTake(t, l, ctx, a, slow, forever)
+func maxWaitReservesNothing(t *testing.T, h Harness) {
+	l, ctx, s := h.New(t), Ctx(t), Sender(t)
+	one := ports.Limit{Rate: slow.Rate, Burst: 1}
+	start := time.Now()
+	if r := MustTake(t, l, ctx, s, one, 0); !r.OK || r.Wait != 0 {
+		t.Fatalf("first take = %+v, want OK now", r)
+	}
+	refused := MustTake(t, l, ctx, s, one, 4*time.Second)
+	again := MustTake(t, l, ctx, s, one, 4*time.Second)
+	taken := MustTake(t, l, ctx, s, one, forever)
+	slack := time.Since(start)
+	for _, r := range []ports.Reservation{refused, again} {
+		if r.OK || !Within(r.Wait, one.Interval()-4*time.Second, slack) {
+			t.Errorf("take beyond maxWait = %+v, want not OK, and a retry in %v (less at most %v)", r, one.Interval()-4*time.Second, slack)
 		}
-		for i := range slow.Burst {
-			if r := MustTake(t, l, ctx, b, slow, 0); !r.OK || r.Wait != 0 {
-				t.Errorf("take %d of another sender = %+v, want OK now", i, r)
-			}
-		}
-	})
+	}
+	// The refused takes left the pace alone: the next turn is still
+	// one Interval after the first.
+	if !taken.OK || !Within(taken.Wait, one.Interval(), slack) {
+		t.Errorf("take after refusals = %+v, want OK in %v (less at most %v)", taken, one.Interval(), slack)
+	}
+}
 
-	t.Run("PauseHoldsEveryTurnThenPaces", func(t *testing.T) {
-		l, ctx, s := h.New(t), Ctx(t), Sender(t)
-		const pause = 30 * time.Second
-		start := time.Now()
-		if err := l.Pause(ctx, s, slow, pause); err != nil {
-			t.Fatal(err)
+func sendersAreIndependent(t *testing.T, h Harness) {
+	l, ctx := h.New(t), Ctx(t)
+	a, b := Sender(t), Sender(t)
+	for range slow.Burst + 1 {
+		MustTake(t, l, ctx, a, slow, forever)
+	}
+	for i := range slow.Burst {
+		if r := MustTake(t, l, ctx, b, slow, 0); !r.OK || r.Wait != 0 {
+			t.Errorf("take %d of another sender = %+v, want OK now", i, r)
 		}
-		first := MustTake(t, l, ctx, s, slow, forever)
-		second := MustTake(t, l, ctx, s, slow, forever)
-		short := MustTake(t, l, ctx, s, slow, time.Second)
-		slack := time.Since(start)
-		if !first.OK || !Within(first.Wait, pause, slack) {
-			t.Errorf("first take after the pause = %+v, want OK at its end, %v (less at most %v)", first, pause, slack)
-		}
-		// Paced, not a burst, after the pause.
-		if want := pause + slow.Interval(); !second.OK || !Within(second.Wait, want, slack) {
-			t.Errorf("second take = %+v, want OK in %v (less at most %v)", second, want, slack)
-		}
-		if short.OK {
-			t.Errorf("take with a maxWait inside the pause = %+v, want nothing reserved", short)
-		}
-	})
+	}
+}
 
-	t.Run("PauseNeverShortens", func(t *testing.T) {
-		l, ctx, s := h.New(t), Ctx(t), Sender(t)
-		start := time.Now()
-		if err := l.Pause(ctx, s, slow, 40*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Pause(ctx, s, slow, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Pause(ctx, s, slow, 0); err != nil {
-			t.Fatal(err)
-		}
-		r := MustTake(t, l, ctx, s, slow, forever)
-		if slack := time.Since(start); !r.OK || !Within(r.Wait, 40*time.Second, slack) {
-			t.Errorf("take = %+v, want OK at the end of the longer pause, 40s (less at most %v)", r, slack)
-		}
-	})
+func pauseHoldsEveryTurnThenPaces(t *testing.T, h Harness) {
+	l, ctx, s := h.New(t), Ctx(t), Sender(t)
+	const pause = 30 * time.Second
+	start := time.Now()
+	if err := l.Pause(ctx, s, slow, pause); err != nil {
+		t.Fatal(err)
+	}
+	first := MustTake(t, l, ctx, s, slow, forever)
+	second := MustTake(t, l, ctx, s, slow, forever)
+	short := MustTake(t, l, ctx, s, slow, time.Second)
+	slack := time.Since(start)
+	if !first.OK || !Within(first.Wait, pause, slack) {
+		t.Errorf("first take after the pause = %+v, want OK at its end, %v (less at most %v)", first, pause, slack)
+	}
+	// Paced, not a burst, after the pause.
+	if want := pause + slow.Interval(); !second.OK || !Within(second.Wait, want, slack) {
+		t.Errorf("second take = %+v, want OK in %v (less at most %v)", second, want, slack)
+	}
+	if short.OK {
+		t.Errorf("take with a maxWait inside the pause = %+v, want nothing reserved", short)
+	}
+}
 
-	t.Run("PauseAfterTakesDoesNotShortenThem", func(t *testing.T) {
-		l, ctx, s := h.New(t), Ctx(t), Sender(t)
-		start := time.Now()
-		for range slow.Burst + 2 { // turns reserved to two Intervals ahead
-			MustTake(t, l, ctx, s, slow, forever)
-		}
-		if err := l.Pause(ctx, s, slow, time.Second); err != nil {
-			t.Fatal(err)
-		}
-		r := MustTake(t, l, ctx, s, slow, forever)
-		if want, slack := 3*slow.Interval(), time.Since(start); !r.OK || !Within(r.Wait, want, slack) {
-			t.Errorf("take = %+v, want OK after the turns already reserved, %v (less at most %v)", r, want, slack)
-		}
-	})
+func pauseNeverShortens(t *testing.T, h Harness) {
+	l, ctx, s := h.New(t), Ctx(t), Sender(t)
+	start := time.Now()
+	if err := l.Pause(ctx, s, slow, 40*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Pause(ctx, s, slow, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Pause(ctx, s, slow, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := MustTake(t, l, ctx, s, slow, forever)
+	if slack := time.Since(start); !r.OK || !Within(r.Wait, 40*time.Second, slack) {
+		t.Errorf("take = %+v, want OK at the end of the longer pause, 40s (less at most %v)", r, slack)
+	}
+}
 
-	t.Run("RateOverAWindow", func(t *testing.T) {
-		RateOverAWindow(t, []ports.RateLimiter{h.New(t)})
-	})
+func pauseAfterTakesDoesNotShortenThem(t *testing.T, h Harness) {
+	l, ctx, s := h.New(t), Ctx(t), Sender(t)
+	start := time.Now()
+	for range slow.Burst + 2 { // turns reserved to two Intervals ahead
+		MustTake(t, l, ctx, s, slow, forever)
+	}
+	if err := l.Pause(ctx, s, slow, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r := MustTake(t, l, ctx, s, slow, forever)
+	if want, slack := 3*slow.Interval(), time.Since(start); !r.OK || !Within(r.Wait, want, slack) {
+		t.Errorf("take = %+v, want OK after the turns already reserved, %v (less at most %v)", r, want, slack)
+	}
+}
 
-	t.Run("ErrInvalidLimit", func(t *testing.T) {
-		l, ctx, s := h.New(t), Ctx(t), Sender(t)
-		for _, bad := range []ports.Limit{{Rate: 0, Burst: 1}, {Rate: 1, Burst: 0}} {
-			if _, err := l.Take(ctx, s, bad, forever); err == nil {
-				t.Errorf("Take with %v = nil error", bad)
-			}
-			if err := l.Pause(ctx, s, bad, time.Second); err == nil {
-				t.Errorf("Pause with %v = nil error", bad)
-			}
-		}
-	})
+func rateOverAWindow(t *testing.T, h Harness) {
+	RateOverAWindow(t, []ports.RateLimiter{h.New(t)})
+}
 
-	t.Run("ErrContextDone", func(t *testing.T) {
-		l, s := h.New(t), Sender(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if _, err := l.Take(ctx, s, slow, forever); err == nil {
-			t.Error("Take with a done ctx = nil error")
+func errInvalidLimit(t *testing.T, h Harness) {
+	l, ctx, s := h.New(t), Ctx(t), Sender(t)
+	for _, bad := range []ports.Limit{{Rate: 0, Burst: 1}, {Rate: 1, Burst: 0}} {
+		if _, err := l.Take(ctx, s, bad, forever); err == nil {
+			t.Errorf("Take with %v = nil error", bad)
 		}
-		if err := l.Pause(ctx, s, slow, time.Second); err == nil {
-			t.Error("Pause with a done ctx = nil error")
+		if err := l.Pause(ctx, s, bad, time.Second); err == nil {
+			t.Errorf("Pause with %v = nil error", bad)
 		}
-	})
+	}
+}
+
+func errContextDone(t *testing.T, h Harness) {
+	l, s := h.New(t), Sender(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Take(ctx, s, slow, forever); err == nil {
+		t.Error("Take with a done ctx = nil error")
+	}
+	if err := l.Pause(ctx, s, slow, time.Second); err == nil {
+		t.Error("Pause with a done ctx = nil error")
+	}
 }
 
 // RateOverAWindow takes 120 turns of one sender, from 4 goroutines spread

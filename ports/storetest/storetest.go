@@ -1,6 +1,7 @@
-// Package storetest is the contract every ports.IdempotencyStore must pass.
-// One suite, run against every implementation: the memory store and the
-// Redis store answer the same questions the same way.
+// Package storetest is the contract every ports.IdempotencyStore must pass
+// (Run), one suite run against every implementation: the memory store and
+// the Redis store answer the same questions the same way. Its Fake is the
+// store for tests of what uses one, answering as each test chooses.
 package storetest
 
 import (
@@ -8,11 +9,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/harborlight/notification-worker/internal/contract"
+	"github.com/harborlight/notification-worker/internal/wait"
 	"github.com/harborlight/notification-worker/ports"
 )
 
@@ -36,14 +37,7 @@ func ctx(t *testing.T) context.Context { return contract.Ctx(t, 10*time.Second) 
 // MustClaim claims k without a digest and fails the test on error.
 func MustClaim(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token string, ttl time.Duration) ports.Claim {
 	tb.Helper()
-	return MustClaimDigest(tb, s, c, k, token, "", ttl)
-}
-
-// MustClaimDigest claims k to send the text digest and fails the test on
-// error.
-func MustClaimDigest(tb testing.TB, s ports.IdempotencyStore, c context.Context, k, token, digest string, ttl time.Duration) ports.Claim {
-	tb.Helper()
-	return MustClaimSent(tb, s, c, k, token, digest, "", ttl)
+	return MustClaimSent(tb, s, c, k, token, "", "", ttl)
 }
 
 // MustClaimSent claims k to send the text digest from sender and fails
@@ -59,9 +53,9 @@ func MustClaimSent(tb testing.TB, s ports.IdempotencyStore, c context.Context, k
 
 // Run runs the contract suite.
 func Run(t *testing.T, h Harness) {
-	claims(t, h)
-	leases(t, h)
-	expiry(t, h)
+	for _, group := range []func(*testing.T, Harness){claims, releases, leases, takeovers, histories, expiry, races} {
+		group(t, h)
+	}
 }
 
 // testReceipt is the sent record the suite writes: its send time has a
@@ -127,7 +121,6 @@ func claims(t *testing.T, h Harness) {
 			t.Fatalf("state %v, want already_sent", got.State)
 		}
 	})
-	releases(t, h)
 }
 
 // releases checks that Release ends only the caller's own claim.
@@ -176,8 +169,8 @@ func releases(t *testing.T, h Harness) {
 	})
 }
 
-// leases checks claims whose lease passed: taken over by one caller, never
-// once recorded.
+// leases checks the lease a claim reports, and that a claim found holding
+// one is judged by ports.Lease.Passed and taken over once it passed.
 func leases(t *testing.T, h Harness) {
 	t.Run("ClaimReportsItsLease", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
@@ -233,8 +226,9 @@ func leases(t *testing.T, h Harness) {
 		// TakenOver only once it has.
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
 		MustClaim(t, s, c, k, "tok-a", 300*time.Millisecond)
-		deadline := time.Now().Add(5 * time.Second)
-		for n := 0; ; n++ {
+		n := 0
+		wait.For(t, 5*time.Second, "tok-a's claim taken over after its 300ms lease", func() (bool, string) {
+			n++
 			before := time.Now()
 			got := MustClaim(t, s, c, k, fmt.Sprintf("tok-%d", n), time.Minute)
 			after := time.Now()
@@ -243,45 +237,17 @@ func leases(t *testing.T, h Harness) {
 				if got.Lease.Passed(before) {
 					t.Fatalf("claim %d at %v: in_flight with a lease that had passed by the rule: %+v", n, before, got.Lease)
 				}
+				return false, fmt.Sprintf("last %+v", got)
 			case got.State == ports.TakenOver && got.Lease.Token == "tok-a":
 				if !got.Lease.Passed(after) {
 					t.Fatalf("claim %d by %v: taken_over a lease that had not passed by the rule: %+v", n, after, got.Lease)
 				}
-				return
-			default:
-				t.Fatalf("claim %d: %+v, want in_flight or taken_over from tok-a", n, got)
+				return true, ""
 			}
-			if after.After(deadline) {
-				t.Fatalf("tok-a's claim not taken over within 5s of its 300ms lease: last %+v", got)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
-
-	t.Run("AbandonedClaimExpiresAfterKeep", func(t *testing.T) {
-		// The TTL read must come before the key expires: a machine too
-		// slow for that gets the scenario again with a longer lease and keep.
-		withinLease(t, 300*time.Millisecond, func(keep time.Duration) bool {
-			s, c, k := h.New(t, keep), ctx(t), key(t)
-			lease := keep / 3
-			start := time.Now()
-			MustClaim(t, s, c, k, "tok-a", lease)
-			// The key was written before now, so it is gone by then.
-			gone := time.Now().Add(lease + keep)
-			if h.TTL != nil && !checkTTL(t, h.TTL(t, k), lease+keep, start) {
-				return false
-			}
-			// A claim made in between would take the key over: look only
-			// once the key has expired.
-			time.Sleep(time.Until(gone) + 50*time.Millisecond)
-			if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.Claimed {
-				t.Fatalf("claim after lease and keep: %v, want claimed", got.State)
-			}
-			return true
+			t.Fatalf("claim %d: %+v, want in_flight or taken_over from tok-a", n, got)
+			return false, ""
 		})
 	})
-	takeovers(t, h)
-	histories(t, h)
 }
 
 // histories checks that a claim's history (its first lease, digest and
@@ -402,7 +368,8 @@ func takeovers(t *testing.T, h Harness) {
 	})
 }
 
-// expiry checks what the TTLs do, and concurrent and cancelled calls.
+// expiry checks what the TTLs do: a record's, and a claim's key kept
+// past its lease.
 func expiry(t *testing.T, h Harness) {
 	t.Run("RecordExpires", func(t *testing.T) {
 		// The TTL read and the claim must come before the record expires:
@@ -427,7 +394,30 @@ func expiry(t *testing.T, h Harness) {
 				t.Fatalf("state %v, want already_sent", got.State)
 			}
 			// ...and once its TTL has passed, the key is free again.
-			waitClaimed(t, s, c, k, "tok-b", 5*time.Second+ttl)
+			waitState(t, s, c, k, "tok-b", ports.Claimed, 5*time.Second+ttl)
+			return true
+		})
+	})
+
+	t.Run("AbandonedClaimExpiresAfterKeep", func(t *testing.T) {
+		// The TTL read must come before the key expires: a machine too
+		// slow for that gets the scenario again with a longer lease and keep.
+		withinLease(t, 300*time.Millisecond, func(keep time.Duration) bool {
+			s, c, k := h.New(t, keep), ctx(t), key(t)
+			lease := keep / 3
+			start := time.Now()
+			MustClaim(t, s, c, k, "tok-a", lease)
+			// The key was written before now, so it is gone by then.
+			gone := time.Now().Add(lease + keep)
+			if h.TTL != nil && !checkTTL(t, h.TTL(t, k), lease+keep, start) {
+				return false
+			}
+			// A claim made in between would take the key over: look only
+			// once the key has expired.
+			time.Sleep(time.Until(gone) + 50*time.Millisecond)
+			if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.Claimed {
+				t.Fatalf("claim after lease and keep: %v, want claimed", got.State)
+			}
 			return true
 		})
 	})
@@ -443,49 +433,19 @@ func expiry(t *testing.T, h Harness) {
 			checkTTL(t, h.TTL(t, k), time.Hour, start)
 		}
 		// Past the claim's TTL, the record (with its own TTL) is still there.
-		deadline := time.Now().Add(400 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		time.Sleep(400 * time.Millisecond)
 		if got := MustClaim(t, s, c, k, "tok-b", time.Minute); got.State != ports.AlreadySent {
 			t.Fatalf("state %v after claim TTL, want already_sent", got.State)
 		}
 	})
-	races(t, h)
 }
 
 // races checks concurrent claims and a cancelled context.
 func races(t *testing.T, h Harness) {
 	t.Run("ClaimRace", func(t *testing.T) {
 		s, c, k := h.New(t, time.Hour), ctx(t), key(t)
-		const n = 64
-		var won atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		errs := make(chan error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got, err := s.Claim(c, k, fmt.Sprintf("tok-%d", i), "", "", time.Minute)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if got.State == ports.Claimed {
-					won.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("Claim: %v", err)
-		}
-		if won.Load() != 1 {
-			t.Fatalf("%d of %d concurrent claims won, want exactly 1", won.Load(), n)
+		if won := claimConcurrently(t, s, c, k, 64, nil)[ports.Claimed]; won != 1 {
+			t.Fatalf("%d of 64 concurrent claims won, want exactly 1", won)
 		}
 	})
 
@@ -516,26 +476,15 @@ func checkTTL(t *testing.T, got, want time.Duration, start time.Time) bool {
 	return true
 }
 
-// waitClaimed claims k until it succeeds or within runs out.
-func waitClaimed(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token string, within time.Duration) {
-	t.Helper()
-	waitState(t, s, c, k, token, ports.Claimed, within)
-}
-
 // waitState claims k until a claim answers want, and returns that claim.
 func waitState(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token string, want ports.ClaimState, within time.Duration) ports.Claim {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := MustClaim(t, s, c, k, token, time.Minute)
-		if got.State == want {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %q: no %v within %v: last state %v", k, want, within, got.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var got ports.Claim
+	wait.For(t, within, fmt.Sprintf("key %q: %v", k, want), func() (bool, string) {
+		got = MustClaim(t, s, c, k, token, time.Minute)
+		return got.State == want, "last state " + got.State.String()
+	})
+	return got
 }
 
 // claimConcurrently runs n claims of k at once, each with its own token,
@@ -631,21 +580,15 @@ func probeLease(t *testing.T, s ports.IdempotencyStore, c context.Context, k, to
 // claim answers want; every claim before must answer in_flight owned by
 // owner. It returns the claim that answered want, and the time just before
 // it was made (when a claim it won began, at the latest).
-func waitStateSent(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, digest, sender string, lease time.Duration, want ports.ClaimState, owner string, within time.Duration) (ports.Claim, time.Time) {
+func waitStateSent(t *testing.T, s ports.IdempotencyStore, c context.Context, k, token, digest, sender string, lease time.Duration, want ports.ClaimState, owner string, within time.Duration) (got ports.Claim, before time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		before := time.Now()
-		got := MustClaimSent(t, s, c, k, token, digest, sender, lease)
-		if got.State == want {
-			return got, before
-		}
-		if got.State != ports.InFlight || got.Lease.Token != owner {
+	wait.For(t, within, fmt.Sprintf("key %q: %v", k, want), func() (bool, string) {
+		before = time.Now()
+		got = MustClaimSent(t, s, c, k, token, digest, sender, lease)
+		if got.State != want && (got.State != ports.InFlight || got.Lease.Token != owner) {
 			t.Fatalf("key %q: waiting for %v: %+v, want in_flight owned by %s until then", k, want, got, owner)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %q: no %v within %v: last %+v", k, want, within, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got.State == want, fmt.Sprintf("last %+v", got)
+	})
+	return got, before
 }

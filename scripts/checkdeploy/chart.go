@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -98,31 +100,23 @@ func buildKustomization(dir string) ([]object, error) {
 // decodeAll decodes every non-empty document of a YAML stream.
 func decodeAll(b []byte) ([]object, error) {
 	var out []object
-	for _, doc := range splitDocuments(b) {
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for {
+		doc, err := docs.Read()
+		if err == io.EOF {
+			return out, nil
+		}
 		var o object
-		if err := yaml.Unmarshal(doc, &o); err != nil {
+		if err == nil {
+			err = yaml.Unmarshal(doc, &o)
+		}
+		if err != nil {
 			return nil, err
 		}
 		if len(o) > 0 {
 			out = append(out, o)
 		}
 	}
-	return out, nil
-}
-
-// splitDocuments splits a YAML stream at its "---" lines.
-func splitDocuments(b []byte) [][]byte {
-	var docs [][]byte
-	var cur bytes.Buffer
-	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
-		if t := bytes.TrimRight(line, " \t\r\n"); bytes.Equal(t, []byte("---")) {
-			docs = append(docs, bytes.Clone(cur.Bytes()))
-			cur.Reset()
-			continue
-		}
-		cur.Write(line)
-	}
-	return append(docs, cur.Bytes())
 }
 
 // writeObjects writes objs to w as one YAML stream.

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // slotCount is the number of hash slots in a Redis Cluster.
@@ -81,16 +84,8 @@ func startCluster(tb testing.TB, n int, newNode func(args []string) *Server, arg
 			tb.Fatalf("redistest: CLUSTER MEET %s from %s: %v", s.Addr(), c.Nodes[0].Addr(), err)
 		}
 	}
-	for {
-		err := c.settled(ctx, clients)
-		if err == nil {
-			return c
-		}
-		if ctx.Err() != nil {
-			tb.Fatalf("redistest: cluster of %d not settled within %v: %v", n, startWithin, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(tb, startWithin, fmt.Sprintf("redistest: cluster of %d settled", n), func() error { return c.settled(ctx, clients) })
+	return c
 }
 
 // Slots returns the first and last hash slot MustStartCluster gave Nodes[i].
@@ -209,36 +204,28 @@ func (c *Cluster) MustAddReplica(tb testing.TB, i int, args ...string) *Server {
 		tb.Fatalf("redistest: CLUSTER MEET %s from %s: %v", primary.Addr(), r.Addr(), err)
 	}
 	id := c.MustNodeID(tb, i)
-	for {
-		// The replica must know the primary before it can replicate it.
-		err := rc.Do(ctx, rc.B().Arbitrary("CLUSTER", "REPLICATE").Args(id).Build()).Error()
-		if err == nil {
-			break
+	// The replica must know the primary before it can replicate it.
+	wait.For(tb, 3*startWithin, fmt.Sprintf("redistest: CLUSTER REPLICATE %s on %s", id, r.Addr()), func() error {
+		return rc.Do(ctx, rc.B().Arbitrary("CLUSTER", "REPLICATE").Args(id).Build()).Error()
+	})
+	inSync := r.replicationSays(tb, "master_link_status:up")
+	wait.For(tb, 3*startWithin, fmt.Sprintf("redistest: replica %s of %s in sync and listed", r.Addr(), primary.Addr()), func() error {
+		if err := inSync(); err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			tb.Fatalf("redistest: CLUSTER REPLICATE %s on %s: %v", id, r.Addr(), err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for {
-		info, err := rc.Do(ctx, rc.B().Info().Section("replication").Build()).ToString()
-		listed := err == nil && strings.Contains(info, "master_link_status:up")
 		for _, n := range c.Nodes {
-			if !listed {
-				break
-			}
 			nc := n.MustClient(tb, 0)
 			slots, err := nc.Do(ctx, nc.B().ClusterSlots().Build()).ToAny()
-			listed = err == nil && strings.Contains(fmt.Sprint(slots), strconv.Itoa(r.Port))
+			if err == nil && !strings.Contains(fmt.Sprint(slots), strconv.Itoa(r.Port)) {
+				err = fmt.Errorf("not in CLUSTER SLOTS on %s", n.Addr())
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if listed {
-			return r
-		}
-		if ctx.Err() != nil {
-			tb.Fatalf("redistest: replica %s of %s not in sync and listed within %v: %v", r.Addr(), primary.Addr(), 3*startWithin, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 // MustWaitClusterPrimary waits until r is a primary and every node in nodes
@@ -247,18 +234,15 @@ func MustWaitClusterPrimary(tb testing.TB, r *Server, nodes []*Server, within ti
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
+	wait.For(tb, within, "redistest: "+r.Addr()+" a primary", r.replicationSays(tb, "role:master"))
 	for _, n := range append([]*Server{r}, nodes...) {
 		nc := n.MustClient(tb, 0)
-		for {
-			repl, err1 := nc.Do(ctx, nc.B().Info().Section("replication").Build()).ToString()
-			info, err2 := nc.Do(ctx, nc.B().ClusterInfo().Build()).ToString()
-			if err1 == nil && err2 == nil && strings.Contains(info, "cluster_state:ok") && (n != r || strings.Contains(repl, "role:master")) {
-				break
+		wait.For(tb, within, "redistest: cluster state ok on "+n.Addr(), func() error {
+			info, err := nc.Do(ctx, nc.B().ClusterInfo().Build()).ToString()
+			if err == nil && !strings.Contains(info, "cluster_state:ok") {
+				err = errors.New("cluster_state not ok")
 			}
-			if ctx.Err() != nil {
-				tb.Fatalf("redistest: %s not a primary of a cluster in state ok within %v (%v, %v)", r.Addr(), within, err1, err2)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err
+		})
 	}
 }

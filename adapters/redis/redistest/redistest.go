@@ -13,15 +13,9 @@ package redistest
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -34,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/harborlight/notification-worker/internal/testcert"
 )
 
 // startWithin bounds how long a server may take to accept connections.
@@ -74,14 +70,15 @@ func MustStart(tb testing.TB, args ...string) *Server {
 func MustStartTLS(tb testing.TB, args ...string) (*Server, *x509.CertPool) {
 	tb.Helper()
 	s := newServer(tb, nil)
-	ca, certFile, keyFile, caFile := mustWriteCert(tb, s.dir)
-	s.clientTLS = &tls.Config{RootCAs: ca, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	serverTLS, clientTLS := testcert.New(tb)
+	certFile, keyFile := testcert.MustWriteFiles(tb, serverTLS, s.dir)
+	s.clientTLS = clientTLS
 	s.args = append([]string{
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
+		"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no",
 	}, args...)
 	s.mustStartFree(tb)
-	return s, ca
+	return s, clientTLS.RootCAs
 }
 
 func newServer(tb testing.TB, args []string) *Server {
@@ -375,9 +372,8 @@ func (s *Server) startLocked() error {
 	return nil
 }
 
-// waitReady dials until the server answers PING, the process exits, or
-// startWithin passes. A dial check, not a log line: after a restart the log
-// file still holds the first run's "ready" line.
+// waitReady pings until the server answers, the process exits, or
+// startWithin passes.
 func (s *Server) waitReady(exited <-chan error) error {
 	deadline := time.Now().Add(startWithin)
 	for {
@@ -388,7 +384,7 @@ func (s *Server) waitReady(exited <-chan error) error {
 			return fmt.Errorf("redis-server exited at start: %v", err)
 		default:
 		}
-		err := s.ping()
+		err := Ping(s.Addr(), s.clientTLS)
 		if err == nil {
 			return nil
 		}
@@ -399,15 +395,20 @@ func (s *Server) waitReady(exited <-chan error) error {
 	}
 }
 
-func (s *Server) ping() error {
+// Ping sends PING on a fresh connection to the server at addr, over TLS
+// with tlsConf when set, and returns nil once it answered PONG. A dial
+// check, not a log line: accepting connections is not enough (a server
+// answers LOADING while it reads its data), and after a restart the log
+// still holds the first run's "ready" line.
+func Ping(addr string, tlsConf *tls.Config) error {
 	d := net.Dialer{Timeout: 200 * time.Millisecond}
 	var conn net.Conn
 	var err error
-	if s.clientTLS != nil {
-		td := tls.Dialer{NetDialer: &d, Config: s.clientTLS}
-		conn, err = td.DialContext(context.Background(), "tcp", s.Addr())
+	if tlsConf != nil {
+		td := tls.Dialer{NetDialer: &d, Config: tlsConf}
+		conn, err = td.DialContext(context.Background(), "tcp", addr)
 	} else {
-		conn, err = d.Dial("tcp", s.Addr())
+		conn, err = d.Dial("tcp", addr)
 	}
 	if err != nil {
 		return err
@@ -474,56 +475,4 @@ func tail(path string) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
-}
-
-// mustWriteCert writes a CA and a server certificate for 127.0.0.1 into dir.
-func mustWriteCert(tb testing.TB, dir string) (pool *x509.CertPool, certFile, keyFile, caFile string) {
-	tb.Helper()
-	must := func(err error) {
-		tb.Helper()
-		if err != nil {
-			tb.Fatalf("redistest: certificate: %v", err)
-		}
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "redistest CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	must(err)
-	caCert, err := x509.ParseCertificate(caDER)
-	must(err)
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	must(err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	must(err)
-
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		must(os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600))
-		return p
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(caCert)
-	return pool, write("server.crt", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", keyDER), write("ca.crt", "CERTIFICATE", caDER)
 }

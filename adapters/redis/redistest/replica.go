@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/harborlight/notification-worker/internal/wait"
 )
 
 // Link is a TCP relay between a replica and its primary, so a test can hold
@@ -130,18 +132,22 @@ func MustStartReplica(tb testing.TB, primary *Server, args ...string) (*Server, 
 	host, port, _ := net.SplitHostPort(l.Addr())
 	r := newServerBin(tb, primary.bin, primary.persist, append([]string{"--replicaof", host, port}, args...))
 	r.mustStartFree(tb)
-	c := r.MustClient(tb, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
-	defer cancel()
-	for {
+	wait.For(tb, startWithin, fmt.Sprintf("redistest: replica %s of %s in sync", r.Addr(), primary.Addr()), r.replicationSays(tb, "master_link_status:up"))
+	return r, l
+}
+
+// replicationSays is a condition: s's INFO replication holds line
+// ("master_link_status:up", "role:master").
+func (s *Server) replicationSays(tb testing.TB, line string) func() error {
+	c := s.MustClient(tb, 0)
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+		defer cancel()
 		info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return r, l
+		if err == nil && !strings.Contains(info, line) {
+			return fmt.Errorf("INFO replication lacks %s:\n%s", line, info)
 		}
-		if ctx.Err() != nil {
-			tb.Fatalf("redistest: replica %s of %s not in sync within %v: %v\n%s", r.Addr(), primary.Addr(), startWithin, err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
 	}
 }
 
@@ -198,17 +204,12 @@ func MustStartSentinels(tb testing.TB, n int, master string, primary *Server, re
 	}
 	for _, s := range ss.Nodes {
 		c := s.MustClient(tb, 0)
-		for {
+		wait.For(tb, 3*startWithin, "redistest: sentinel "+s.Addr()+" knows its peers and replicas", func() (bool, string) {
 			peers, err1 := c.Do(ctx, c.B().Arbitrary("SENTINEL", "SENTINELS").Args(master).Build()).ToArray()
 			reps, err2 := c.Do(ctx, c.B().Arbitrary("SENTINEL", "REPLICAS").Args(master).Build()).ToArray()
-			if err1 == nil && err2 == nil && len(peers) == n-1 && len(reps) == replicas {
-				break
-			}
-			if ctx.Err() != nil {
-				tb.Fatalf("redistest: sentinel %s: knows %d of %d peers and %d of %d replicas (%v, %v)", s.Addr(), len(peers), n-1, len(reps), replicas, err1, err2)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err1 == nil && err2 == nil && len(peers) == n-1 && len(reps) == replicas,
+				fmt.Sprintf("knows %d of %d peers and %d of %d replicas (%v, %v)", len(peers), n-1, len(reps), replicas, err1, err2)
+		})
 	}
 	return ss
 }
@@ -268,28 +269,19 @@ func (ss *Sentinels) MustWaitPrimary(tb testing.TB, want *Server, within time.Du
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	wc := want.MustClient(tb, 0)
+	agreed := false
+	defer func() {
+		if !agreed { // what they saw and decided, after wait.For's failure
+			tb.Logf("redistest: the Sentinels' logs:%s", ss.logs())
+		}
+	}()
 	for _, s := range ss.Nodes {
 		c := s.MustClient(tb, 0)
-		for {
+		wait.For(tb, within, fmt.Sprintf("redistest: sentinel %s names %s as %s's primary", s.Addr(), want.Addr(), ss.Master), func() (bool, string) {
 			addr, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(ss.Master).Build()).AsStrSlice()
-			if err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(want.Port) {
-				break
-			}
-			if ctx.Err() != nil {
-				tb.Fatalf("redistest: sentinel %s names %v as %s's primary within %v, want %s (%v)%s", s.Addr(), addr, ss.Master, within, want.Addr(), err, ss.logs())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(want.Port), fmt.Sprintf("names %v (%v)", addr, err)
+		})
 	}
-	for {
-		info, err := wc.Do(ctx, wc.B().Info().Section("replication").Build()).ToString()
-		if err == nil && strings.Contains(info, "role:master") {
-			return
-		}
-		if ctx.Err() != nil {
-			tb.Fatalf("redistest: %s not a primary within %v: %v", want.Addr(), within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	agreed = true
+	wait.For(tb, within, "redistest: "+want.Addr()+" a primary", want.replicationSays(tb, "role:master"))
 }

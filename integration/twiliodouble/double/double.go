@@ -1,9 +1,8 @@
 // Package double is an HTTP test double of the Twilio resource the worker
 // calls, /2010-04-01/Accounts/{sid}/Messages.json (POST sends a message, GET
 // lists them), with a read-back API and scriptable provider failures. Tests
-// use it in-process (httptest.NewServer(double.New(sid, token))) or as the
-// twilio-double container (integration/twiliodouble), over the same HTTP
-// surface.
+// serve it in-process (httptest.NewServer(double.New(sid, token))) and
+// drive it over HTTP, as the worker does.
 //
 // The list answers as Twilio's does: newest first, filtered by To, From and
 // DateSent (a day; "DateSent<" and "DateSent>" bound it, inclusive), PageSize
@@ -14,10 +13,8 @@
 // Control API, besides the Twilio endpoint:
 //
 //	GET    /messages  every accepted message, oldest first (JSON list of Message)
-//	DELETE /messages  forget the messages (faults stay)
 //	GET    /attempts  every send request, accepted or failed (JSON list of Attempt)
 //	POST   /faults    add a Fault (JSON body)
-//	DELETE /faults    remove every fault
 //	GET    /connections  {"accepted": n}: connections accepted so far
 //	GET    /list-requests  {"requests": n}: Messages list requests answered so far
 //	                    (?to=<number>: of those filtering by that To)
@@ -44,6 +41,7 @@
 package double
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -85,7 +83,7 @@ type Fault struct {
 	// To limits the fault to sends to this number; empty matches every send.
 	To string `json:"to,omitempty"`
 	// Count is how many sends the fault answers before it is used up; zero
-	// means until DELETE /faults.
+	// means for good.
 	Count int `json:"count,omitempty"`
 	// Status is the HTTP status to answer (503, 429, 400...). Zero with a
 	// Delay means "accept, but slowly".
@@ -168,10 +166,8 @@ func New(accountSID, authToken string) *Double {
 	d.mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", d.createMessage)
 	d.mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages.json", d.listMessages)
 	d.mux.HandleFunc("GET /messages", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Messages()) })
-	d.mux.HandleFunc("DELETE /messages", func(w http.ResponseWriter, _ *http.Request) { d.Reset(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /attempts", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Attempts()) })
 	d.mux.HandleFunc("POST /faults", d.addFault)
-	d.mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) { d.ClearFaults(); w.WriteHeader(http.StatusNoContent) })
 	d.mux.HandleFunc("GET /connections", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]int64{"accepted": d.Connections()})
 	})
@@ -255,13 +251,6 @@ func (d *Double) Fail(f Fault) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.faults = append(d.faults, &f)
-}
-
-// ClearFaults removes every fault: sends succeed again.
-func (d *Double) ClearFaults() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.faults = nil
 }
 
 // Reset forgets messages, attempts, the senders' paces and the counts of
@@ -411,9 +400,7 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sender := m.From
-	if sender == "" {
-		sender = m.MessagingServiceSID
-	}
+	sender = cmp.Or(sender, m.MessagingServiceSID)
 	if ok, after := d.admit(sender); !ok {
 		// Whole seconds, as the header carries them, rounded up so a
 		// client that honours it finds the pace free.
@@ -422,37 +409,8 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f := d.takeFault(m.To)
-	if f != nil && f.Accept {
-		d.accept(&m)
-	}
-	if f != nil {
-		if f.Delay > 0 {
-			select {
-			case <-time.After(time.Duration(f.Delay)):
-			case <-r.Context().Done():
-				// The client gave up; record what it saw: nothing.
-				d.record(Attempt{Message: m, Status: 0})
-				return
-			}
-		}
-		if f.Drop {
-			d.record(Attempt{Message: m, Status: 0})
-			drop(w)
-			return
-		}
-		if f.Status >= 300 {
-			code := f.Code
-			if code == 0 {
-				code = 20000 + f.Status
-			}
-			msg := f.Message
-			if msg == "" {
-				msg = defaultMessage(code, m.To)
-			}
-			d.answer(w, m, f.Status, code, msg)
-			return
-		}
+	if f := d.takeFault(m.To); f != nil && d.fault(w, r, &m, f) {
+		return
 	}
 
 	if m.SID == "" {
@@ -463,6 +421,39 @@ func (d *Double) createMessage(w http.ResponseWriter, r *http.Request) {
 	created := resource(m)
 	created["status"], created["date_sent"] = "queued", nil
 	writeJSON(w, http.StatusCreated, created)
+}
+
+// fault plays f on the send of m: it accepts m first when f says so,
+// waits f's delay (answering nothing if the client gives up meanwhile),
+// then drops the connection or answers f's error. It reports whether it
+// answered; if not, the send goes on as a success.
+func (d *Double) fault(w http.ResponseWriter, r *http.Request, m *Message, f *Fault) (answered bool) {
+	if f.Accept {
+		d.accept(m)
+	}
+	if f.Delay > 0 {
+		select {
+		case <-time.After(time.Duration(f.Delay)):
+		case <-r.Context().Done():
+			// The client gave up; record what it saw: nothing.
+			d.record(Attempt{Message: *m, Status: 0})
+			return true
+		}
+	}
+	if f.Drop {
+		d.record(Attempt{Message: *m, Status: 0})
+		drop(w)
+		return true
+	}
+	if f.Status >= 300 {
+		code := f.Code
+		code = cmp.Or(code, 20000+f.Status)
+		msg := f.Message
+		msg = cmp.Or(msg, defaultMessage(code, m.To))
+		d.answer(w, *m, f.Status, code, msg)
+		return true
+	}
+	return false
 }
 
 // accept gives m a SID and stores it as accepted.

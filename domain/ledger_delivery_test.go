@@ -12,9 +12,9 @@ import (
 	"github.com/harborlight/notification-worker/ports"
 )
 
-// TestService_Journal: what the journal keeps for a delivery's retries and
+// TestService_Ledger: what the ledger keeps for a delivery's retries and
 // for replays, as Handle shows it.
-func TestService_Journal(t *testing.T) {
+func TestService_Ledger(t *testing.T) {
 	// A store down long enough for more owed records than the ledger
 	// holds, records on SMS and email whose emails fail on their first
 	// attempt, attempted in turn as a source handling them at once does:
@@ -92,14 +92,14 @@ func TestService_Journal(t *testing.T) {
 					defer func() { _ = recover() }()
 					_ = w.svc.Handle(ctx, record(event("e1", "sms", "email")))
 				}()
-				if n := w.svc.JournalEntries(); n != 1 {
-					t.Fatalf("journal holds %d entries while the delivery may retry, want its SMS", n)
+				if n := w.svc.LedgerEntries(); n != 1 {
+					t.Fatalf("ledger holds %d entries while the delivery may retry, want its SMS", n)
 				}
 				close(ended)
 				deadline := time.Now().Add(5 * time.Second)
-				for w.svc.JournalEntries() != 0 {
+				for w.svc.LedgerEntries() != 0 {
 					if time.Now().After(deadline) {
-						t.Fatalf("journal holds %d entries 5s after the delivery ended", w.svc.JournalEntries())
+						t.Fatalf("ledger holds %d entries 5s after the delivery ended", w.svc.LedgerEntries())
 					}
 					time.Sleep(time.Millisecond)
 				}
