@@ -212,8 +212,14 @@ func failoverScenario(t *testing.T, rig *faultRig, env map[string]string, minRep
 		return got >= total, fmt.Sprintf("%d of %d replayed notifications handled", got, total)
 	})
 
-	t.Logf("first worker: %d idempotency_check_unavailable, %d idempotency_record_failed; replay: %d notification_sent, %d duplicate_suppressed",
-		w.Count("idempotency_check_unavailable"), w.Count("idempotency_record_failed"), w2.Count("notification_sent"), w2.Count("duplicate_suppressed"))
+	t.Logf("first worker: %d idempotency_check_unavailable, %d idempotency_record_failed; replay: %d notification_sent, %d duplicate_suppressed, %d idempotency_check_unavailable",
+		w.Count("idempotency_check_unavailable"), w.Count("idempotency_record_failed"), w2.Count("notification_sent"), w2.Count("duplicate_suppressed"), w2.Count("idempotency_check_unavailable"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs := w2.Logs()
+			t.Logf("replay worker's first log lines:\n%s", strings.Join(logs[:min(len(logs), 30)], "\n"))
+		}
+	})
 	counts := rig.SMSCount(ctx)
 	twice, lost := 0, 0
 	for _, e := range append(append([]faultEvent{}, first...), second...) {
