@@ -25,5 +25,12 @@ if [ ${#need[@]} -gt 0 ]; then
   # Debian starts a redis-server on 6379 (and a prometheus on 9090, where
   # an init system runs) on install; the tests need neither.
 fi
+# A Go distribution that pins GOTOOLCHAIN=local (in its GOROOT/go.env)
+# refuses go.mod's newer toolchain; the user's Go env file outranks that,
+# so plain `go build`, `go vet` and `go test` fetch go1.27.3 from here on.
+if [ "$(GOTOOLCHAIN= go env GOTOOLCHAIN)" = local ] && ! GOTOOLCHAIN=local go list -m >/dev/null 2>&1; then
+  go env -w GOTOOLCHAIN=go1.27.3+auto
+  echo "deps: go env -w GOTOOLCHAIN=go1.27.3+auto (this Go is $(GOTOOLCHAIN=local go env GOVERSION); go.mod needs 1.27.3)"
+fi
 "$(dirname "$0")/redis72.sh" >/dev/null # Valkey 8 (WAITAOF), unpacked, for IDEMPOTENCY_WAIT_AOF's tests
 echo "deps: ok ($(redis-server --version | cut -d' ' -f3), $(promtool --version 2>&1 | head -1), $(java -version 2>&1 | head -1), $(mvn -v 2>/dev/null | head -1 | sed 's/\x1b\[[0-9;]*m//g'))"
